@@ -1,0 +1,181 @@
+"""The catalog: public facts about models and hardware, each number with its source and date.
+
+It is read from `models/` (shipped inside the installed package): `llm/*.yaml` one file per
+architecture, `hardware/*.yaml` for accelerators, host memory, NVMe classes, NICs and Ceph
+device classes, and `prices.yaml`. A malformed catalog file is reported like a bad spec.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import Field, ValidationError, model_validator
+
+from .errors import Problem, SpecError, did_you_mean
+from .resources import data_root
+from .spec.architecture import Architecture, Source
+from .spec.base import SpecModel
+from .units import Bandwidth, Duration, Size
+
+
+class Cited(SpecModel):
+    name: str = Field(min_length=1)
+    """Catalog name."""
+    sources: list[Source] = Field(min_length=1)
+    """Public sources of the numbers (at least one)."""
+    note: str | None = None
+    """How the numbers were read or derived."""
+
+
+class Device(Cited):
+    kind: Literal["gpu", "cpu"] = "gpu"
+    """gpu, or cpu for a CPU-only host running vLLM's CPU backend."""
+    memory: Size
+    """Accelerator memory (HBM) capacity."""
+    memory_bandwidth: Bandwidth
+    """Accelerator memory bandwidth."""
+    bf16_tflops: float = Field(gt=0)
+    """Dense BF16 peak, TFLOP/s."""
+    fp8_tflops: float | None = Field(None, gt=0)
+    """Dense FP8 peak, TFLOP/s (none without FP8 tensor cores)."""
+    pcie: Bandwidth | None = None
+    """Host link, one direction."""
+    nvlink: Bandwidth | None = None
+    """GPU-to-GPU link, one direction per GPU."""
+
+
+class HostMemory(Cited):
+    bandwidth_per_channel: Bandwidth
+    channels_per_socket: int = Field(ge=1)
+
+
+class NvmeClass(Cited):
+    example_device: str = ""
+    read_bandwidth: Bandwidth
+    write_bandwidth: Bandwidth
+    read_iops: int = Field(ge=1)
+    write_iops: int = Field(ge=1)
+    read_latency: Duration
+    write_latency: Duration
+
+
+class Nic(Cited):
+    bandwidth: Bandwidth
+    latency: Duration
+
+
+class CephDeviceClass(Cited):
+    osd_read_bandwidth: Bandwidth
+    osd_write_bandwidth: Bandwidth
+    osd_read_iops: int = Field(ge=1)
+    osd_write_iops: int = Field(ge=1)
+    read_latency: Duration
+    write_latency: Duration
+
+
+class Price(Cited):
+    usd: float = Field(ge=0)
+    """Price in US dollars per the unit of its list (per hour, per GB-month, per port-month)."""
+
+
+class Prices(SpecModel):
+    gpu_hour: list[Price]
+    ddr_gb_month: list[Price]
+    nvme_gb_month: list[Price]
+    ceph_raw_gb_month: list[Price]
+    nic_port_month: list[Price]
+
+
+class CatalogLlm(Architecture):
+    @model_validator(mode="after")
+    def _cited(self) -> "CatalogLlm":
+        if not self.sources:
+            raise ValueError("a catalog model needs sources: [{url, date, covers}]")
+        return self
+
+
+T = TypeVar("T", bound=Cited)
+
+
+class Catalog(SpecModel):
+    llms: dict[str, CatalogLlm]
+    devices: dict[str, Device]
+    host_memory: dict[str, HostMemory]
+    nvme: dict[str, NvmeClass]
+    nics: dict[str, Nic]
+    ceph_device_classes: dict[str, CephDeviceClass]
+    prices: Prices
+    root: str
+    """Folder the catalog was read from."""
+
+    def llm(self, name: str) -> CatalogLlm | None:
+        """A model by name or alias, case-insensitively."""
+        key = name.lower()
+        for entry in self.llms.values():
+            if entry.name.lower() == key or key in (a.lower() for a in entry.aliases):
+                return entry
+        return None
+
+    def llm_names(self) -> list[str]:
+        return sorted(self.llms)
+
+
+def lookup(table: dict[str, T], name: str, path: str, what: str) -> T:
+    """`table[name]` (case-insensitive), or a SpecError naming `path` with a "did you mean"."""
+    for key, entry in table.items():
+        if key.lower() == name.lower():
+            return entry
+    guess = did_you_mean(name, table)
+    raise SpecError([Problem(path, f"unknown {what} '{name}'", name, ", ".join(sorted(table)),
+                             f"did you mean '{guess}'?" if guess else "pick one that `kvplan catalog` lists")])
+
+
+@lru_cache(maxsize=4)
+def load_catalog(root: str | None = None) -> Catalog:
+    """Read the catalog under `root` (default: the one shipped with kvplan)."""
+    from .spec.load import problems_from, read_yaml
+
+    base = Path(root) if root else data_root() / "models"
+    problems: list[Problem] = []
+
+    def parse(model: type, data: object, file: Path):
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            problems.extend(Problem(f"{file.name}:{p.path}", p.message, p.value, p.allowed, p.fix)
+                            for p in problems_from(exc, model))
+            return None
+
+    llms = {}
+    for file in sorted((base / "llm").glob("*.yaml")):
+        entry = parse(CatalogLlm, read_yaml(file), file)
+        if entry is not None:
+            llms[entry.name] = entry
+
+    def table(file_name: str, key: str, model: type[T]) -> dict[str, T]:
+        file = base / "hardware" / file_name
+        data = read_yaml(file)
+        rows = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(rows, list):
+            problems.append(Problem(f"{file.name}:{key}", f"expected a list under '{key}'", fix="see models/README.md"))
+            return {}
+        out = {}
+        for i, row in enumerate(rows):
+            entry = parse(model, row, file)
+            if entry is not None:
+                out[entry.name] = entry
+        return out
+
+    tables = dict(devices=table("gpus.yaml", "gpus", Device),
+                  host_memory=table("host_memory.yaml", "host_memory", HostMemory),
+                  nvme=table("nvme.yaml", "nvme", NvmeClass),
+                  nics=table("nics.yaml", "nics", Nic),
+                  ceph_device_classes=table("ceph.yaml", "ceph_device_classes", CephDeviceClass))
+    prices_file = base / "prices.yaml"
+    price_data = read_yaml(prices_file)
+    prices = parse(Prices, price_data.get("prices") if isinstance(price_data, dict) else None, prices_file)
+    if problems or prices is None:
+        raise SpecError(problems or [Problem("prices.yaml", "no prices")], source=f"catalog {base}")
+    return Catalog(llms=llms, prices=prices, root=str(base), **tables)

@@ -1,0 +1,89 @@
+"""The `kvplan` command: thin Typer wrappers that parse, call the library and print with rich.
+
+Exit codes: 0 success; 1 invalid input (a spec or catalog problem, printed with its field and
+fix); 2 usage error (unknown command or option, missing argument).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from . import __version__
+from .errors import SpecError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Plan, simulate and deploy tiered KV-cache LLM serving (vLLM + LMCache + Ceph).")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_INVALID = 1
+
+
+def _fail(exc: SpecError) -> None:
+    err.print(f"[bold red]invalid:[/] {exc.render()}", markup=True)
+    raise typer.Exit(EXIT_INVALID)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"kvplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
+                                                 help="Print the version and exit.")) -> None:
+    """kvplan: one declarative spec for simulating and deploying vLLM + LMCache + Ceph."""
+
+
+@app.command()
+def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
+             as_json: bool = typer.Option(False, "--json", help="Print the resolved numbers as JSON.")) -> None:
+    """Check a spec against the rules of the real stack and the catalog, and print its resolved numbers."""
+    from .resolve import resolve
+    from .spec import load
+    from .summary import summary_tables
+
+    try:
+        resolved = resolve(load(spec))
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+    if as_json:
+        out.print_json(resolved.model_dump_json())
+        return
+    out.print(f"[bold green]valid:[/] {spec}  ({resolved.name}, spec {resolved.spec_hash[:12]})", markup=True)
+    for table in summary_tables(resolved):
+        out.print(table)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the spec (point your editor's YAML support at it)."""
+    from .spec import Topology
+
+    out.print_json(json.dumps(Topology.model_json_schema()))
+
+
+@app.command()
+def catalog() -> None:
+    """List the catalog: models, accelerators, NVMe and NIC classes, Ceph device classes."""
+    from .catalog import load_catalog
+    from .summary import catalog_tables
+
+    try:
+        cat = load_catalog()
+    except SpecError as exc:
+        _fail(exc)
+    for table in catalog_tables(cat):
+        out.print(table)
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,391 @@
+"""resolve(topology, catalog) -> Resolved: the ONE place where derived numbers are computed.
+
+The simulator and the deployer both read `Resolved` and never re-derive a number from the raw
+spec; that is how what is simulated stays what is deployed. The arithmetic follows the real
+stack (reference/lmcache-vllm.md §6):
+
+- KV bytes per token = layers x (2, or 1 for MLA) x KV heads x head dim x dtype bytes.
+- Per tensor-parallel rank vLLM holds max(1, KV heads // TP) heads (MLA: the whole latent).
+- LMCache stores one object per chunk per rank (MLA: rank 0 only), so a chunk costs
+  chunk_size x per-rank bytes x storing ranks.
+- HBM for KV per GPU = memory x gpu_memory_utilization - weights/TP - activation memory
+  (or kv_cache_memory when given); blocks = that / (block_size x per-rank bytes per token).
+- Tier sizes in the spec are per node (ddr, nvme) and cluster-wide (ceph). In-process LMCache
+  is configured per rank (each rank of each instance on a node gets an equal share); an MP
+  server per node is configured with the node's size; the ceph budget is split over the MP
+  servers, which each account for their own objects in the shared bucket.
+
+Checks that need the catalog (unknown names, TP vs KV heads, weights fitting in HBM, room for a
+max-length sequence, tiers holding at least one chunk, Ceph capacity) are made here and raised
+as one SpecError listing every problem.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import Field
+
+from .catalog import Catalog, CephDeviceClass, Device, Nic, NvmeClass, load_catalog, lookup
+from .errors import Problem, SpecError
+from .spec import Topology
+from .spec.architecture import Architecture
+from .spec.base import SpecModel
+from .spec.cost import CostOverrides
+from .spec.slo import Monitoring, Slo
+from .spec.workload import Workload
+from .units import fmt_bytes
+
+GIB = 1024**3
+CEPH_NEARFULL_RATIO = 0.85
+"""Ceph warns at 85 % full by default (mon_osd_nearfull_ratio); the KV tier must fit below it."""
+
+KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
+
+
+class ResolvedTier(SpecModel):
+    """One LMCache tier as the stack is configured and as the simulator models it."""
+
+    name: Literal["ddr", "nvme", "ceph"]
+    scope: Literal["instance", "node", "cluster"]
+    """What one cache of this tier serves: one vLLM instance (in-process), one node (MP server), or everyone."""
+    caches: int
+    """Independent caches of this tier in the deployment."""
+    capacity_bytes: int
+    """Bytes one cache can hold."""
+    capacity_chunks: int
+    """Full chunks one cache can hold."""
+    capacity_tokens: int
+    """Tokens one cache can hold (chunks x chunk_size)."""
+    configured_gb: float | None
+    """The size LMCache is configured with, in its GB (2^30 bytes): per rank in-process
+    (max_local_cpu_size, max_local_disk_size), per server in MP mode (--l1-size-gb,
+    max_capacity_gb); None where LMCache has no capacity setting (in-process remote)."""
+    eviction: str
+    ttl_s: float | None
+
+
+class ResolvedLMCache(SpecModel):
+    mode: Literal["mp", "inprocess"]
+    chunk_size: int
+    chunk_bytes_per_rank: int
+    """Bytes of one chunk's object on one rank."""
+    storing_ranks: int
+    """Ranks of an instance that store each chunk (TP, or 1 for MLA)."""
+    chunk_bytes: int
+    """Bytes one chunk costs in a tier (all storing ranks)."""
+    blocks_per_chunk: int
+    tiers: list[ResolvedTier]
+    save_decode_cache: bool
+    save_unfull_chunk: bool
+    min_retrieve_tokens: int
+    merging_window_s: float | None
+    merging_max_tokens: int | None
+    warmup_system_prompts: int
+    warmup_template_tokens: list[int]
+
+    def tier(self, name: str) -> ResolvedTier | None:
+        return next((t for t in self.tiers if t.name == name), None)
+
+
+class ResolvedCeph(SpecModel):
+    deploy: str
+    hosts: int
+    osds: int
+    osd_size: int
+    raw_bytes: int
+    usable_bytes: int
+    """raw / pool size: what the pool can hold before replication."""
+    kv_budget_bytes: int | None
+    """The ceph tier's size, when LMCache uses one."""
+    pool_name: str
+    pool_size: int
+    pool_min_size: int
+    pool_pg_num: int
+    failure_domain: str
+    access: str
+    rgw_port: int
+    rgw_dns_name: str
+    rgw_bucket: str
+    rgw_region: str
+    cephfs_mount: str
+    options: dict[str, str | int | float | bool]
+    device_class: CephDeviceClass
+    network: Nic
+
+
+class Resolved(SpecModel):
+    """Every number the simulator and the deployer use, in base units (bytes, seconds, 1/s)."""
+
+    name: str
+    spec_hash: str
+    simulate_only: bool
+    model: Architecture
+    device: Device
+
+    instances: int
+    tensor_parallel: int
+    gpus_per_node: int
+    gpus_total: int
+    nodes: int
+    instances_per_node: int
+    """Instances on a full node."""
+
+    block_size: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    prefix_caching: bool
+    chunked_prefill: bool
+    router: str
+    kv_cache_dtype: str
+    """vLLM --kv-cache-dtype value."""
+    weights_dtype: str
+
+    kv_dtype_bytes: int
+    weight_bytes_per_param: float
+    peak_flops: float
+    """Dense peak FLOP/s per accelerator at the weights' precision."""
+    kv_bytes_per_token: int
+    """Logical KV bytes per token of the model (all layers, all KV heads)."""
+    kv_heads_per_rank: int
+    kv_bytes_per_token_per_rank: int
+    """KV bytes per token that one tensor-parallel rank holds (and LMCache stores per rank)."""
+    block_bytes_per_rank: int
+    weight_bytes_per_gpu: int
+    kv_budget_bytes_per_gpu: int
+    """Accelerator memory left for the KV cache."""
+    hbm_blocks: int
+    """KV blocks per instance (every rank holds its slice of every block)."""
+    hbm_tokens: int
+
+    pcie_bandwidth: float | None
+    nvlink_bandwidth: float | None
+    hbm_bandwidth: float
+
+    lmcache: ResolvedLMCache | None
+    nvme: NvmeClass | None
+    ceph: ResolvedCeph | None
+
+    workload: Workload
+    slo: Slo
+    monitoring: Monitoring
+    cost: CostOverrides
+    catalog_root: str = Field(exclude=True)
+
+
+def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
+    """Derive every number; raise SpecError listing all catalog-dependent problems."""
+    catalog = catalog or load_catalog()
+    problems: list[Problem] = []
+
+    def find(fn, *args):
+        try:
+            return fn(*args)
+        except SpecError as exc:
+            problems.extend(exc.problems)
+            return None
+
+    s, lm = topo.serving, topo.lmcache
+    model = topo.model if isinstance(topo.model, Architecture) else find(_llm, catalog, topo.model)
+    device = find(lookup, catalog.devices, s.gpu, "serving.gpu", "accelerator")
+    nvme = find(lookup, catalog.nvme, lm.nvme.device, "lmcache.nvme.device", "NVMe class") if lm and lm.nvme else None
+    ceph_class = nic = None
+    if topo.ceph is not None:
+        ceph_class = find(lookup, catalog.ceph_device_classes, topo.ceph.device_class, "ceph.device_class", "Ceph device class")
+        nic = find(lookup, catalog.nics, topo.ceph.network, "ceph.network", "NIC class")
+    if model is None or device is None:
+        raise SpecError(problems)
+
+    tp = s.tensor_parallel
+    problems += _check_parallelism(model, s.tensor_parallel, s.gpus_per_node)
+    max_model_len = s.max_model_len or model.max_context
+    if max_model_len > model.max_context:
+        problems.append(Problem("serving.max_model_len", f"exceeds {model.name}'s maximum context ({model.max_context})",
+                                max_model_len, f"1..{model.max_context}", f"use max_model_len: {model.max_context} or less"))
+    if device.kind == "cpu":
+        if s.block_size % 32:
+            problems.append(Problem("serving.block_size", "vLLM's CPU backend needs a multiple of 32", s.block_size,
+                                    "32, 64, 96, 128, ...", f"use {(s.block_size // 32 + 1) * 32}"))
+        if s.kv_cache_memory is None:
+            problems.append(Problem("serving.kv_cache_memory", f"{device.name} is a CPU device: vLLM's CPU backend needs the KV "
+                                    "space set (VLLM_CPU_KVCACHE_SPACE)", None, fix="add serving.kv_cache_memory: 1GiB"))
+
+    # ---- bytes per token, block and chunk
+    kv_dtype = s.kv_cache_dtype if s.kv_cache_dtype != "auto" else ("bfloat16" if model.weights_dtype == "bf16" else "float16")
+    kv_dtype_bytes = KV_DTYPE_BYTES[kv_dtype]
+    kv_bytes = kv_bytes_per_token(model, kv_dtype_bytes)
+    kv_heads_per_rank = model.num_kv_heads if model.attention == "mla" else max(1, model.num_kv_heads // tp)
+    per_rank_token = kv_bytes_per_token(model, kv_dtype_bytes, kv_heads_per_rank)
+    block_bytes_per_rank = per_rank_token * s.block_size
+
+    # ---- accelerator memory
+    weights_dtype = s.weights_dtype if s.weights_dtype != "auto" else model.weights_dtype
+    weight_bytes_per_gpu = int(model.params * WEIGHT_BYTES[weights_dtype] / tp)
+    if s.kv_cache_memory is not None:
+        kv_budget = s.kv_cache_memory
+        need = weight_bytes_per_gpu + s.activation_memory + kv_budget
+        if need > device.memory:
+            problems.append(Problem("serving.kv_cache_memory", f"weights ({fmt_bytes(weight_bytes_per_gpu)} per device) + activation "
+                                    f"memory + this KV space need {fmt_bytes(need)}, more than {device.name}'s {fmt_bytes(device.memory)}",
+                                    s.kv_cache_memory, fix="lower kv_cache_memory or raise tensor_parallel"))
+    else:
+        kv_budget = int(device.memory * s.gpu_memory_utilization) - weight_bytes_per_gpu - s.activation_memory
+        if kv_budget <= 0:
+            problems.append(_weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype))
+    kv_budget = max(kv_budget, 0)
+    hbm_blocks = kv_budget // block_bytes_per_rank
+    hbm_tokens = hbm_blocks * s.block_size
+    if kv_budget > 0 and hbm_tokens < max_model_len:
+        problems.append(Problem("serving.max_model_len", f"one {max_model_len}-token sequence does not fit: {device.name} has "
+                                f"{fmt_bytes(kv_budget)} for KV per GPU = {hbm_tokens} tokens at "
+                                f"{fmt_bytes(per_rank_token)}/token per rank", max_model_len, f"1..{hbm_tokens}",
+                                f"lower max_model_len to {hbm_tokens}, raise gpu_memory_utilization or tensor_parallel, "
+                                "or use kv_cache_dtype: fp8"))
+
+    # ---- vLLM's batch defaults (vLLM EngineArgs.get_batch_defaults)
+    big = device.memory >= 160 * GIB
+    large_non_a100 = device.memory >= 70 * GIB and not device.name.upper().startswith("A100")
+    default_seqs, default_tokens = (1024, 16384) if big else (1024, 8192) if large_non_a100 else (256, 2048)
+    max_num_seqs = s.max_num_seqs or default_seqs
+    max_batched = s.max_num_batched_tokens or default_tokens
+    if max_batched < max_num_seqs:
+        problems.append(Problem("serving.max_num_batched_tokens", f"vLLM requires it to be at least max_num_seqs ({max_num_seqs})",
+                                max_batched, f">= {max_num_seqs}", f"use max_num_batched_tokens: {max_num_seqs} or more"))
+    if not s.chunked_prefill and max_batched < max_model_len:
+        problems.append(Problem("serving.max_num_batched_tokens", f"without chunked prefill a whole prompt must fit in one step: "
+                                f"it must be at least max_model_len ({max_model_len})", max_batched, f">= {max_model_len}",
+                                "raise it, lower max_model_len, or enable chunked_prefill"))
+
+    gpus_total = s.instances * tp
+    nodes = math.ceil(gpus_total / s.gpus_per_node)
+    instances_per_node = min(s.instances, s.gpus_per_node // tp) if s.gpus_per_node >= tp else 1
+    storing_ranks = 1 if model.attention == "mla" else tp
+    resolved_lm = _lmcache(topo, per_rank_token, storing_ranks, instances_per_node, nodes, problems) if lm else None
+    ceph = _ceph(topo, ceph_class, nic, resolved_lm, problems) if topo.ceph and ceph_class and nic else None
+
+    if problems:
+        raise SpecError(problems)
+
+    peak = device.fp8_tflops if weights_dtype == "fp8" and device.fp8_tflops else device.bf16_tflops
+    return Resolved(
+        name=topo.name, spec_hash=topo.spec_hash(), simulate_only=topo.simulate_only, model=model, device=device,
+        instances=s.instances, tensor_parallel=tp, gpus_per_node=s.gpus_per_node, gpus_total=gpus_total, nodes=nodes,
+        instances_per_node=instances_per_node, block_size=s.block_size, max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batched, gpu_memory_utilization=s.gpu_memory_utilization,
+        prefix_caching=s.prefix_caching, chunked_prefill=s.chunked_prefill, router=s.router, kv_cache_dtype=kv_dtype,
+        weights_dtype=weights_dtype, kv_dtype_bytes=kv_dtype_bytes, weight_bytes_per_param=WEIGHT_BYTES[weights_dtype],
+        peak_flops=peak * 1e12, kv_bytes_per_token=kv_bytes, kv_heads_per_rank=kv_heads_per_rank,
+        kv_bytes_per_token_per_rank=per_rank_token, block_bytes_per_rank=block_bytes_per_rank,
+        weight_bytes_per_gpu=weight_bytes_per_gpu, kv_budget_bytes_per_gpu=kv_budget, hbm_blocks=hbm_blocks,
+        hbm_tokens=hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
+        hbm_bandwidth=device.memory_bandwidth, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
+        slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost, catalog_root=catalog.root)
+
+
+def kv_bytes_per_token(model: Architecture, dtype_bytes: int, kv_heads: int | None = None) -> int:
+    """layers x (2, or 1 for MLA) x KV heads x head dim x dtype bytes; `kv_heads` defaults to all of them."""
+    heads = model.num_kv_heads if kv_heads is None else kv_heads
+    return model.num_layers * model.kv_per_layer * heads * model.head_dim * dtype_bytes
+
+
+def _llm(catalog: Catalog, name: str) -> Architecture:
+    entry = catalog.llm(name)
+    if entry is None:
+        from .errors import did_you_mean
+
+        guess = did_you_mean(name, catalog.llm_names())
+        raise SpecError([Problem("model", f"unknown model '{name}'", name, ", ".join(catalog.llm_names()),
+                                 f"did you mean '{guess}'?" if guess else
+                                 "pick a catalog model (`kvplan catalog`) or write the architecture inline")])
+    return entry
+
+
+def _check_parallelism(model: Architecture, tp: int, gpus_per_node: int) -> list[Problem]:
+    """vLLM shards attention heads over TP ranks and replicates KV heads when TP exceeds them."""
+    if tp == 1:
+        return []
+    def fits(t: int) -> bool:
+        heads_ok = model.num_attention_heads % t == 0
+        kv_ok = model.attention == "mla" or model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0
+        return heads_ok and kv_ok
+    if fits(tp):
+        return []
+    good = [str(t) for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and fits(t)]
+    return [Problem("serving.tensor_parallel", f"does not suit {model.name}: {model.num_attention_heads} attention heads and "
+                    f"{model.num_kv_heads} KV heads must split evenly over (or be replicated across) the ranks", tp,
+                    ", ".join(good), f"use tensor_parallel: {good[-1]}" if good else "use tensor_parallel: 1")]
+
+
+def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype) -> Problem:
+    usable = device.memory * s.gpu_memory_utilization - s.activation_memory
+    total = model.params * WEIGHT_BYTES[weights_dtype]
+    need_tp = next((t for t in (1, 2, 4, 8, 16, 32, 64) if total / t < usable * 0.9), None)
+    fix = f"use tensor_parallel: {need_tp}" if need_tp else "use a larger accelerator"
+    return Problem("serving.tensor_parallel", f"{model.name}'s weights ({fmt_bytes(weight_bytes_per_gpu)} per GPU in {weights_dtype}) "
+                   f"leave no room for KV cache in {fmt_bytes(usable)} usable of {device.name} "
+                   f"(gpu_memory_utilization {s.gpu_memory_utilization}, activation memory {fmt_bytes(s.activation_memory)})",
+                   s.tensor_parallel, None, f"{fix}, weights_dtype: fp8, or a larger accelerator")
+
+
+def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_per_node: int, nodes: int,
+             problems: list[Problem]) -> ResolvedLMCache:
+    lm, tp = topo.lmcache, topo.serving.tensor_parallel
+    chunk_rank = per_rank_token * lm.chunk_size
+    chunk = chunk_rank * storing_ranks
+    tiers = []
+    for name in ("ddr", "nvme", "ceph"):
+        tier = getattr(lm, name)
+        if tier is None:
+            continue
+        if name == "ceph":
+            scope, caches, capacity = "cluster", 1, tier.size
+            configured = tier.size / nodes / GIB if lm.mode == "mp" else None
+        elif lm.mode == "mp":
+            scope, caches, capacity, configured = "node", nodes, tier.size, tier.size / GIB
+        else:
+            per_rank = tier.size // (instances_per_node * tp)
+            scope, caches = "instance", topo.serving.instances
+            capacity, configured = per_rank * storing_ranks, per_rank / GIB
+        chunks = capacity // chunk
+        if chunks < 1:
+            problems.append(Problem(f"lmcache.{name}.size", f"holds no whole chunk: each {scope}'s share is {fmt_bytes(capacity)} "
+                                    f"but one {lm.chunk_size}-token chunk is {fmt_bytes(chunk)}", tier.size,
+                                    f">= {fmt_bytes(chunk * (instances_per_node if scope == 'instance' else 1))}",
+                                    "raise the size or lower lmcache.chunk_size"))
+        tiers.append(ResolvedTier(name=name, scope=scope, caches=caches, capacity_bytes=capacity, capacity_chunks=chunks,
+                                  capacity_tokens=chunks * lm.chunk_size, configured_gb=configured,
+                                  eviction=tier.eviction, ttl_s=tier.ttl))
+    return ResolvedLMCache(
+        mode=lm.mode, chunk_size=lm.chunk_size, chunk_bytes_per_rank=chunk_rank, storing_ranks=storing_ranks,
+        chunk_bytes=chunk, blocks_per_chunk=lm.chunk_size // topo.serving.block_size, tiers=tiers,
+        save_decode_cache=lm.save_decode_cache, save_unfull_chunk=lm.save_unfull_chunk,
+        min_retrieve_tokens=lm.min_retrieve_tokens,
+        merging_window_s=lm.merging.window if lm.merging else None,
+        merging_max_tokens=lm.merging.max_tokens if lm.merging else None,
+        warmup_system_prompts=lm.warmup.system_prompts if lm.warmup else 0,
+        warmup_template_tokens=[t.tokens for t in lm.warmup.templates] if lm.warmup else [])
+
+
+def _ceph(topo: Topology, device_class: CephDeviceClass, nic: Nic, lm: ResolvedLMCache | None,
+          problems: list[Problem]) -> ResolvedCeph:
+    c = topo.ceph
+    osds = c.hosts * c.osds_per_host
+    raw = osds * c.osd_size
+    usable = raw // c.pool.size
+    tier = lm.tier("ceph") if lm else None
+    budget = tier.capacity_bytes if tier else None
+    if budget is not None and budget > usable * CEPH_NEARFULL_RATIO:
+        problems.append(Problem("lmcache.ceph.size", f"exceeds what the pool can hold below Ceph's nearfull ratio: "
+                                f"{fmt_bytes(raw)} raw / {c.pool.size} replicas x {CEPH_NEARFULL_RATIO} = "
+                                f"{fmt_bytes(usable * CEPH_NEARFULL_RATIO)}", budget,
+                                f"<= {fmt_bytes(usable * CEPH_NEARFULL_RATIO)}", "lower the tier size, or add OSDs or hosts"))
+    return ResolvedCeph(
+        deploy=c.deploy, hosts=c.hosts, osds=osds, osd_size=c.osd_size, raw_bytes=raw, usable_bytes=usable,
+        kv_budget_bytes=budget, pool_name=c.pool.name, pool_size=c.pool.size, pool_min_size=c.pool.min_size,
+        pool_pg_num=c.pool.pg_num, failure_domain=c.failure_domain, access=c.access, rgw_port=c.rgw.port,
+        rgw_dns_name=c.rgw.dns_name, rgw_bucket=c.rgw.bucket, rgw_region=c.rgw.region, cephfs_mount=c.cephfs_mount,
+        options=dict(c.options), device_class=device_class, network=nic)

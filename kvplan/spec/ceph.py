@@ -1,0 +1,87 @@
+"""The Ceph cluster behind the ceph tier: how it is deployed, its size, the KV pool and RGW.
+
+LMCache has no RADOS client; it reaches Ceph through RGW's S3 API (virtual-hosted buckets, so
+RGW needs `rgw_dns_name`) or through a CephFS mount (reference/lmcache-vllm.md §3.3).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ..units import Size
+from .base import SpecModel
+
+DNS_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+
+
+class Pool(SpecModel):
+    """The dedicated replicated pool that holds KV-cache objects."""
+
+    name: str = Field("kvcache", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """Pool name (for s3 access this is RGW's data pool for the kvplan placement target)."""
+
+    size: int = Field(3, ge=1, le=10)
+    """Replicas of each object (ceph osd pool set <pool> size)."""
+
+    min_size: int = Field(2, ge=1, le=10)
+    """Replicas that must be up for I/O to proceed."""
+
+    pg_num: int = Field(128, ge=1, le=65536)
+    """Placement groups (a power of two)."""
+
+
+class Rgw(SpecModel):
+    """The RADOS Gateway that serves LMCache's S3 requests."""
+
+    port: int = Field(8080, ge=1, le=65535)
+    """Port RGW's beast frontend listens on."""
+
+    dns_name: str = Field("rgw.kvplan.internal", pattern=rf"^{DNS_LABEL}(\.{DNS_LABEL})*$")
+    """rgw_dns_name: LMCache's S3 client addresses <bucket>.<dns_name>:<port>."""
+
+    bucket: str = Field("kvcache", pattern=rf"^{DNS_LABEL}$", min_length=3)
+    """Bucket for KV chunks: 3-63 lowercase letters, digits and hyphens (it becomes a DNS label)."""
+
+    region: str = Field("default", min_length=1)
+    """S3 region string RGW expects (its zonegroup's api_name)."""
+
+
+class Ceph(SpecModel):
+    deploy: Literal["external", "cephadm", "packages"] = "packages"
+    """external: use an existing cluster (only pool, user, bucket, options); cephadm: bootstrap a
+    containerised cluster; packages: distribution packages, no containers (single node, CI)."""
+
+    hosts: int = Field(3, ge=1, le=1000)
+    """Number of OSD hosts."""
+
+    osds_per_host: int = Field(1, ge=1, le=64)
+    """OSDs (devices) per host."""
+
+    osd_size: Size = "3.84TB"
+    """Raw capacity of one OSD device."""
+
+    device_class: Literal["hdd", "ssd", "nvme"] = "nvme"
+    """CRUSH device class of the OSDs holding the KV pool."""
+
+    network: str = "25GbE"
+    """NIC class of the storage network, by catalog name (`kvplan catalog`)."""
+
+    failure_domain: Literal["host", "osd"] = "host"
+    """CRUSH failure domain: replicas on different hosts, or only on different OSDs."""
+
+    pool: Pool = Pool()
+    """The KV-cache pool."""
+
+    access: Literal["s3", "cephfs"] = "s3"
+    """How LMCache reaches Ceph: s3 through RGW, or a CephFS mount."""
+
+    rgw: Rgw = Rgw()
+    """RGW settings (used when access is s3)."""
+
+    cephfs_mount: str = "/mnt/cephfs/lmcache"
+    """Directory on the CephFS mount (used when access is cephfs)."""
+
+    options: dict[str, str | int | float | bool] = {}
+    """Extra `ceph config set` options, e.g. {osd_memory_target: 8589934592}."""

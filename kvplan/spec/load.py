@@ -1,0 +1,165 @@
+"""Reading a spec: YAML file -> Topology, with every failure turned into named Problems.
+
+YAML syntax errors carry their line and column, duplicate keys are refused (PyYAML would keep
+the last silently), unknown keys get a "did you mean", and pydantic's errors are rewritten with
+the dotted field path, what is allowed there and a fix.
+"""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ..errors import Problem, SpecError, did_you_mean
+from .topology import Topology
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, typing.Hashable) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first given on line {seen[key] + 1})", key_node.start_mark)
+        if isinstance(key, typing.Hashable):
+            seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file; any failure is a SpecError naming the file (and line, where known)."""
+    path = Path(path)
+    source = str(path)
+    if not path.exists():
+        raise SpecError([Problem("", f"file not found: {path}", fix="check the path (relative paths are read from the current folder)")], source)
+    if not path.is_file():
+        raise SpecError([Problem("", f"not a file: {path}", fix="give the path of a YAML spec file")], source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([Problem("", f"cannot read the file: {exc}", fix="save the spec as UTF-8 text")], source) from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(exc, "problem", None) or str(exc)
+        raise SpecError([Problem("", f"YAML syntax error{where}: {what}",
+                                 fix="check indentation, colons and quoting on that line")], source) from None
+
+
+def load(path: str | Path) -> Topology:
+    """Read and validate a spec file."""
+    path = Path(path)
+    return from_mapping(read_yaml(path), base_dir=path.parent, source=str(path))
+
+
+def from_mapping(data: Any, base_dir: str | Path | None = None, source: str | None = None) -> Topology:
+    """Validate an already-parsed spec; relative file paths in it are read from `base_dir`."""
+    if not isinstance(data, dict):
+        kind = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise SpecError([Problem("", f"a spec is a YAML mapping of sections, but this is {kind}",
+                                 fix="start from examples/chat-llama2-13b.yaml (name, model, serving, workload, ...)")], source)
+    try:
+        return Topology.model_validate(data, context={"base_dir": str(base_dir) if base_dir is not None else None})
+    except ValidationError as exc:
+        raise SpecError(problems_from(exc, Topology), source) from None
+    except SpecError as exc:
+        raise exc.with_source(source) if source else exc
+
+
+# ---- pydantic errors -> Problems -------------------------------------------------------------
+
+_TAGS = {"name", "inline"}  # tags of the model: union, which pydantic puts into error locations
+
+
+def problems_from(exc: ValidationError, root: type[BaseModel]) -> list[Problem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = list(err["loc"])
+        if len(loc) > 1 and loc[0] == "model" and loc[1] in _TAGS:
+            del loc[1]
+        problems.append(_problem(err, loc, root))
+    return problems
+
+
+def _path(loc: list) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _model_at(root: type[BaseModel], loc: list) -> type[BaseModel] | None:
+    """The model class that holds the field at `loc` (for listing its keys)."""
+    current: Any = root
+    for part in loc:
+        model = _unwrap_model(current)
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            if isinstance(part, int) or (model is None and isinstance(current, type)):
+                continue
+            return None
+        current = model.model_fields[part].annotation
+    return _unwrap_model(current)
+
+
+def _unwrap_model(tp: Any) -> type[BaseModel] | None:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp
+    for arg in typing.get_args(tp):
+        found = _unwrap_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _field_help(root: type[BaseModel], loc: list) -> str | None:
+    if not loc or not isinstance(loc[-1], str):
+        return None
+    parent = _model_at(root, loc[:-1])
+    if parent is None or loc[-1] not in parent.model_fields:
+        return None
+    return parent.model_fields[loc[-1]].description
+
+
+def _problem(err: dict, loc: list, root: type[BaseModel]) -> Problem:
+    kind, path, value = err["type"], _path(loc), err.get("input")
+    message = err["msg"].removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        parent = _model_at(root, loc[:-1])
+        known = sorted(parent.model_fields) if parent else []
+        key = str(loc[-1])
+        guess = did_you_mean(key, known)
+        return Problem(path, f"unknown key '{key}'", None, ", ".join(known) or None,
+                       f"did you mean '{guess}'?" if guess else "remove it")
+    if kind == "missing":
+        help_text = _field_help(root, loc)
+        return Problem(path, "required key is missing", None, help_text, f"add {loc[-1]}: <value>")
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        choices = [c.strip().strip("'") for c in expected.replace(" or ", ", ").split(",") if c.strip()]
+        guess = did_you_mean(str(value), choices) if isinstance(value, str) else None
+        return Problem(path, "not one of the allowed values", value, expected,
+                       f"did you mean '{guess}'?" if guess else "use one of the allowed values")
+    if kind == "union_tag_invalid" or kind == "model_attributes_type" or kind == "model_type" or kind == "dict_type":
+        return Problem(path, "expected a mapping of keys", value, _field_help(root, loc),
+                       "write this as a nested block of key: value lines")
+    if kind == "unit":
+        ctx = err.get("ctx", {})
+        return Problem(path, message, value, ctx.get("help"), f"write it like '{ctx.get('example')}'")
+    if kind in ("value_error", "assertion_error"):
+        message, _, fix = message.partition("; fix: ")
+        # a whole-section check: the section's own text says nothing the message does not
+        return Problem(path, message, None if isinstance(value, dict) else value, None, fix or None)
+    return Problem(path, message, value, _field_help(root, loc), "change the value to what is allowed")

@@ -1,0 +1,135 @@
+"""Cross-field rules that mirror what the real stack accepts, checked on every Topology.
+
+Each rule returns Problems naming the field, the value, what is allowed and a fix. Rules that
+need the catalog (does the model fit in HBM, does tensor_parallel suit its KV heads) live in
+`kvplan.resolve`, the one place that reads the catalog.
+
+Eviction policies per LMCache mode (reference/lmcache-vllm.md §2): in-process LMCache offers
+LRU, LFU, FIFO and MRU on LocalCPU (ddr) and LocalDisk (nvme) and never evicts from remote
+storage (ceph); MP mode offers LRU, ARC, IsolatedLRU and noop on L1 (ddr) and on L2 adapters
+with a capacity (nvme, ceph). Expiry by age exists only on the ceph tier, as an RGW lifecycle
+rule. Anything else only the simulator can do, so it needs `simulate_only: true`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from ..errors import Problem
+
+if TYPE_CHECKING:
+    from .topology import Topology
+
+REAL_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
+    "mp": {"ddr": ("LRU", "ARC", "IsolatedLRU", "none"),
+           "nvme": ("LRU", "ARC", "IsolatedLRU", "none"),
+           "ceph": ("LRU", "ARC", "IsolatedLRU", "none")},
+    "inprocess": {"ddr": ("LRU", "LFU", "FIFO", "MRU"),
+                  "nvme": ("LRU", "LFU", "FIFO", "MRU"),
+                  "ceph": ("none",)},
+}
+TTL_TIERS = ("ceph",)
+SIMULATE_ONLY_FIX = "or set simulate_only: true to study it in simulation only (kvplan render then refuses the spec)"
+
+
+def check(topo: "Topology") -> list[Problem]:
+    """Every rule violation in `topo`, in spec order."""
+    return [p for rule in RULES for p in rule(topo)]
+
+
+def _serving(topo: "Topology") -> Iterator[Problem]:
+    s = topo.serving
+    if s.block_size % 16:
+        lower, upper = max(16, s.block_size // 16 * 16), (s.block_size // 16 + 1) * 16
+        yield Problem("serving.block_size", "must be a positive multiple of 16 (vLLM's attention kernels work in 16-token units)",
+                      s.block_size, "16, 32, 48, 64, ...", f"use {lower} or {upper}")
+    if s.gpus_per_node % s.tensor_parallel:
+        divisors = [d for d in range(1, s.gpus_per_node + 1) if s.gpus_per_node % d == 0]
+        yield Problem("serving.tensor_parallel", f"must divide serving.gpus_per_node ({s.gpus_per_node}): "
+                      "a tensor-parallel group lives on one node", s.tensor_parallel,
+                      ", ".join(map(str, divisors)), "pick one of the allowed sizes or change gpus_per_node")
+
+
+def _lmcache(topo: "Topology") -> Iterator[Problem]:
+    lm = topo.lmcache
+    if lm is None:
+        return
+    block = topo.serving.block_size
+    if lm.chunk_size % block:
+        up = (lm.chunk_size // block + 1) * block
+        yield Problem("lmcache.chunk_size", f"must be a multiple of serving.block_size ({block}); LMCache maps chunks onto whole vLLM blocks",
+                      lm.chunk_size, f"multiples of {block}", f"use {up}" + (f" or {lm.chunk_size // block * block}" if lm.chunk_size > block else ""))
+    if lm.mode == "mp" and lm.ddr is None:
+        yield Problem("lmcache.ddr", "mp mode needs a ddr tier: it is the lmcache server's L1 (--l1-size-gb)", None,
+                      fix="add lmcache.ddr: {size: 64GiB, eviction: LRU}, or use mode: inprocess")
+    if lm.ceph is not None and topo.ceph is None:
+        yield Problem("ceph", "lmcache.ceph is set but there is no ceph section describing the cluster", None,
+                      fix="add a ceph section (deploy, hosts, pool, access), or remove lmcache.ceph")
+    for name in ("ddr", "nvme", "ceph"):
+        tier = getattr(lm, name)
+        if tier is None:
+            continue
+        if tier.size <= 0:
+            yield Problem(f"lmcache.{name}.size", "must be greater than zero", tier.size,
+                          fix=f"give the tier a capacity, or remove lmcache.{name}")
+        real = REAL_POLICIES[lm.mode][name]
+        if tier.eviction not in real and not topo.simulate_only:
+            other = "inprocess" if lm.mode == "mp" else "mp"
+            alt = f"use mode: {other}, which has {tier.eviction} on {name}; " if tier.eviction in REAL_POLICIES[other][name] else ""
+            yield Problem(f"lmcache.{name}.eviction", f"{tier.eviction} is not available on the {name} tier in lmcache.mode {lm.mode}",
+                          tier.eviction, ", ".join(real), f"{alt}pick an allowed policy, {SIMULATE_ONLY_FIX}")
+        if tier.ttl is not None and name not in TTL_TIERS and not topo.simulate_only:
+            yield Problem(f"lmcache.{name}.ttl", f"LMCache has no expiry by age on the {name} tier; only the ceph tier "
+                          "expires, through an RGW lifecycle rule", tier.ttl,
+                          "a ttl on lmcache.ceph only", f"remove the ttl, {SIMULATE_ONLY_FIX}")
+    if lm.nvme is not None and not lm.nvme.path.startswith("/"):
+        yield Problem("lmcache.nvme.path", "must be an absolute directory path", lm.nvme.path, fix="e.g. /mnt/nvme0/lmcache")
+    if lm.warmup is not None and lm.warmup.system_prompts:
+        prefixes = topo.workload.shared_prefixes
+        if prefixes is None:
+            yield Problem("lmcache.warmup.system_prompts", "warm-up of shared prefixes needs workload.shared_prefixes",
+                          lm.warmup.system_prompts, fix="add workload.shared_prefixes, or set system_prompts: 0")
+        elif lm.warmup.system_prompts > prefixes.count:
+            yield Problem("lmcache.warmup.system_prompts", f"cannot warm more prefixes than workload.shared_prefixes.count ({prefixes.count})",
+                          lm.warmup.system_prompts, f"0..{prefixes.count}", f"use at most {prefixes.count}")
+
+
+def _ceph(topo: "Topology") -> Iterator[Problem]:
+    c = topo.ceph
+    if c is None:
+        return
+    if c.pool.min_size > c.pool.size:
+        yield Problem("ceph.pool.min_size", f"cannot exceed pool.size ({c.pool.size})", c.pool.min_size,
+                      f"1..{c.pool.size}", f"use min_size: {max(1, c.pool.size - 1)}")
+    domains = c.hosts if c.failure_domain == "host" else c.hosts * c.osds_per_host
+    if c.pool.size > domains:
+        unit = "hosts" if c.failure_domain == "host" else "OSDs"
+        yield Problem("ceph.pool.size", f"{c.pool.size} replicas need {c.pool.size} {unit} (failure domain {c.failure_domain}), "
+                      f"but the cluster has {domains}; the pool would never become clean", c.pool.size,
+                      f"1..{domains}", f"add hosts (ceph.hosts: {c.pool.size}) or lower pool.size to {domains}")
+    if c.pool.pg_num & (c.pool.pg_num - 1):
+        low = 1 << (c.pool.pg_num.bit_length() - 1)
+        yield Problem("ceph.pool.pg_num", "must be a power of two", c.pool.pg_num, "1, 2, 4, ..., 65536",
+                      f"use {low} or {low * 2}")
+    for key in c.options:
+        if not key.replace("_", "").isalnum() or not key.islower():
+            yield Problem(f"ceph.options.{key}", "is not a Ceph option name (lowercase letters, digits and underscores)", key,
+                          fix="use the name `ceph config help <option>` knows, e.g. osd_memory_target")
+    if not c.cephfs_mount.startswith("/"):
+        yield Problem("ceph.cephfs_mount", "must be an absolute path", c.cephfs_mount, fix="e.g. /mnt/cephfs/lmcache")
+
+
+def _workload(topo: "Topology") -> Iterator[Problem]:
+    w = topo.workload
+    if w.kind == "trace" and w.trace is None:
+        yield Problem("workload.trace", "kind trace needs a trace section", None,
+                      fix="add workload.trace: {path: <file.jsonl>}")
+    if w.kind != "trace" and w.trace is not None:
+        yield Problem("workload.trace", f"a trace is only replayed with kind: trace (kind is {w.kind})", None,
+                      fix="set kind: trace, or remove workload.trace")
+    if w.kind != "trace" and w.requests is None and w.duration is None:
+        yield Problem("workload", "a synthetic workload needs an end: requests or duration", None,
+                      fix="add workload.requests: 1000 or workload.duration: 10min")
+
+
+RULES = (_serving, _lmcache, _ceph, _workload)

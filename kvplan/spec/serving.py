@@ -1,0 +1,70 @@
+"""The vLLM serving layer: which accelerator, how many instances, and vLLM's engine settings.
+
+Field names follow `vllm serve` flags (`--block-size`, `--max-num-seqs`, ...), so a reader who
+knows vLLM recognises them; where a field is left unset, `resolve` applies vLLM's own default.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ..units import Size
+from .base import SpecModel
+
+Router = Literal["round_robin", "least_loaded", "session_affinity", "prefix_aware"]
+WeightsDtype = Literal["auto", "bf16", "fp16", "fp8", "int4"]
+KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+
+
+class Serving(SpecModel):
+    gpu: str
+    """Accelerator, by catalog name (`kvplan catalog` lists them), e.g. H100-SXM."""
+
+    gpus_per_node: int = Field(8, ge=1, le=64)
+    """Accelerators per node. A tensor-parallel group never spans nodes."""
+
+    instances: int = Field(1, ge=1, le=4096)
+    """Number of vLLM instances (engines), each tensor_parallel GPUs wide."""
+
+    tensor_parallel: int = Field(1, ge=1, le=64)
+    """vLLM --tensor-parallel-size."""
+
+    block_size: int = Field(16, ge=1)
+    """vLLM --block-size: tokens per PagedAttention block (a positive multiple of 16)."""
+
+    gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
+    """vLLM --gpu-memory-utilization: share of accelerator memory vLLM may use (vLLM default 0.92)."""
+
+    kv_cache_memory: Size | None = None
+    """KV-cache memory per accelerator, overriding gpu_memory_utilization (vLLM --kv-cache-memory-bytes;
+    VLLM_CPU_KVCACHE_SPACE on a CPU device, where it is required)."""
+
+    activation_memory: Size = "2GiB"
+    """Memory per accelerator that is neither weights nor KV cache (activation peak, CUDA graphs,
+    communication buffers). vLLM measures it at start-up and logs it; set it from that log line."""
+
+    max_model_len: int | None = Field(None, ge=1)
+    """vLLM --max-model-len. Default: the model's maximum context."""
+
+    max_num_seqs: int | None = Field(None, ge=1)
+    """vLLM --max-num-seqs. Default: vLLM's per-GPU default (256, or 1024 on >= 70 GiB non-A100 GPUs)."""
+
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    """vLLM --max-num-batched-tokens. Default: vLLM's per-GPU default (2048, 8192 or 16384)."""
+
+    weights_dtype: WeightsDtype = "auto"
+    """Weight precision: auto (as released), bf16, fp16, fp8 or int4 (AWQ/GPTQ)."""
+
+    kv_cache_dtype: KvCacheDtype = "auto"
+    """vLLM --kv-cache-dtype. auto stores KV in the model's dtype; fp8 halves KV bytes."""
+
+    prefix_caching: bool = True
+    """vLLM --enable-prefix-caching: keep finished requests' blocks in HBM for reuse."""
+
+    chunked_prefill: bool = True
+    """vLLM --enable-chunked-prefill: split long prefills across steps and mix them with decodes."""
+
+    router: Router = "round_robin"
+    """How requests are spread over instances."""

@@ -1,0 +1,49 @@
+"""Targets: the latency SLO a deployment must meet, and the alert thresholds it is watched by.
+
+SLO keys are `<metric>_<percentile>` (ttft_p99, tpot_p50, e2e_p90, ...), the same names the
+planner's `--slo ttft_p99=500ms` flag uses. Monitoring defaults come from the design note:
+LMCache hit ratio >= 0.8, vLLM block utilisation <= 0.7, Ceph op latency <= 5 ms.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from ..units import Duration
+from .base import SpecModel
+
+
+class Slo(SpecModel):
+    ttft_p50: Duration | None = None
+    """Median time to first token."""
+    ttft_p90: Duration | None = None
+    """90th-percentile time to first token."""
+    ttft_p99: Duration | None = None
+    """99th-percentile time to first token."""
+    tpot_p50: Duration | None = None
+    """Median time per output token (after the first)."""
+    tpot_p90: Duration | None = None
+    """90th-percentile time per output token."""
+    tpot_p99: Duration | None = None
+    """99th-percentile time per output token."""
+    e2e_p50: Duration | None = None
+    """Median end-to-end request latency."""
+    e2e_p90: Duration | None = None
+    """90th-percentile end-to-end request latency."""
+    e2e_p99: Duration | None = None
+    """99th-percentile end-to-end request latency."""
+
+    def targets(self) -> dict[str, float]:
+        """The set targets only, by key, in seconds."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class Monitoring(SpecModel):
+    min_lmcache_hit_ratio: float = Field(0.8, ge=0, le=1)
+    """Alert when LMCache's token hit ratio falls below this."""
+
+    max_block_utilization: float = Field(0.7, ge=0, le=1)
+    """Alert when vLLM's HBM KV block utilisation rises above this."""
+
+    max_ceph_op_latency: Duration = "5ms"
+    """Alert when Ceph OSD op latency (ceph osd perf) rises above this."""

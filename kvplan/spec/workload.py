@@ -1,0 +1,149 @@
+"""The traffic to simulate (and later replay against a live stack).
+
+Synthetic kinds build prompts from shared prefixes plus new text, so cache reuse is exact:
+`chat` (sessions whose history grows turn by turn, over popular system prompts), `codegen`
+(shared repository context), `rag` (long, mostly unique documents). `trace` replays a Mooncake
+JSONL trace. Every random choice is drawn from `seed`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from ..units import Duration, Rate
+from .base import SpecModel
+
+
+class Dist(SpecModel):
+    """A distribution of a whole number (tokens, turns). Write a bare integer for a fixed value."""
+
+    dist: Literal["fixed", "uniform", "lognormal", "normal"] = "fixed"
+    """Shape. fixed: always `mean`; uniform: between min and max; lognormal/normal: `mean` with spread `cv`."""
+
+    mean: float | None = Field(None, gt=0)
+    """Mean (fixed, lognormal, normal)."""
+
+    cv: float = Field(0.0, ge=0, le=10)
+    """Coefficient of variation, std/mean (lognormal, normal)."""
+
+    min: int = Field(1, ge=0)
+    """Smallest value drawn (draws are clipped)."""
+
+    max: int | None = Field(None, ge=1)
+    """Largest value drawn (draws are clipped); required for uniform."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_number(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return {"dist": "fixed", "mean": value}
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Dist":
+        if self.dist == "uniform":
+            if self.max is None:
+                raise ValueError("a uniform distribution needs max (and min); fix: add max: <tokens>")
+        elif self.mean is None:
+            raise ValueError(f"a {self.dist} distribution needs mean; fix: add mean: <value>")
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min}); fix: make max >= min")
+        return self
+
+
+class Arrivals(SpecModel):
+    process: Literal["poisson", "gamma", "constant"] = "poisson"
+    """Inter-arrival process: poisson (exponential gaps), gamma (bursty when cv > 1), constant."""
+
+    rate: Rate = "1/s"
+    """Mean arrival rate of new requests (new sessions for chat)."""
+
+    cv: float = Field(1.0, gt=0, le=100)
+    """Coefficient of variation of the gaps for gamma (1 = Poisson; > 1 bursty)."""
+
+
+class Sessions(SpecModel):
+    """Multi-turn conversations: each turn's prompt carries the whole history before it."""
+
+    turns: Dist = Dist(dist="fixed", mean=1)
+    """Turns per session."""
+
+    think_time: Duration = "30s"
+    """Mean pause between a reply and the user's next turn (exponential)."""
+
+
+class SharedPrefixes(SpecModel):
+    """A set of prefixes many requests start with: system prompts in chat, repository context in
+    codegen, popular documents in rag. Popularity follows a Zipf law with exponent `skew`."""
+
+    count: int = Field(1, ge=1, le=10_000_000)
+    """How many distinct prefixes exist."""
+
+    skew: float = Field(1.0, ge=0, le=10)
+    """Zipf exponent of their popularity (0 = all equally likely)."""
+
+    tokens: Dist = Dist(dist="fixed", mean=1024)
+    """Length of a prefix."""
+
+
+class Trace(SpecModel):
+    """A Mooncake-format JSONL trace: timestamp (ms), input_length, output_length, hash_ids."""
+
+    path: str
+    """Trace file; a relative path is read from the spec file's folder."""
+
+    block_size: int = Field(512, ge=1)
+    """Tokens per hash_id block in the trace (512 in the Mooncake traces)."""
+
+    time_scale: float = Field(1.0, gt=0)
+    """Multiply trace timestamps by this (0.5 replays twice as fast)."""
+
+    limit: int | None = Field(None, ge=1)
+    """Replay only the first N requests."""
+
+    @field_validator("path")
+    @classmethod
+    def _exists(cls, value: str, info: ValidationInfo) -> str:
+        base = (info.context or {}).get("base_dir")
+        path = Path(value).expanduser()
+        if not path.is_absolute() and base is not None:
+            path = Path(base) / path
+        if not path.is_file():
+            raise ValueError(f"trace file not found: {path} (a relative path is read from the spec "
+                             f"file's folder); fix: point path at a Mooncake JSONL file")
+        return str(path.resolve())
+
+
+class Workload(SpecModel):
+    kind: Literal["chat", "codegen", "rag", "trace"]
+    """chat, codegen, rag (synthetic) or trace (replay a trace file)."""
+
+    seed: int = Field(0, ge=0)
+    """Seed for every random choice; the same spec and seed give the same result."""
+
+    requests: int | None = Field(None, ge=1)
+    """Stop after this many requests."""
+
+    duration: Duration | None = None
+    """Stop generating arrivals after this much simulated time."""
+
+    arrivals: Arrivals = Arrivals()
+    """Arrival process (synthetic kinds)."""
+
+    sessions: Sessions | None = None
+    """Multi-turn sessions (chat)."""
+
+    shared_prefixes: SharedPrefixes | None = None
+    """Shared prefixes: system prompts, repository context or popular documents."""
+
+    prompt: Dist = Dist(dist="lognormal", mean=512, cv=0.5, max=32768)
+    """New prompt text per request or turn, in tokens (after any shared prefix and history)."""
+
+    output: Dist = Dist(dist="lognormal", mean=256, cv=0.5, max=4096)
+    """Generated tokens per request."""
+
+    trace: Trace | None = None
+    """The trace to replay (kind: trace)."""

@@ -1,0 +1,95 @@
+"""Human-readable tables of a Resolved spec and of the catalog (printed by the CLI)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from .catalog import Catalog
+from .resolve import Resolved, kv_bytes_per_token
+from .units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
+
+
+def summary_tables(r: Resolved) -> list[Table]:
+    serving = Table(title="Serving", show_header=False, title_justify="left")
+    serving.add_column(style="bold")
+    serving.add_column()
+    rows = [
+        ("model", f"{r.model.name} ({r.model.attention}, {r.model.num_layers} layers, {r.model.num_kv_heads} KV heads x {r.model.head_dim})"),
+        ("accelerator", f"{r.device.name} x {r.gpus_total} ({r.instances} instance(s) x TP {r.tensor_parallel}, {r.nodes} node(s))"),
+        ("KV bytes/token", f"{fmt_count(r.kv_bytes_per_token)} ({fmt_bytes(r.kv_bytes_per_token)}) total, "
+                           f"{fmt_count(r.kv_bytes_per_token_per_rank)} per rank, {r.kv_cache_dtype}"),
+        ("block", f"{r.block_size} tokens = {fmt_bytes(r.block_bytes_per_rank)} per rank"),
+        ("weights per GPU", f"{fmt_bytes(r.weight_bytes_per_gpu)} ({r.weights_dtype})"),
+        ("KV memory per GPU", fmt_bytes(r.kv_budget_bytes_per_gpu)),
+        ("HBM blocks per instance", f"{fmt_count(r.hbm_blocks)} = {fmt_count(r.hbm_tokens)} tokens"),
+        ("max_model_len", fmt_count(r.max_model_len)),
+        ("batching", f"max_num_seqs {r.max_num_seqs}, max_num_batched_tokens {r.max_num_batched_tokens}"),
+    ]
+    for key, value in rows:
+        serving.add_row(key, value)
+    tables = [serving]
+
+    if r.lmcache:
+        lm = r.lmcache
+        tiers = Table(title=f"LMCache ({lm.mode} mode, chunk {lm.chunk_size} tokens = {fmt_bytes(lm.chunk_bytes)})",
+                      show_header=False, title_justify="left")
+        tiers.add_column(style="bold")
+        tiers.add_column()
+        for t in lm.tiers:
+            ttl = f", ttl {fmt_duration(t.ttl_s)}" if t.ttl_s else ""
+            configured = f"; LMCache size {t.configured_gb:.2f} GB" if t.configured_gb is not None else ""
+            tiers.add_row(t.name, f"{t.caches} x {fmt_bytes(t.capacity_bytes)} (one per {t.scope}) = "
+                                  f"{fmt_count(t.capacity_chunks)} chunks = {fmt_count(t.capacity_tokens)} tokens each; "
+                                  f"eviction {t.eviction}{ttl}{configured}")
+        tables.append(tiers)
+
+    if r.ceph:
+        c = r.ceph
+        ceph = Table(title=f"Ceph ({c.deploy})", show_header=False, title_justify="left")
+        ceph.add_column(style="bold")
+        ceph.add_column()
+        ceph.add_row("OSDs", f"{c.osds} x {fmt_bytes(c.osd_size)} {c.device_class.name} on {c.hosts} host(s), {c.network.name}")
+        ceph.add_row("capacity", f"{fmt_bytes(c.raw_bytes)} raw, {fmt_bytes(c.usable_bytes)} usable at size {c.pool_size}")
+        ceph.add_row("pool", f"{c.pool_name} size {c.pool_size} min_size {c.pool_min_size} pg_num {c.pool_pg_num}")
+        access = (f"s3 via RGW {c.rgw_bucket}.{c.rgw_dns_name}:{c.rgw_port}" if c.access == "s3" else f"cephfs at {c.cephfs_mount}")
+        ceph.add_row("access", access)
+        if c.kv_budget_bytes is not None:
+            ceph.add_row("KV tier", fmt_bytes(c.kv_budget_bytes))
+        tables.append(ceph)
+    return tables
+
+
+def catalog_tables(cat: Catalog) -> list[Table]:
+    llm = Table(title="Models", title_justify="left")
+    for col in ("name", "attention", "layers", "KV heads", "head dim", "params", "context", "KV/token bf16"):
+        llm.add_column(col)
+    for m in sorted(cat.llms.values(), key=lambda m: m.name):
+        kv = kv_bytes_per_token(m, 2)
+        llm.add_row(m.name, m.attention, str(m.num_layers), str(m.num_kv_heads), str(m.head_dim),
+                    f"{m.params / 1e9:.2f} B", fmt_count(m.max_context), fmt_bytes(kv))
+    dev = Table(title="Accelerators", title_justify="left")
+    for col in ("name", "kind", "memory", "bandwidth", "bf16 TFLOP/s", "fp8 TFLOP/s", "PCIe", "NVLink"):
+        dev.add_column(col)
+    for d in cat.devices.values():
+        dev.add_row(d.name, d.kind, fmt_bytes(d.memory), fmt_bandwidth(d.memory_bandwidth), f"{d.bf16_tflops:g}",
+                    f"{d.fp8_tflops:g}" if d.fp8_tflops else "-", fmt_bandwidth(d.pcie) if d.pcie else "-",
+                    fmt_bandwidth(d.nvlink) if d.nvlink else "-")
+    nvme = Table(title="NVMe classes", title_justify="left")
+    for col in ("name", "example", "read", "write", "read IOPS", "write IOPS", "read lat", "write lat"):
+        nvme.add_column(col)
+    for n in cat.nvme.values():
+        nvme.add_row(n.name, n.example_device, fmt_bandwidth(n.read_bandwidth), fmt_bandwidth(n.write_bandwidth),
+                     fmt_count(n.read_iops), fmt_count(n.write_iops), fmt_duration(n.read_latency), fmt_duration(n.write_latency))
+    nics = Table(title="NICs", title_justify="left")
+    for col in ("name", "bandwidth", "latency"):
+        nics.add_column(col)
+    for n in cat.nics.values():
+        nics.add_row(n.name, fmt_bandwidth(n.bandwidth), fmt_duration(n.latency))
+    ceph = Table(title="Ceph OSD device classes", title_justify="left")
+    for col in ("name", "read/OSD", "write/OSD", "read IOPS", "write IOPS", "read lat", "write lat"):
+        ceph.add_column(col)
+    for c in cat.ceph_device_classes.values():
+        ceph.add_row(c.name, fmt_bandwidth(c.osd_read_bandwidth), fmt_bandwidth(c.osd_write_bandwidth),
+                     fmt_count(c.osd_read_iops), fmt_count(c.osd_write_iops), fmt_duration(c.read_latency),
+                     fmt_duration(c.write_latency))
+    return [llm, dev, nvme, nics, ceph]

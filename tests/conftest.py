@@ -1,0 +1,45 @@
+"""Shared fixtures: the shipped catalog, the shipped examples, and a way to vary a spec."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvplan.catalog import load_catalog
+from kvplan.spec import from_mapping, read_yaml
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+@pytest.fixture(scope="session")
+def catalog():
+    return load_catalog()
+
+
+def example_data(name: str) -> dict:
+    """An example spec as a plain mapping, ready to be changed by a test."""
+    return read_yaml(REPO / "examples" / f"{name}.yaml")
+
+
+def with_changes(data: dict, **changes: Any) -> dict:
+    """A copy of `data` with dotted paths set (`lmcache__ddr__eviction="ARC"`); None deletes."""
+    data = copy.deepcopy(data)
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split("__")
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return data
+
+
+def spec(example: str = "chat-llama2-13b", /, **changes: Any):
+    """Load an example with changes applied (relative paths are read from examples/)."""
+    return from_mapping(with_changes(example_data(example), **changes), base_dir=REPO / "examples")

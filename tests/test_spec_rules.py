@@ -1,0 +1,158 @@
+"""Each rule that mirrors the real stack rejects a bad spec with the field, the value and a fix.
+
+Every test starts from a shipped example that is valid and changes one thing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.errors import SpecError
+from kvplan.resolve import resolve
+
+from conftest import spec
+
+
+def problems(example: str = "chat-llama2-13b", /, **changes):
+    """The problems a changed example has (load and resolve), as {path: problem}."""
+    with pytest.raises(SpecError) as info:
+        resolve(spec(example, **changes))
+    return {p.path: p for p in info.value.problems}
+
+
+def test_the_unchanged_examples_are_valid():
+    for name in ("chat-llama2-13b", "codegen-70b", "mooncake-replay", "local"):
+        resolve(spec(name))
+
+
+def test_block_size_must_be_a_multiple_of_16():
+    p = problems(serving__block_size=24)["serving.block_size"]
+    assert "multiple of 16" in p.message and p.value == 24 and p.fix == "use 16 or 32"
+
+
+def test_chunk_size_must_be_a_multiple_of_block_size():
+    p = problems(serving__block_size=32, lmcache__chunk_size=200)["lmcache.chunk_size"]
+    assert "multiple of serving.block_size (32)" in p.message
+    assert p.fix == "use 224 or 192"
+
+
+def test_tensor_parallel_must_divide_the_gpus_of_a_node():
+    p = problems("codegen-70b", serving__tensor_parallel=3)["serving.tensor_parallel"]
+    assert "divide serving.gpus_per_node (8)" in p.message and p.allowed == "1, 2, 4, 8"
+
+
+def test_tensor_parallel_must_suit_the_models_heads():
+    # Qwen2.5-7B has 28 query heads and 4 KV heads: TP 8 cannot split 28 heads evenly.
+    p = problems("codegen-70b", model="Qwen2.5-7B", serving__tensor_parallel=8, serving__max_model_len=None)["serving.tensor_parallel"]
+    assert "28 attention heads" in p.message and "4 KV heads" in p.message
+    assert p.allowed == "1, 2, 4" and p.fix == "use tensor_parallel: 4"
+
+
+def test_weights_must_fit_with_room_for_kv():
+    # 70B in bf16 is ~141 GB: one 80 GB H100 cannot hold it.
+    p = problems("codegen-70b", serving__tensor_parallel=1)["serving.tensor_parallel"]
+    assert "leave no room for KV cache" in p.message
+    assert p.fix.startswith("use tensor_parallel: 4")
+
+
+def test_a_max_length_sequence_must_fit_in_hbm():
+    # Llama-3.1-70B on 2 x H100 in bf16 leaves ~0.7 GB per GPU for KV: far below 65,536 tokens.
+    p = problems("codegen-70b", serving__tensor_parallel=2, serving__gpu_memory_utilization=0.95)["serving.max_model_len"]
+    assert "does not fit" in p.message and p.fix.startswith("lower max_model_len to ")
+
+
+def test_max_model_len_cannot_exceed_the_models_context():
+    p = problems(serving__max_model_len=8192)["serving.max_model_len"]
+    assert "maximum context (4096)" in p.message
+
+
+def test_inprocess_mode_has_no_arc():
+    p = problems(lmcache__ddr__eviction="ARC")["lmcache.ddr.eviction"]
+    assert p.allowed == "LRU, LFU, FIFO, MRU"
+    assert "use mode: mp, which has ARC" in p.fix and "simulate_only: true" in p.fix
+
+
+def test_mp_mode_has_no_lfu():
+    p = problems("codegen-70b", lmcache__nvme__eviction="LFU")["lmcache.nvme.eviction"]
+    assert p.allowed == "LRU, ARC, IsolatedLRU, none"
+    assert "use mode: inprocess, which has LFU" in p.fix
+
+
+def test_inprocess_ceph_tier_cannot_evict():
+    p = problems(lmcache__ceph__eviction="LRU")["lmcache.ceph.eviction"]
+    assert p.allowed == "none"
+
+
+def test_ttl_is_only_real_on_the_ceph_tier():
+    p = problems(lmcache__ddr__ttl="1h")["lmcache.ddr.ttl"]
+    assert "RGW lifecycle rule" in p.message and "simulate_only" in p.fix
+
+
+def test_simulate_only_admits_the_notes_lfu_plus_ttl_on_ddr():
+    topo = spec(simulate_only=True, lmcache__ddr__eviction="LFU", lmcache__ddr__ttl="1h")
+    assert resolve(topo).lmcache.tier("ddr").ttl_s == 3600
+
+
+def test_policy_names_are_case_insensitive():
+    assert spec(lmcache__ddr__eviction="lru").lmcache.ddr.eviction == "LRU"
+    assert spec("codegen-70b", lmcache__ddr__eviction="noop").lmcache.ddr.eviction == "none"
+
+
+def test_mp_mode_needs_a_ddr_l1():
+    p = problems("codegen-70b", lmcache__ddr=None)["lmcache.ddr"]
+    assert "--l1-size-gb" in p.message
+
+
+def test_a_ceph_tier_needs_a_ceph_cluster():
+    assert "no ceph section" in problems(ceph=None)["ceph"].message
+
+
+def test_pool_size_cannot_exceed_hosts_for_a_host_failure_domain():
+    p = problems(ceph__hosts=2)["ceph.pool.size"]
+    assert "need 3 hosts" in p.message and p.allowed == "1..2"
+
+
+def test_pool_min_size_cannot_exceed_size():
+    assert problems(ceph__pool={"size": 2, "min_size": 3})["ceph.pool.min_size"].allowed == "1..2"
+
+
+def test_pg_num_is_a_power_of_two():
+    assert problems(ceph__pool={"pg_num": 100})["ceph.pool.pg_num"].fix == "use 64 or 128"
+
+
+def test_ceph_tier_must_fit_in_the_pool_below_nearfull():
+    p = problems(lmcache__ceph__size="20TB")["lmcache.ceph.size"]
+    assert "nearfull" in p.message
+
+
+def test_a_tier_must_hold_at_least_one_chunk():
+    # Llama-2-13B: a 256-token chunk is 200 MiB; a 100 MB DDR share holds none.
+    p = problems(lmcache__ddr__size="100MB")["lmcache.ddr.size"]
+    assert "holds no whole chunk" in p.message
+
+
+def test_trace_kind_needs_a_trace():
+    assert "needs a trace section" in problems("mooncake-replay", workload__trace=None)["workload.trace"].message
+
+
+def test_synthetic_workload_needs_an_end():
+    assert "requests or duration" in problems(workload__requests=None)["workload"].message
+
+
+def test_cpu_devices_need_blocks_of_32_and_a_kv_space():
+    found = problems("local", serving__block_size=48, lmcache__chunk_size=240, serving__kv_cache_memory=None)
+    assert "multiple of 32" in found["serving.block_size"].message
+    assert "VLLM_CPU_KVCACHE_SPACE" in found["serving.kv_cache_memory"].message
+
+
+def test_vllm_needs_batched_tokens_at_least_max_num_seqs():
+    p = problems(serving__max_num_seqs=512, serving__max_num_batched_tokens=256)["serving.max_num_batched_tokens"]
+    assert p.allowed == ">= 512"
+
+
+def test_unknown_catalog_names_get_a_did_you_mean():
+    found = problems(model="Llama-2-13", serving__gpu="A100-80G", lmcache__nvme__device="gen-4", ceph__network="25GE")
+    assert found["model"].fix == "did you mean 'Llama-2-13B'?"
+    assert found["serving.gpu"].fix == "did you mean 'A100-80GB'?"
+    assert found["lmcache.nvme.device"].fix == "did you mean 'gen4'?"
+    assert found["ceph.network"].fix == "did you mean '25GbE'?"
