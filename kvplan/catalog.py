@@ -140,12 +140,12 @@ def load_catalog(root: str | None = None) -> Catalog:
     base = Path(root) if root else data_root() / "models"
     problems: list[Problem] = []
 
-    def parse(model: type, data: object, file: Path):
+    def parse(model: type, data: object, file: Path, where: str = ""):
         try:
             return model.model_validate(data)
         except ValidationError as exc:
-            problems.extend(Problem(f"{file.name}:{p.path}", p.message, p.value, p.allowed, p.fix)
-                            for p in problems_from(exc, model))
+            problems.extend(Problem(f"{file.name}:{'.'.join(filter(None, (where, p.path)))}", p.message, p.value,
+                                    p.allowed, p.fix) for p in problems_from(exc, model))
             return None
 
     llms = {}
@@ -163,7 +163,8 @@ def load_catalog(root: str | None = None) -> Catalog:
             return {}
         out = {}
         for i, row in enumerate(rows):
-            entry = parse(model, row, file)
+            label = row.get("name") if isinstance(row, dict) else None
+            entry = parse(model, row, file, f"{key}[{i}]" + (f"({label})" if label else ""))
             if entry is not None:
                 out[entry.name] = entry
         return out

@@ -6,7 +6,6 @@ fix); 2 usage error (unknown command or option, missing argument).
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
@@ -63,9 +62,9 @@ def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the spec (point your editor's YAML support at it)."""
-    from .spec import Topology
+    from .reference import schema_json
 
-    out.print_json(json.dumps(Topology.model_json_schema()))
+    typer.echo(schema_json(), nl=False)
 
 
 @app.command()

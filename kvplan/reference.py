@@ -6,6 +6,7 @@ fails when the checked-in files differ from what this module generates, so they 
 
 from __future__ import annotations
 
+import json
 import sys
 import typing
 from pathlib import Path
@@ -137,8 +138,14 @@ def catalog_reference(cat: Catalog) -> str:
     return "\n".join(lines)
 
 
+def schema_json() -> str:
+    """The spec's JSON Schema, as `kvplan schema` prints it and docs/topology.schema.json holds it."""
+    return json.dumps(Topology.model_json_schema(), indent=2) + "\n"
+
+
 def write(folder: Path) -> None:
     (folder / "spec-reference.md").write_text(spec_reference())
+    (folder / "topology.schema.json").write_text(schema_json())
     (folder / "catalog.md").write_text(catalog_reference(load_catalog()))
 
 

@@ -19,8 +19,8 @@ def summary_tables(r: Resolved) -> list[Table]:
         ("KV bytes/token", f"{fmt_count(r.kv_bytes_per_token)} ({fmt_bytes(r.kv_bytes_per_token)}) total, "
                            f"{fmt_count(r.kv_bytes_per_token_per_rank)} per rank, {r.kv_cache_dtype}"),
         ("block", f"{r.block_size} tokens = {fmt_bytes(r.block_bytes_per_rank)} per rank"),
-        ("weights per GPU", f"{fmt_bytes(r.weight_bytes_per_gpu)} ({r.weights_dtype})"),
-        ("KV memory per GPU", fmt_bytes(r.kv_budget_bytes_per_gpu)),
+        ("weights per device", f"{fmt_bytes(r.weight_bytes_per_gpu)} ({r.weights_dtype})"),
+        ("KV memory per device", fmt_bytes(r.kv_budget_bytes_per_gpu)),
         ("HBM blocks per instance", f"{fmt_count(r.hbm_blocks)} = {fmt_count(r.hbm_tokens)} tokens"),
         ("max_model_len", fmt_count(r.max_model_len)),
         ("batching", f"max_num_seqs {r.max_num_seqs}, max_num_batched_tokens {r.max_num_batched_tokens}"),
