@@ -25,8 +25,6 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import Field
-
 from .catalog import Catalog, CephDeviceClass, Device, Nic, NvmeClass, load_catalog, lookup
 from .errors import Problem, SpecError
 from .spec import Topology
@@ -174,7 +172,6 @@ class Resolved(SpecModel):
     slo: Slo
     monitoring: Monitoring
     cost: CostOverrides
-    catalog_root: str = Field(exclude=True)
 
 
 def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
@@ -262,7 +259,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
 
     gpus_total = s.instances * tp
     nodes = math.ceil(gpus_total / s.gpus_per_node)
-    instances_per_node = min(s.instances, s.gpus_per_node // tp) if s.gpus_per_node >= tp else 1
+    instances_per_node = min(s.instances, s.gpus_per_node // tp)  # rules: tp divides gpus_per_node
     storing_ranks = 1 if model.attention == "mla" else tp
     resolved_lm = _lmcache(topo, per_rank_token, storing_ranks, instances_per_node, nodes, problems) if lm else None
     ceph = _ceph(topo, ceph_class, nic, resolved_lm, problems) if topo.ceph and ceph_class and nic else None
@@ -283,7 +280,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         weight_bytes_per_gpu=weight_bytes_per_gpu, kv_budget_bytes_per_gpu=kv_budget, hbm_blocks=hbm_blocks,
         hbm_tokens=hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
         hbm_bandwidth=device.memory_bandwidth, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
-        slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost, catalog_root=catalog.root)
+        slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost)
 
 
 def kv_bytes_per_token(model: Architecture, dtype_bytes: int, kv_heads: int | None = None) -> int:
@@ -388,4 +385,5 @@ def _ceph(topo: Topology, device_class: CephDeviceClass, nic: Nic, lm: ResolvedL
         kv_budget_bytes=budget, pool_name=c.pool.name, pool_size=c.pool.size, pool_min_size=c.pool.min_size,
         pool_pg_num=c.pool.pg_num, failure_domain=c.failure_domain, access=c.access, rgw_port=c.rgw.port,
         rgw_dns_name=c.rgw.dns_name, rgw_bucket=c.rgw.bucket, rgw_region=c.rgw.region, cephfs_mount=c.cephfs_mount,
-        options=dict(c.options), device_class=device_class, network=nic)
+        options=dict(c.options), device_class=device_class,
+        network=nic if c.network_bandwidth is None else nic.model_copy(update={"bandwidth": c.network_bandwidth}))

@@ -123,3 +123,8 @@ def test_same_spec_same_hash_and_numbers():
     a, b = resolve(spec("codegen-70b")), resolve(spec("codegen-70b"))
     assert a == b and a.spec_hash == b.spec_hash
     assert resolve(spec("codegen-70b", workload__seed=8)).spec_hash != a.spec_hash
+
+
+def test_storage_network_bandwidth_can_be_overridden():
+    assert resolve(spec()).ceph.network.bandwidth == 25e9 / 8                      # 25GbE from the catalog
+    assert resolve(spec(ceph__network_bandwidth="50Gbit")).ceph.network.bandwidth == 50e9 / 8

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..units import Size
+from ..units import Bandwidth, Size
 from .base import SpecModel
 
 DNS_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
@@ -67,6 +67,9 @@ class Ceph(SpecModel):
 
     network: str = "25GbE"
     """NIC class of the storage network, by catalog name (`kvplan catalog`)."""
+
+    network_bandwidth: Bandwidth | None = None
+    """Storage-network bandwidth per host when it differs from the NIC class's (bonded or shared links), e.g. 50Gbit."""
 
     failure_domain: Literal["host", "osd"] = "host"
     """CRUSH failure domain: replicas on different hosts, or only on different OSDs."""

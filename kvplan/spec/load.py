@@ -105,10 +105,10 @@ def _model_at(root: type[BaseModel], loc: list) -> type[BaseModel] | None:
     """The model class that holds the field at `loc` (for listing its keys)."""
     current: Any = root
     for part in loc:
+        if isinstance(part, int):
+            continue  # a list item: unwrapping list[Model] below finds the item's model
         model = _unwrap_model(current)
-        if model is None or not isinstance(part, str) or part not in model.model_fields:
-            if isinstance(part, int) or (model is None and isinstance(current, type)):
-                continue
+        if model is None or part not in model.model_fields:
             return None
         current = model.model_fields[part].annotation
     return _unwrap_model(current)
