@@ -60,6 +60,61 @@ def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
 
 @app.command()
+def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
+             seed: Optional[int] = typer.Option(None, "--seed", help="Seed for every random choice (default: workload.seed)."),
+             out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result as JSON to this file.")) -> None:
+    """Run the spec's workload through its KV-cache hierarchy and print where each prompt's KV came from."""
+    from .resolve import resolve
+    from .sim.run import run
+    from .spec import load
+    from .summary import simulation_tables
+
+    try:
+        resolved = resolve(load(spec))
+        with _progress() as progress:
+            result = run(resolved, seed=seed, progress=progress)
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+    if out_file:
+        from pathlib import Path
+
+        Path(out_file).write_text(result.model_dump_json(indent=1) + "\n")
+    for table in simulation_tables(result):
+        out.print(table)
+    if out_file:
+        out.print(f"result written to {out_file}")
+
+
+class _progress:
+    """A progress bar that appears only when a run lasts more than a couple of seconds."""
+
+    DELAY_S = 2.0
+
+    def __enter__(self):
+        import time
+
+        self._start, self._bar, self._task = time.monotonic(), None, None
+        return self._update
+
+    def _update(self, fraction: float) -> None:
+        import time
+
+        if self._bar is None:
+            if time.monotonic() - self._start < self.DELAY_S or not err.is_terminal:
+                return
+            from rich.progress import Progress
+
+            self._bar = Progress(console=err, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("simulating", total=1.0)
+        self._bar.update(self._task, completed=fraction)
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON Schema of the spec (point your editor's YAML support at it)."""
     from .reference import schema_json

@@ -1,0 +1,107 @@
+"""The deployment's data paths as timed transfers: PCIe, NVMe, NICs and Ceph OSDs.
+
+Every device and link is a `Link` (processor sharing), so concurrent transfers slow each other
+down. Paths, as the real stack moves KV (reference/lmcache-vllm.md §6):
+
+- GPU <-> host DRAM: one PCIe link per direction per instance. Tensor-parallel ranks copy their
+  own slices over their own links at the same time, so an instance moves per-rank bytes.
+- NVMe: one device per node, shared by reads and writes; a transfer costs device time
+  max(bytes / bandwidth, objects / IOPS), plus the device's per-operation latency.
+- Ceph: the node's NIC, the OSD hosts' NICs and the OSDs. An object lives on a primary OSD
+  chosen by its key and on `size - 1` replicas on other hosts (other OSDs with an osd failure
+  domain). A read is served by the primary; a write is acknowledged once every replica has it
+  (the primary forwards it over its host's NIC). Per-op latency comes from the OSD device class,
+  plus a network round trip.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+import simpy
+
+from ..resolve import Resolved
+from .links import Link
+
+
+class Fabric:
+    def __init__(self, env: simpy.Environment, r: Resolved):
+        self.env = env
+        self.r = r
+        host_copy = r.pcie_bandwidth or r.hbm_bandwidth  # a CPU device copies within host memory
+        self.h2d = [Link(env, f"pcie-h2d/{i}", host_copy) for i in range(r.instances)]
+        self.d2h = [Link(env, f"pcie-d2h/{i}", host_copy) for i in range(r.instances)]
+        self.nvme = [Link(env, f"nvme/{n}", 1.0) for n in range(r.nodes)] if r.nvme else []
+        self.ceph = r.ceph
+        if r.ceph is not None:
+            nic = r.ceph.network.bandwidth
+            self.node_rx = [Link(env, f"nic-rx/node{n}", nic) for n in range(r.nodes)]
+            self.node_tx = [Link(env, f"nic-tx/node{n}", nic) for n in range(r.nodes)]
+            self.host_rx = [Link(env, f"nic-rx/ceph{h}", nic) for h in range(r.ceph.hosts)]
+            self.host_tx = [Link(env, f"nic-tx/ceph{h}", nic) for h in range(r.ceph.hosts)]
+            self.osds = [Link(env, f"osd/{o}", 1.0) for o in range(r.ceph.osds)]
+
+    def links(self) -> list[Link]:
+        out = [*self.h2d, *self.d2h, *self.nvme]
+        if self.ceph is not None:
+            out += [*self.node_rx, *self.node_tx, *self.host_rx, *self.host_tx, *self.osds]
+        return out
+
+    # ---- GPU <-> DRAM
+    def to_gpu(self, instance: int, nbytes_per_rank: float) -> simpy.Event:
+        return self.h2d[instance].transfer(nbytes_per_rank)
+
+    def from_gpu(self, instance: int, nbytes_per_rank: float) -> simpy.Event:
+        return self.d2h[instance].transfer(nbytes_per_rank)
+
+    # ---- NVMe
+    def nvme_io(self, node: int, nbytes: float, objects: int, write: bool):
+        """A SimPy process: one batched read or write on the node's NVMe device."""
+        d = self.r.nvme
+        bandwidth, iops, latency = ((d.write_bandwidth, d.write_iops, d.write_latency) if write
+                                    else (d.read_bandwidth, d.read_iops, d.read_latency))
+        yield self.env.timeout(latency)
+        yield self.nvme[node].transfer(max(nbytes / bandwidth, objects / iops))
+
+    # ---- Ceph
+    def placement(self, key: int) -> list[int]:
+        """OSDs holding an object: primary first, then replicas in distinct failure domains."""
+        c = self.ceph
+        per_host = c.osds // c.hosts
+        primary = key % c.osds
+        if c.failure_domain == "osd":
+            return [(primary + r) % c.osds for r in range(c.pool_size)]
+        host, slot = divmod(primary, per_host)
+        return [((host + r) % c.hosts) * per_host + slot for r in range(c.pool_size)]
+
+    def ceph_io(self, node: int, keys: Sequence[int], object_bytes: float, objects_per_key: int, write: bool):
+        """A SimPy process: read (from primaries) or write (to every replica) the objects of `keys`."""
+        c, env = self.ceph, self.env
+        dev = c.device_class
+        per_osd: dict[int, int] = defaultdict(int)
+        for key in keys:
+            osds = self.placement(key)
+            for osd in (osds if write else osds[:1]):
+                per_osd[osd] += 1
+        total = len(keys) * object_bytes
+        bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
+                                    else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))
+        events = [(self.node_tx if write else self.node_rx)[node].transfer(total)]
+        per_host = c.osds // c.hosts
+        for osd, count in per_osd.items():
+            nbytes = count * object_bytes
+            host = osd // per_host
+            events.append(self.osds[osd].transfer(max(nbytes / bandwidth, count * objects_per_key / iops)))
+            events.append((self.host_rx if write else self.host_tx)[host].transfer(nbytes))
+        if write and c.pool_size > 1:   # primaries forward replicas over their hosts' NICs
+            forwarded: dict[int, float] = defaultdict(float)
+            for key in keys:
+                forwarded[self.placement(key)[0] // per_host] += (c.pool_size - 1) * object_bytes
+            events += [self.host_tx[h].transfer(b) for h, b in forwarded.items()]
+        yield env.timeout(latency + 2 * c.network.latency)
+        yield simpy.AllOf(env, events)
+
+    @staticmethod
+    def utilisation(links: Iterable[Link], duration: float) -> dict[str, float]:
+        return {link.name: link.utilisation(duration) for link in links}

@@ -1,0 +1,91 @@
+"""Links and devices as contended SimPy resources: concurrent transfers share their capacity.
+
+A `Link` serves its transfers by processor sharing: n transfers in flight each progress at
+rate/n, and every arrival or completion re-plans the finish times. That is how a PCIe lane, a
+NIC or an NVMe device divides itself between concurrent streams, and it means a burst of loads
+really does slow each of them down (rather than each seeing the full bandwidth).
+
+Work is measured in the link's own unit: bytes for a pure bandwidth link (rate in bytes/s), or
+seconds of device time for a device with both a bandwidth and an IOPS limit (rate 1.0; each
+transfer costs max(bytes / bandwidth, operations / IOPS)). Fixed per-operation latency (an NVMe
+read, a Ceph op, a network hop) is a pure delay added by the caller, not shared capacity.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import simpy
+
+_EPS = 1e-12
+
+
+class Link:
+    """Processor sharing in O(log n): a virtual clock V advances at rate/n while n transfers are in
+    flight, so a transfer that arrives at V0 with work w finishes when V reaches V0 + w."""
+
+    __slots__ = ("env", "name", "rate", "_heap", "_virtual", "_last", "_generation", "_seq",
+                 "busy_time", "work_done", "transfers")
+
+    def __init__(self, env: simpy.Environment, name: str, rate: float):
+        if rate <= 0:
+            raise ValueError(f"link {name}: rate must be positive, got {rate}")
+        self.env = env
+        self.name = name
+        self.rate = float(rate)
+        self._heap: list[tuple[float, int, simpy.Event]] = []   # (virtual finish, arrival order, event)
+        self._virtual = 0.0
+        self._last = env.now
+        self._generation = 0
+        self._seq = 0
+        self.busy_time = 0.0                      # seconds with at least one transfer in flight
+        self.work_done = 0.0                      # total work served (bytes, or device-seconds)
+        self.transfers = 0
+
+    def transfer(self, work: float) -> simpy.Event:
+        """An event that succeeds when `work` has been served, sharing the link with others."""
+        done = self.env.event()
+        self.transfers += 1
+        if work <= 0:
+            done.succeed()
+            return done
+        self._advance()
+        self._seq += 1
+        heapq.heappush(self._heap, (self._virtual + work, self._seq, done))
+        self.work_done += work
+        self._plan()
+        return done
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._heap)
+
+    def _advance(self) -> None:
+        now = self.env.now
+        elapsed = now - self._last
+        if elapsed > 0 and self._heap:
+            self._virtual += elapsed * self.rate / len(self._heap)
+            self.busy_time += elapsed
+        self._last = now
+
+    def _plan(self) -> None:
+        """Schedule a wake-up at the next completion; older wake-ups become stale."""
+        self._generation += 1
+        if not self._heap:
+            return
+        delay = max(self._heap[0][0] - self._virtual, 0.0) * len(self._heap) / self.rate
+        generation = self._generation
+        self.env.timeout(delay).callbacks.append(lambda _event: self._wake(generation))
+
+    def _wake(self, generation: int) -> None:
+        if generation != self._generation:
+            return
+        self._advance()
+        heap, slack = self._heap, _EPS * max(1.0, abs(self._virtual))
+        heapq.heappop(heap)[2].succeed()          # the one this wake-up was planned for
+        while heap and heap[0][0] <= self._virtual + slack:
+            heapq.heappop(heap)[2].succeed()
+        self._plan()
+
+    def utilisation(self, duration: float) -> float:
+        return self.busy_time / duration if duration > 0 else 0.0

@@ -1,0 +1,186 @@
+"""LMCache as the real one behaves, chunk for chunk, in the mode the spec chose.
+
+The rules (reference/lmcache-vllm.md §2 and §6, read from LMCache 0.5.6):
+
+- Keys are prefix-chained chunk hashes; only full chunks exist. The trailing partial chunk of a
+  prompt is never stored or hit unless `save_unfull_chunk` (§6 "Chunking").
+- Lookup is the longest contiguous prefix across tiers in the order ddr -> nvme -> ceph: each
+  tier says how many consecutive keys it holds from where the previous one stopped; the hit
+  ends at the first key no tier holds, so one prefix may be split over tiers (§6 "Lookup").
+- Stores are write-through to every tier (not demote-on-evict), skip chunks the lookup already
+  hit, and happen only at full chunk boundaries; generated tokens only with save_decode_cache
+  (§6 "Stores").
+- In-process mode: one cache per vLLM instance (its TP ranks each hold their slice of every
+  chunk) for ddr and nvme; LocalCPU and LocalDisk evict one object at a time on demand; the
+  remote (ceph) tier never evicts and expires only by the RGW lifecycle rule (TTL); a chunk read
+  from nvme or ceph is written back into ddr (§2, §6 "Promotion").
+- MP mode: one server per node shared by its instances; L1 (ddr) and every L2 adapter with a
+  capacity evict in batches, 20 % of the capacity once usage reaches 80 % (§1.2
+  --eviction-trigger-watermark/--eviction-ratio); every store goes to all L2 adapters and stays
+  in L1 (`--l2-store-policy default`); chunks loaded from L2 are not retained in L1
+  (`--l2-prefetch-policy default`) (§1.2, §6).
+
+Timing: retrieval is synchronous, before the request's prefill; the GPU -> DRAM copy of a store
+is on the critical path, the NVMe and Ceph writes are asynchronous and a chunk becomes visible
+in a tier when its write completes (§6 "Async behaviour").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from ..resolve import Resolved
+from .eviction import make
+from .fabric import Fabric
+
+TIERS = ("ddr", "nvme", "ceph")
+MP_WATERMARK, MP_RATIO = 0.8, 0.2
+
+
+@dataclass
+class TierCounters:
+    lookup_chunks: int = 0      # keys this tier was asked about
+    hit_chunks: int = 0         # of those, held here
+    served_chunks: int = 0      # chunks actually loaded from here (beyond vLLM's own HBM hit)
+    served_tokens: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    stored_chunks: int = 0
+    refused_chunks: int = 0     # stores a full tier without eviction could not take
+    promoted_chunks: int = 0    # in-process: copies written back into ddr after a lower-tier hit
+
+
+@dataclass
+class Span:
+    tier: str
+    start: int                  # chunk index
+    end: int
+
+
+@dataclass
+class LMCacheModel:
+    env: simpy.Environment
+    r: Resolved
+    fabric: Fabric
+    caches: dict = field(default_factory=dict)       # tier -> list of caches
+    counters: dict = field(default_factory=dict)     # tier -> TierCounters
+
+    def __post_init__(self) -> None:
+        lm = self.r.lmcache
+        batch = dict(watermark=MP_WATERMARK, ratio=MP_RATIO) if lm.mode == "mp" else {}
+        for t in lm.tiers:
+            self.caches[t.name] = [make(t.eviction, t.capacity_bytes, ttl=t.ttl_s, **batch) for _ in range(t.caches)]
+            self.counters[t.name] = TierCounters()
+        self.order = [t for t in TIERS if t in self.caches]
+
+    # ---- where an instance's caches are
+    def cache(self, tier: str, instance: int):
+        scope = self.r.lmcache.tier(tier).scope
+        if scope == "instance":
+            return self.caches[tier][instance]
+        if scope == "node":
+            return self.caches[tier][self.node(instance)]
+        return self.caches[tier][0]
+
+    def node(self, instance: int) -> int:
+        return instance // self.r.instances_per_node
+
+    # ---- lookup
+    def lookup(self, instance: int, keys: list[int]) -> list[Span]:
+        """The longest prefix of `keys` held across the tiers, as spans per tier."""
+        spans, pos, now = [], 0, self.env.now
+        for tier in self.order:
+            if pos == len(keys):
+                break
+            cache = self.cache(tier, instance)
+            if hasattr(cache, "expire"):
+                cache.expire(now)
+            held = cache.prefix(keys, pos)
+            c = self.counters[tier]
+            c.lookup_chunks += len(keys) - pos
+            c.hit_chunks += held
+            if held:
+                spans.append(Span(tier, pos, pos + held))
+                pos += held
+        return spans
+
+    # ---- retrieve
+    def retrieve(self, instance: int, keys: list[int], spans: list[Span], first_token: int, last_token: int):
+        """A SimPy process: load tokens [first_token, last_token) from the spans into the GPU."""
+        lm, env = self.r.lmcache, self.env
+        size = lm.chunk_size
+        loads = []
+        for span in spans:
+            a = max(span.start, first_token // size)
+            b = min(span.end, -(-last_token // size))
+            if a >= b:
+                continue
+            tokens = min(b * size, last_token) - max(a * size, first_token)
+            c = self.counters[span.tier]
+            c.served_chunks += b - a
+            c.served_tokens += tokens
+            c.bytes_read += (b - a) * lm.chunk_bytes
+            self.cache(span.tier, instance).touch(keys[a:b], env.now)
+            loads.append(env.process(self._load(instance, span.tier, keys[a:b], tokens)))
+        if loads:
+            yield simpy.AllOf(env, loads)
+
+    def _load(self, instance: int, tier: str, keys: list[int], tokens: int):
+        lm, f = self.r.lmcache, self.fabric
+        if tier == "nvme":
+            yield self.env.process(f.nvme_io(self.node(instance), len(keys) * lm.chunk_bytes,
+                                             len(keys) * lm.storing_ranks, write=False))
+        elif tier == "ceph":
+            yield self.env.process(f.ceph_io(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, write=False))
+        yield f.to_gpu(instance, tokens * self.r.kv_bytes_per_token_per_rank)
+        if tier != "ddr" and lm.mode == "inprocess" and "ddr" in self.caches:
+            self._insert("ddr", instance, keys, promoted=True)
+
+    # ---- store
+    def store(self, instance: int, keys: list[int]):
+        """A SimPy process: copy chunks off the GPU (waited for), then write through to every tier.
+
+        Returns once the GPU -> DRAM copy is done; NVMe and Ceph writes continue on their own.
+        """
+        if not keys:
+            return
+        lm, env = self.r.lmcache, self.env
+        yield self.fabric.from_gpu(instance, len(keys) * lm.chunk_size * self.r.kv_bytes_per_token_per_rank)
+        if "ddr" in self.caches:
+            self._insert("ddr", instance, keys)
+        for tier in ("nvme", "ceph"):
+            if tier in self.caches:
+                fresh = [k for k in keys if k not in self.cache(tier, instance)]
+                if fresh:
+                    env.process(self._write(instance, tier, fresh))
+
+    def _write(self, instance: int, tier: str, keys: list[int]):
+        lm, f = self.r.lmcache, self.fabric
+        if tier == "nvme":
+            yield self.env.process(f.nvme_io(self.node(instance), len(keys) * lm.chunk_bytes,
+                                             len(keys) * lm.storing_ranks, write=True))
+        else:
+            yield self.env.process(f.ceph_io(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, write=True))
+        self._insert(tier, instance, keys)
+
+    def _insert(self, tier: str, instance: int, keys: list[int], promoted: bool = False) -> None:
+        cache, c, size, now = self.cache(tier, instance), self.counters[tier], self.r.lmcache.chunk_bytes, self.env.now
+        if hasattr(cache, "expire"):
+            cache.expire(now)
+        for key in keys:
+            if key in cache:
+                cache.touch((key,), now)
+                continue
+            cache.insert(key, size, now)
+            if key in cache:
+                c.stored_chunks += 1
+                c.bytes_written += size
+                c.promoted_chunks += promoted
+            else:
+                c.refused_chunks += 1
+
+    # ---- state
+    def used_bytes(self, tier: str) -> int:
+        return sum(cache.used for cache in self.caches[tier])

@@ -1,0 +1,149 @@
+"""vLLM's HBM prefix cache: the block pool of one instance, with finished requests' blocks kept.
+
+As vLLM v1 does it (vllm/v1/core/block_pool.py, kv_cache_utils.py `FreeKVCacheBlockQueue`;
+reference/lmcache-vllm.md §2):
+
+- The pool has `num_blocks` blocks. A running request holds its blocks (reference counted, so
+  requests sharing a prefix share its blocks).
+- A full block is identified by the prefix-chained hash of its tokens; when a request finishes,
+  its blocks return to the free queue but keep their hash, so a later request with the same
+  prefix hits them without recomputation.
+- Allocation takes blocks from the head of the free queue; a hashed block taken there is evicted
+  from the cache. Freed blocks join the tail in reverse order (the last block of a request
+  first), so among blocks freed together the one at the end of the longer chain goes first:
+  LRU, ties broken toward the tail of the chain.
+- A hit on a cached free block takes it out of the free queue until its users finish.
+
+Never-used blocks sit at the head of the queue at start-up; they are counted, not listed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Sequence
+
+
+class PrefixCache:
+    __slots__ = ("num_blocks", "_free", "_pristine", "_refs", "_anon_free", "evictions")
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self._free: OrderedDict = OrderedDict()   # free blocks, head = next to be reused; hashed or anonymous
+        self._pristine = num_blocks               # never-used blocks, logically at the head
+        self._refs: dict = {}                     # hashed blocks in use -> number of holders
+        self._anon_free = 0                       # free blocks without a hash (partial tails, duplicates)
+        self.evictions = 0                        # cached blocks reused for other content
+
+    # ---- queries
+    def match(self, keys: Sequence[int]) -> int:
+        """Leading blocks of `keys` that are cached (free or in use)."""
+        free, refs, n = self._free, self._refs, 0
+        for key in keys:
+            if key in free or key in refs:
+                n += 1
+            else:
+                break
+        return n
+
+    @property
+    def free_blocks(self) -> int:
+        return self._pristine + len(self._free)
+
+    @property
+    def cached_blocks(self) -> int:
+        """Blocks holding a reusable hash (in use or free)."""
+        return len(self._refs) + len(self._free) - self._anon_free
+
+    @property
+    def used_blocks(self) -> int:
+        return self.num_blocks - self.free_blocks
+
+    # ---- a request's life
+    def allocate(self, keys: Sequence[int], hit: int, total_blocks: int) -> "Holding | None":
+        """Give a request `total_blocks` blocks: the first `hit` are the cached `keys[:hit]`, the rest new.
+
+        Returns None (and changes nothing) when the pool cannot supply them.
+        """
+        fresh = total_blocks - hit
+        reclaimable = sum(1 for key in keys[:hit] if key in self._free)
+        if fresh > self.free_blocks - reclaimable:
+            return None
+        free, refs = self._free, self._refs
+        for key in keys[:hit]:
+            if key in refs:
+                refs[key] += 1
+            else:
+                del free[key]
+                refs[key] = 1
+        for _ in range(fresh):
+            if self._pristine:
+                self._pristine -= 1
+            else:
+                victim, _ = free.popitem(last=False)
+                if type(victim) is object:
+                    self._anon_free -= 1
+                else:
+                    self.evictions += 1
+        return Holding(list(keys[:hit]), fresh, hit)
+
+    def grow(self, holding: "Holding", blocks: int) -> bool:
+        """Give a running request `blocks` more new blocks (decode); False when the pool is out."""
+        if blocks > self.free_blocks:
+            return False
+        for _ in range(blocks):
+            if self._pristine:
+                self._pristine -= 1
+            else:
+                victim, _ = self._free.popitem(last=False)
+                if type(victim) is object:
+                    self._anon_free -= 1
+                else:
+                    self.evictions += 1
+        holding.anon += blocks
+        return True
+
+    def commit(self, holding: "Holding", keys: Sequence[int], upto: int) -> None:
+        """The request has computed its full blocks up to `upto`: they become cached (hashed).
+
+        A block whose hash another block already carries stays anonymous (vLLM keeps one copy
+        findable; kvplan counts the duplicate as plain used memory).
+        """
+        refs, free = self._refs, self._free
+        for key in keys[holding.next:upto]:
+            if key in refs or key in free:
+                continue
+            refs[key] = 1
+            holding.keys.append(key)
+            holding.anon -= 1
+        holding.next = max(holding.next, upto)
+
+    def release(self, holding: "Holding") -> None:
+        """The request finished: its blocks join the free queue's tail, last block first.
+
+        Hashed blocks another request still holds stay in use.
+        """
+        free, refs = self._free, self._refs
+        for _ in range(holding.anon):          # the unhashed tail goes first
+            free[object()] = None
+        self._anon_free += holding.anon
+        for key in reversed(holding.keys):
+            refs[key] -= 1
+            if refs[key] == 0:
+                del refs[key]
+                free[key] = None
+        holding.keys, holding.anon = [], 0
+
+
+class Holding:
+    """The blocks one request holds: hashed ones (by key, in chain order) and anonymous ones."""
+
+    __slots__ = ("keys", "anon", "next")
+
+    def __init__(self, keys: list, anon: int, next_index: int):
+        self.keys = keys
+        self.anon = anon
+        self.next = next_index
+
+    @property
+    def blocks(self) -> int:
+        return len(self.keys) + self.anon

@@ -1,0 +1,89 @@
+"""SimResult: what one simulation run measured, as plain numbers (and its JSON form).
+
+Hit ratios come in two weights. `token_hit_ratio` of a tier is the prompt tokens it served
+divided by the prompt tokens that reached it (not served by a tier above); `chunk_hit_ratio` is
+LMCache's own view, the chunks it held among the chunks it was asked about. `served_share` is a
+tier's part of all prompt tokens, so the shares of hbm, ddr, nvme and ceph plus the recomputed
+share add up to 1.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TierResult(_Result):
+    name: str
+    caches: int
+    capacity_bytes: int
+    """All caches of the tier together."""
+    served_tokens: int
+    served_share: float
+    token_hit_ratio: float
+    lookup_chunks: int
+    hit_chunks: int
+    chunk_hit_ratio: float
+    bytes_read: int
+    bytes_written: int
+    stored_chunks: int
+    refused_chunks: int
+    promoted_chunks: int
+    evictions: int
+    evicted_bytes: int
+    expired: int
+    peak_used_bytes: int
+    final_used_bytes: int
+    occupancy: list[tuple[float, int]]
+    """(time s, bytes held in all caches of the tier) samples."""
+
+
+class LinkResult(_Result):
+    name: str
+    transfers: int
+    work: float
+    """Bytes moved (bandwidth links) or seconds of device time (NVMe, OSDs)."""
+    utilisation: float
+
+
+class RequestRecord(_Result):
+    id: int
+    instance: int
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    hbm_tokens: int
+    ddr_tokens: int
+    nvme_tokens: int
+    ceph_tokens: int
+    recomputed_tokens: int
+    load_time: float
+    """Seconds spent retrieving KV from LMCache before the prefill."""
+    store_time: float
+    """Seconds of the GPU -> DRAM copy after the prefill (the asynchronous writes are not in it)."""
+
+
+class SimResult(_Result):
+    name: str
+    spec_hash: str
+    seed: int
+    lmcache_mode: str | None
+    requests: int
+    warmup_requests: int
+    rejected_requests: int
+    """Requests vLLM would refuse (longer than max_model_len)."""
+    duration: float
+    """Simulated seconds from the first arrival to the last completion."""
+    prompt_tokens: int
+    recomputed_tokens: int
+    lmcache_hit_ratio: float | None
+    """LMCache's hit tokens over the prompt tokens it was asked about (its Prometheus hit rate)."""
+    tiers: list[TierResult]
+    links: list[LinkResult]
+    per_request: list[RequestRecord]
+
+    def tier(self, name: str) -> TierResult | None:
+        return next((t for t in self.tiers if t.name == name), None)

@@ -1,0 +1,586 @@
+"""Workload: the stream of requests a simulation replays, with contents whose cache reuse is exact.
+
+A request's tokens (prompt, then generated output) are never materialised. Its `content` only
+answers one question: "what are the prefix-chained keys of your full `unit`-token pieces?".
+vLLM's prefix cache asks with unit = block_size and LMCache with unit = chunk_size; two requests
+share key i exactly when their first (i + 1) x unit tokens are identical, so a cache hit in the
+simulator is the same event as a hit in the real stack, never a probability.
+
+Two kinds of content:
+
+- `Segments` (synthetic workloads): a tuple of parts (segment identity, length). A segment is
+  a run of tokens named by a small tuple of ints, e.g. (SHARED_PREFIX, 3) or (USER_TEXT, 812);
+  the token at offset j of a segment depends only on (identity, j), so any two contents that
+  agree part by part up to a token agree on every token before it.
+- `TraceBlocks` (Mooncake traces): the trace's `hash_ids` are prefix-chained ids of
+  `block_size`-token blocks; they are mapped onto units of any size (a 512-token block is two
+  256-token chunks; a unit that does not divide the block works too).
+
+Keys are Python `hash()` of tuples of ints only (never str or bytes), so they are the same in
+every process whatever PYTHONHASHSEED is (they may differ between CPython versions, which never
+matters inside one run).
+
+Synthetic generation (`requests`): every random draw comes from one
+numpy.random.Generator(PCG64(seed)), in a fixed order and in fixed-size batches of sessions, so
+the same spec and seed give the same list, a different seed a different one, and a larger
+`requests` (or `duration`) extends the same stream rather than redrawing it.
+
+- Arrivals: `arrivals.process` generates session starts (one-turn sessions when `sessions` is
+  absent, i.e. plain requests): poisson (exponential gaps, mean 1/rate), gamma (shape
+  k = 1/cv^2, scale 1/(rate k)) or constant (1/rate).
+- Shared prefixes: `count` prefixes, rank r (1..count) chosen with probability ∝ 1/r^skew; the
+  rank-1 prefix is index 0. Each prefix's length is drawn once (the very first draws, so
+  `warmup` can rebuild them).
+- chat / codegen: a session picks a shared prefix (system prompt / repository context; none when
+  `shared_prefixes` is absent) and a number of turns (1 without `sessions`). Turn k's prompt is
+  the prefix, every earlier turn's user text and output in order, then new user text (`prompt`
+  Dist); its content is that prompt plus its output (`output` Dist), so turn k+1's prompt
+  literally starts with turn k's whole content. Turn k+1 arrives an exponential think time
+  (mean `sessions.think_time`) after turn k *arrived*: the loop is open, a turn may arrive before
+  the previous reply is finished (a closed-loop simulator can recover each think time as the
+  gap between consecutive turns of a session and re-time them from completions instead).
+- rag: a document then a question. With `shared_prefixes` the document is a shared prefix picked
+  by popularity (large count / low skew = mostly distinct documents) and the question's length
+  is drawn from `prompt`; without it every document is unique and the whole prompt (document and
+  question together, both unique text) is drawn from `prompt`. `sessions`, if given, are
+  follow-up questions on the same document.
+- Length limits (vLLM refuses input + output > max_model_len): the first turn of a session (or a
+  single request) that is too long gets its new text shortened, never below 1 token; if even
+  that does not fit, the request is rejected (counted, not returned) and its session ends. A
+  later turn that does not fit ends its session (the user starts over); it is not a request.
+- Stop: after `requests` requests (counted in arrival order, all turns and rejected requests
+  included) and/or at `duration` (no arrival after it), whichever comes first.
+
+Rejected requests are reported on the returned `RequestList` as `.rejected` (see there).
+
+Speed: a content computes its keys for a unit once, on first use, and caches them; a session turn
+reuses its previous turn's keys. Building pauses Python's cyclic garbage collector (nothing built
+here forms a cycle). A caller that keeps a large workload alive while it runs (the simulator)
+should call gc.freeze() once the list is built: otherwise every full collection rescans the
+millions of objects it holds, which costs ~10x the time of the key computations themselves.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..errors import Problem, SpecError
+
+__all__ = [
+    "Content", "Segments", "TraceBlocks", "Request", "RequestList", "requests", "warmup", "read_trace",
+    "draw", "zipf_cdf", "SHARED_PREFIX", "TEMPLATE", "USER_TEXT", "OUTPUT", "TRACE_TAG", "OUTPUT_TAG",
+]
+
+# Segment kinds (the first int of a segment identity). Keep them positive: CPython hashes -1 and -2
+# to the same value.
+SHARED_PREFIX = 1
+"""A shared prefix: (SHARED_PREFIX, index); index 0 is the most popular (system prompt, repository, document)."""
+TEMPLATE = 2
+"""A warm-up template: (TEMPLATE, i) for lmcache.warmup.templates[i]."""
+USER_TEXT = 3
+"""New text a user sends (a chat turn, a code request, a question, a unique document): (USER_TEXT, n)."""
+OUTPUT = 4
+"""Generated tokens of one request: (OUTPUT, n)."""
+
+SEGMENTS_ROOT = 0x7365676D656E7473
+"""The key before key 0 in a Segments chain."""
+TRACE_TAG = 0x7472616365
+"""Tags a trace block key: hash((TRACE_TAG, hash_id, end offset in the block))."""
+OUTPUT_TAG = 0x6F7574707574
+"""Tags a trace output key: hash((previous key, OUTPUT_TAG, request, end token))."""
+
+_BATCH = 1024
+"""Sessions drawn per batch. Part of the stream's definition: changing it changes every workload."""
+
+
+# --------------------------------------------------------------------------- contents
+
+@runtime_checkable
+class Content(Protocol):
+    def keys(self, unit: int, length: int) -> list[int]:
+        """Prefix-chained integer keys of the full `unit`-token pieces among the first `length` tokens
+        (exactly length // unit keys; a trailing partial piece gets no key). Two contents share key i
+        iff their first (i+1)*unit tokens are identical."""
+        ...
+
+
+def _check_length(content: Any, unit: int, length: int) -> None:
+    if unit < 1:
+        raise ValueError(f"unit must be >= 1, got {unit}")
+    if not 0 <= length <= content.length:
+        raise ValueError(f"length {length} is outside this content's 0..{content.length} tokens")
+
+
+class Segments:
+    """Content made of named token runs: `parts` is a tuple of (segment identity, length).
+
+    Key i is hash((key i-1, pieces)) where pieces is the tuple of (identity, start, end) runs inside
+    unit i (start/end are offsets within the segment); key -1 is SEGMENTS_ROOT. `parent`, when
+    given, must be a content whose parts begin ours (the previous turn of a session): its keys are
+    reused instead of recomputed (a pure speed-up, the keys are the same either way).
+    """
+
+    __slots__ = ("parts", "length", "_parent", "_keys")
+
+    def __init__(self, parts: tuple[tuple[tuple[int, ...], int], ...], parent: "Segments | None" = None):
+        if parent is None:
+            parts = tuple((ident, int(n)) for ident, n in parts if n > 0)
+            length = sum(n for _, n in parts)
+        else:                                        # only the parts after the parent's are new
+            done = len(parent.parts)
+            if parts[:done] != parent.parts:
+                raise ValueError("parent's parts must begin this content's parts")
+            tail = tuple((ident, int(n)) for ident, n in parts[done:] if n > 0)
+            parts = parent.parts + tail
+            length = parent.length + sum(n for _, n in tail)
+        self.parts = parts
+        self.length = length
+        self._parent = parent
+        self._keys: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return f"Segments({self.parts!r})"
+
+    def keys(self, unit: int, length: int) -> list[int]:
+        _check_length(self, unit, length)
+        return self._all_keys(unit)[: length // unit]
+
+    def _all_keys(self, unit: int) -> list[int]:
+        done = self._keys.get(unit)
+        if done is not None:
+            return done
+        chain, node = [], self                       # walk up to the nearest ancestor that has them
+        while node is not None and unit not in node._keys:
+            chain.append(node)
+            node = node._parent
+        base: list[int] = node._keys[unit] if node is not None else []
+        for node in reversed(chain):
+            base = node._keys[unit] = _extend_keys(node.parts, node.length // unit, unit, base)
+        return base
+
+
+def _extend_keys(parts, n_keys: int, unit: int, base: list[int]) -> list[int]:
+    keys = list(base)
+    if len(keys) >= n_keys:
+        return keys
+    pi, po = 0, len(keys) * unit                     # part index and offset inside it
+    while po >= parts[pi][1]:
+        po -= parts[pi][1]
+        pi += 1
+    prev = keys[-1] if keys else SEGMENTS_ROOT
+    for _ in range(n_keys - len(keys)):
+        ident, plen = parts[pi]
+        if plen - po > unit:                         # the common case: the unit lies inside one part
+            prev = hash((prev, ((ident, po, po + unit),)))
+            po += unit
+        else:
+            need, pieces = unit, []
+            while need:
+                ident, plen = parts[pi]
+                take = min(need, plen - po)
+                pieces.append((ident, po, po + take))
+                po += take
+                need -= take
+                if po == plen:
+                    pi, po = pi + 1, 0
+            prev = hash((prev, tuple(pieces)))
+        keys.append(prev)
+    return keys
+
+
+class TraceBlocks:
+    """Content of one Mooncake trace request: `hash_ids` name its `block_size`-token blocks.
+
+    A unit ending at token e <= input_length lies in block b = (e-1)//block_size and its key is
+    hash((TRACE_TAG, hash_ids[b], e - b*block_size)): the hash ids are prefix-chained, so the id of
+    the block holding a unit's last token names everything before it. Units ending after the input
+    (generated tokens) chain on the previous key and `request` (the request's line index in the
+    trace): hash((prev, OUTPUT_TAG, request, e)), so outputs are never shared between requests.
+    """
+
+    __slots__ = ("hash_ids", "input_length", "length", "block_size", "request", "_keys")
+
+    def __init__(self, hash_ids: list[int], input_length: int, output_length: int, block_size: int, request: int):
+        if len(hash_ids) * block_size < input_length:
+            raise ValueError(f"{len(hash_ids)} blocks of {block_size} tokens cannot hold {input_length} tokens")
+        self.hash_ids = hash_ids
+        self.input_length = input_length
+        self.length = input_length + output_length
+        self.block_size = block_size
+        self.request = request
+        self._keys: dict[int, list[int]] | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return f"TraceBlocks(request={self.request}, input={self.input_length}, blocks={len(self.hash_ids)})"
+
+    def keys(self, unit: int, length: int) -> list[int]:
+        _check_length(self, unit, length)
+        if self._keys is None:
+            self._keys = {}
+        done = self._keys.get(unit)
+        if done is None:
+            done = self._keys[unit] = self._compute(unit)
+        return done[: length // unit]
+
+    def _compute(self, unit: int) -> list[int]:
+        ids, bs = self.hash_ids, self.block_size
+        n_in = self.input_length // unit
+        if unit == bs:
+            keys = [hash((TRACE_TAG, h, bs)) for h in ids[:n_in]]
+        else:
+            keys = [hash((TRACE_TAG, ids[(e - 1) // bs], e - (e - 1) // bs * bs))
+                    for e in range(unit, n_in * unit + 1, unit)]
+        prev = keys[-1] if keys else TRACE_TAG
+        for e in range((n_in + 1) * unit, self.length + 1, unit):
+            prev = hash((prev, OUTPUT_TAG, self.request, e))
+            keys.append(prev)
+        return keys
+
+
+# --------------------------------------------------------------------------- requests
+
+@dataclass(slots=True, frozen=True)
+class Request:
+    id: int
+    """0.. in arrival order: requests()[i].id == i. Warm-up requests have ids -1, -2, ..."""
+    arrival: float
+    """Seconds from the start."""
+    prompt_tokens: int
+    output_tokens: int
+    content: Content
+    """Tokens of prompt + output in order: keys(unit, prompt_tokens) are the prompt's."""
+    session: int = -1
+    """Session id 0.. (synthetic workloads with `sessions`), -1 when none (no sessions, traces, warm-up)."""
+    turn: int = 0
+    """Turn within the session, from 0."""
+    warmup: bool = False
+
+
+class RequestList(list):
+    """A list of Requests plus what was left out of it.
+
+    rejected             -- requests that arrived but were dropped because input + output exceeds
+                            max_model_len even with their new text shortened (vLLM refuses them).
+    shortened            -- returned requests whose new text was shortened to fit max_model_len.
+    sessions_ended_early -- sessions cut because their next turn no longer fit (not requests).
+    """
+
+    def __init__(self, items=(), rejected: int = 0, shortened: int = 0, sessions_ended_early: int = 0):
+        super().__init__(items)
+        self.rejected = rejected
+        self.shortened = shortened
+        self.sessions_ended_early = sessions_ended_early
+
+
+def requests(resolved, seed: int | None = None) -> RequestList:
+    """Every request of resolved.workload, sorted by arrival (ties by id), ids 0..n-1 in that order.
+
+    `seed` overrides workload.seed (pass the same one to `warmup`). Requests longer than
+    resolved.max_model_len are not returned; `.rejected` on the result counts them. Raises SpecError
+    for a bad trace before anything runs.
+    """
+    w = resolved.workload
+    seed = w.seed if seed is None else seed
+    if w.kind == "trace":
+        return _replay(resolved)
+    if w.requests is None and w.duration is None:
+        raise SpecError([Problem("workload", "a synthetic workload needs an end: requests or duration",
+                                 fix="add workload.requests: 1000 or workload.duration: 10min")])
+    with _gc_paused():
+        return _synthetic(resolved, seed)
+
+
+@contextmanager
+def _gc_paused():
+    """Building 100k requests allocates millions of acyclic objects; Python's cyclic collector would
+    rescan them over and over (5-10x the build time). Nothing built here forms a cycle."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def warmup(resolved, seed: int | None = None) -> list[Request]:
+    """The warm-up prefills, before any traffic: the `warmup_system_prompts` most popular shared
+    prefixes (indices 0.., the same Content prefix the real requests start with, so they hit) then
+    each template of `warmup_template_tokens` (its own content, which no request shares).
+
+    Arrival 0, output_tokens 0, warmup=True, ids -1, -2, ... A prompt longer than max_model_len is cut
+    to it. Empty when lmcache or warm-up is off. `seed` must be the one given to `requests` (prefix
+    lengths are drawn from it).
+    """
+    lm = resolved.lmcache
+    if lm is None:
+        return []
+    w = resolved.workload
+    out: list[Request] = []
+    n_prefixes = lm.warmup_system_prompts
+    if n_prefixes and w.shared_prefixes is not None:
+        rng = _rng(w.seed if seed is None else seed)
+        lengths = _prefix_lengths(w, rng)
+        for i in range(min(n_prefixes, len(lengths))):
+            n = min(int(lengths[i]), resolved.max_model_len)
+            out.append(Request(-len(out) - 1, 0.0, n, 0, Segments((((SHARED_PREFIX, i), n),)), warmup=True))
+    for i, tokens in enumerate(lm.warmup_template_tokens):
+        n = min(tokens, resolved.max_model_len)
+        out.append(Request(-len(out) - 1, 0.0, n, 0, Segments((((TEMPLATE, i), n),)), warmup=True))
+    return out
+
+
+# --------------------------------------------------------------------------- distributions
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def draw(dist, rng: np.random.Generator, size: int) -> np.ndarray:
+    """`size` whole numbers from a spec Dist, as int64: fixed -> int(mean) (no draw); uniform ->
+    integers in [min, max]; lognormal with mean m and cv -> sigma^2 = ln(1 + cv^2),
+    mu = ln(m) - sigma^2/2; normal -> std cv x mean. Rounded, then clipped to [min, max] and to >= 1."""
+    lo = max(dist.min, 1)
+    hi = dist.max if dist.max is not None else np.iinfo(np.int64).max
+    if dist.dist == "fixed":
+        return np.full(size, min(max(int(dist.mean), lo), hi), dtype=np.int64)
+    if dist.dist == "uniform":
+        values = rng.integers(dist.min, dist.max, size=size, endpoint=True).astype(np.float64)
+    elif dist.dist == "lognormal":
+        sigma2 = math.log1p(dist.cv ** 2)
+        values = rng.lognormal(math.log(dist.mean) - sigma2 / 2, math.sqrt(sigma2), size)
+    else:
+        values = rng.normal(dist.mean, dist.cv * dist.mean, size)
+    return np.clip(np.rint(values), lo, min(hi, 2.0 ** 62)).astype(np.int64)
+
+
+def zipf_cdf(count: int, skew: float) -> np.ndarray:
+    """Cumulative popularity of ranks 1..count with P(r) ∝ 1/r^skew (skew 0 = uniform); last entry 1."""
+    weights = np.arange(1, count + 1, dtype=np.float64) ** -skew
+    cdf = np.cumsum(weights)
+    return cdf / cdf[-1]
+
+
+def _prefix_lengths(w, rng: np.random.Generator) -> np.ndarray:
+    """The first draws of every synthetic stream: one length per shared prefix."""
+    sp = w.shared_prefixes
+    return draw(sp.tokens, rng, sp.count) if sp is not None else np.zeros(0, dtype=np.int64)
+
+
+def _gaps(arrivals, rng: np.random.Generator, size: int) -> np.ndarray:
+    rate = arrivals.rate
+    if arrivals.process == "poisson":
+        return rng.exponential(1.0 / rate, size)
+    if arrivals.process == "gamma":
+        k = 1.0 / arrivals.cv ** 2
+        return rng.gamma(k, 1.0 / (rate * k), size)
+    return np.full(size, 1.0 / rate)
+
+
+# --------------------------------------------------------------------------- synthetic kinds
+
+def _synthetic(resolved, seed: int) -> RequestList:
+    w = resolved.workload
+    rng = _rng(seed)
+    max_len = resolved.max_model_len
+    prefix_lengths = _prefix_lengths(w, rng).tolist()
+    sp = w.shared_prefixes
+    cdf = zipf_cdf(sp.count, sp.skew) if sp is not None and sp.count > 1 else None
+    turns_dist = w.sessions.turns if w.sessions is not None else None
+    think_mean = w.sessions.think_time if w.sessions is not None else 0.0
+    limit, duration = w.requests, w.duration
+
+    # records: (arrival, seq, prompt, output, content | None (rejected), session, turn)
+    records: list[tuple] = []
+    ended: list[float] = []                          # arrivals of turns that no longer fit
+    shortened: set[int] = set()                      # seqs of shortened requests
+    t0, session, user_n, out_n = 0.0, 0, 0, 0
+    finished = False
+    while not finished:
+        starts = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH))
+        t0 = float(starts[-1])
+        if cdf is not None:
+            ranks = np.minimum(np.searchsorted(cdf, rng.random(_BATCH), side="right"), len(cdf) - 1).tolist()
+        else:
+            ranks = [0] * _BATCH if sp is not None else [-1] * _BATCH
+        turns = draw(turns_dist, rng, _BATCH).tolist() if turns_dist is not None else [1] * _BATCH
+        total = sum(turns)
+        prompts = draw(w.prompt, rng, total).tolist()
+        outputs = draw(w.output, rng, total).tolist()
+        thinks = rng.exponential(think_mean, total).tolist() if turns_dist is not None else [0.0] * total
+        j = 0
+        for start, rank, n_turns in zip(starts.tolist(), ranks, turns):
+            if duration is not None and start > duration:
+                finished = True
+                break
+            if rank >= 0:
+                prefix_len = prefix_lengths[rank]
+                parts: tuple = (((SHARED_PREFIX, rank), prefix_len),)
+            else:
+                prefix_len, parts = 0, ()
+            used, parent, t = prefix_len, None, start
+            session_id = session if turns_dist is not None else -1
+            for k in range(n_turns):
+                new, out = prompts[j + k], outputs[j + k]
+                if duration is not None and t > duration:
+                    break
+                if used + new + out > max_len:
+                    if k:                            # a later turn: the conversation is over
+                        ended.append(t)
+                        break
+                    room = max_len - out - used
+                    if room < 1:                     # even 1 token of new text does not fit
+                        records.append((t, len(records), used + 1, out, None, session_id, k))
+                        break
+                    new = room
+                    shortened.add(len(records))
+                prompt_parts = parts + (((USER_TEXT, user_n), new),)
+                parts = prompt_parts + (((OUTPUT, out_n), out),)
+                user_n, out_n = user_n + 1, out_n + 1
+                parent = Segments(parts, parent)
+                records.append((t, len(records), used + new, out, parent, session_id, k))
+                used += new + out
+                t += thinks[j + k]
+            j += n_turns
+            session += 1
+        if limit is not None and len(records) >= limit and not finished:
+            # every later session starts after t0, so its turns sort after the limit-th arrival
+            arrivals = np.fromiter((r[0] for r in records), float, len(records))
+            finished = np.partition(arrivals, limit - 1)[limit - 1] <= t0
+
+    records.sort()                                   # by (arrival, seq): seq is unique
+    if limit is not None:
+        del records[limit:]
+    cutoff = duration if duration is not None else math.inf
+    if limit is not None and len(records) == limit:
+        cutoff = min(cutoff, records[-1][0])
+    result = RequestList(sessions_ended_early=sum(1 for t in ended if t <= cutoff))
+    for arrival, seq, prompt, out, content, sess, turn in records:
+        if content is None:
+            result.rejected += 1
+            continue
+        result.shortened += seq in shortened
+        result.append(Request(len(result), arrival, prompt, out, content, sess, turn))
+    return result
+
+
+# --------------------------------------------------------------------------- traces
+
+_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+_MAX_PROBLEMS = 10
+
+
+def read_trace(path: str, block_size: int = 512, time_scale: float = 1.0, limit: int | None = None) -> RequestList:
+    """Mooncake JSONL -> Requests, sorted by arrival (stable, so file order breaks ties), ids 0..n-1.
+
+    Each non-blank line is a JSON object with integer `timestamp` (ms, >= 0), `input_length` (>= 1),
+    `output_length` (>= 0) and `hash_ids` (non-negative ints, exactly ceil(input_length/block_size)
+    of them). Arrival = timestamp / 1000 x time_scale; `limit` keeps the first N requests of the file.
+    The whole file is checked first (also past `limit`): any bad line raises SpecError naming `file:line` (the first 10
+    problems, and how many more), and nothing is returned. No length limit is applied here.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError([Problem(str(file), f"trace file not found: {file}",
+                                 fix="point workload.trace.path at a Mooncake JSONL file")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([Problem(str(file), f"cannot read the trace: {exc}",
+                                 fix="give a UTF-8 Mooncake JSONL file")]) from None
+    with _gc_paused():
+        rows = _parse_trace(text, file, block_size)[:limit]
+        order = sorted(range(len(rows)), key=lambda i: rows[i][0])
+        result = RequestList()
+        scale = time_scale / 1000.0
+        for i in order:
+            ts, n_in, n_out, ids = rows[i]
+            result.append(Request(len(result), ts * scale, n_in, n_out, TraceBlocks(ids, n_in, n_out, block_size, i)))
+    return result
+
+
+def _parse_trace(text: str, file: Path, block_size: int) -> list[tuple[int, int, int, list[int]]]:
+    """(timestamp, input_length, output_length, hash_ids) per request line; SpecError for bad lines."""
+    rows: list[tuple[int, int, int, list[int]]] = []
+    problems: list[Problem] = []
+    bad = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        error = None
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            error = (f"not JSON: {exc.msg} at column {exc.colno}", "write one JSON object per line")
+        else:
+            error = _check_row(row, block_size)
+        if error is None:
+            rows.append((row["timestamp"], row["input_length"], row["output_length"], row["hash_ids"]))
+            continue
+        bad += 1
+        if len(problems) < _MAX_PROBLEMS:
+            problems.append(Problem(f"{file}:{number}", error[0], line if len(line) <= 200 else None, fix=error[1]))
+    if bad > len(problems):
+        problems.append(Problem(str(file), f"... and {bad - len(problems)} more bad lines", fix="fix the lines above first"))
+    if not problems and not rows:
+        problems.append(Problem(str(file), "the trace has no requests",
+                                fix="give a Mooncake JSONL file with one request per line"))
+    if problems:
+        raise SpecError(problems)
+    return rows
+
+
+def _check_row(row: Any, block_size: int) -> tuple[str, str] | None:
+    """What is wrong with one parsed trace line (message, fix), or None."""
+    if not isinstance(row, dict):
+        return f"expected a JSON object, got {type(row).__name__}", "write {\"timestamp\": ..., \"input_length\": ..., ...}"
+    missing = [f for f in _FIELDS if f not in row]
+    if missing:
+        return f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}", \
+            "every line needs timestamp (ms), input_length, output_length and hash_ids"
+    for name, low in (("timestamp", 0), ("input_length", 1), ("output_length", 0)):
+        value = row[name]
+        if type(value) is not int:
+            return f"{name} must be an integer, got {type(value).__name__} {value!r}", f"write {name} as a whole number"
+        if value < low:
+            return f"{name} must be >= {low}, got {value}", f"write a {name} of at least {low}"
+    ids = row["hash_ids"]
+    if type(ids) is not list or not all(type(h) is int and h >= 0 for h in ids):
+        return "hash_ids must be a list of non-negative integers", "write hash_ids as [0, 1, 2, ...]"
+    need = -(-row["input_length"] // block_size)
+    if len(ids) != need:
+        return (f"{len(ids)} hash_ids for input_length {row['input_length']}, but {block_size}-token blocks need {need}",
+                "check workload.trace.block_size (512 for the Mooncake traces)")
+    return None
+
+
+def _replay(resolved) -> RequestList:
+    w = resolved.workload
+    t = w.trace
+    trace = read_trace(t.path, t.block_size, t.time_scale, t.limit)
+    if w.duration is not None:
+        trace = [r for r in trace if r.arrival <= w.duration]
+    if w.requests is not None:
+        trace = trace[: w.requests]
+    result = RequestList()
+    max_len = resolved.max_model_len
+    for r in trace:
+        if r.prompt_tokens + r.output_tokens > max_len:
+            result.rejected += 1
+        else:
+            result.append(Request(len(result), r.arrival, r.prompt_tokens, r.output_tokens, r.content))
+    return result
