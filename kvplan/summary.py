@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.table import Table
 
 from typing import TYPE_CHECKING
 
 from .catalog import Catalog
 from .resolve import Resolved, kv_bytes_per_token
-from .units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
+from .units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration, fmt_si
 
 if TYPE_CHECKING:
     from .sim.result import SimResult
@@ -111,15 +112,16 @@ def simulation_tables(res: "SimResult") -> list[Table]:
                                   f"({_pct(res.recomputed_tokens / res.prompt_tokens if res.prompt_tokens else 0)})")
     if res.lmcache_hit_ratio is not None:
         head.add_row("LMCache hit ratio", f"{_pct(res.lmcache_hit_ratio)} ({res.lmcache_mode} mode)")
-    tiers = Table(title="Where prompt KV came from", title_justify="left")
-    for col in ("tier", "capacity", "served tokens", "share", "token hit", "chunk hit", "read", "written", "evictions", "peak used"):
+    tiers = Table(title="Where prompt KV came from", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True)
+    for col in ("tier", "tokens", "share", "tok hit", "chunk hit", "read", "written", "evicted", "peak fill"):
         tiers.add_column(col, justify="left" if col == "tier" else "right")
     for t in res.tiers:
         chunk_hit = _pct(t.chunk_hit_ratio) if t.lookup_chunks else "-"
-        tiers.add_row(t.name, fmt_bytes(t.capacity_bytes), fmt_count(t.served_tokens), _pct(t.served_share),
-                      _pct(t.token_hit_ratio), chunk_hit, fmt_bytes(t.bytes_read), fmt_bytes(t.bytes_written),
-                      fmt_count(t.evictions + t.expired), fmt_bytes(t.peak_used_bytes))
-    tiers.add_row("recomputed", "", fmt_count(res.recomputed_tokens),
+        tiers.add_row(t.name, fmt_si(t.served_tokens), _pct(t.served_share), _pct(t.token_hit_ratio), chunk_hit,
+                      fmt_bytes(t.bytes_read), fmt_bytes(t.bytes_written), fmt_si(t.evictions + t.expired),
+                      _pct(t.peak_used_bytes / t.capacity_bytes if t.capacity_bytes else 0))
+    tiers.add_row("recompute", fmt_si(res.recomputed_tokens),
                   _pct(res.recomputed_tokens / res.prompt_tokens if res.prompt_tokens else 0), "", "", "", "", "", "")
     links = Table(title="Busiest links", title_justify="left")
     for col in ("link", "transfers", "utilisation"):

@@ -162,3 +162,11 @@ def fmt_duration(seconds: float) -> str:
 
 def fmt_count(n: float) -> str:
     return f"{n:,.0f}"
+
+
+def fmt_si(n: float) -> str:
+    """Counts in a few characters: 1369280 -> '1.37M'."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"

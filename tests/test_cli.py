@@ -86,3 +86,34 @@ def test_catalog_lists_models_and_hardware():
     out = run("catalog").stdout
     for name in ("Llama-2-13B", "DeepSeek-V2-Lite", "H100-SXM", "gen5", "100GbE", "nvme"):
         assert name in out
+
+
+def test_simulate_prints_tiers_and_writes_json(tmp_path):
+    out = tmp_path / "result.json"
+    result = run("simulate", "examples/chat-llama2-13b.yaml", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    for text in ("Where prompt KV came from", "ddr", "nvme", "ceph", "recomputed", "LMCache hit ratio"):
+        assert text in result.stdout
+    data = json.loads(out.read_text())
+    assert data["requests"] == 5000 and [t["name"] for t in data["tiers"]] == ["hbm", "ddr", "nvme", "ceph"]
+    assert len(data["per_request"]) == 5000
+
+
+def test_same_spec_and_seed_give_byte_identical_json(tmp_path):
+    files = [tmp_path / f"{i}.json" for i in range(3)]
+    run("simulate", "examples/chat-llama2-13b.yaml", "--seed", "3", "--out", str(files[0]))
+    run("simulate", "examples/chat-llama2-13b.yaml", "--seed", "3", "--out", str(files[1]))
+    run("simulate", "examples/chat-llama2-13b.yaml", "--seed", "4", "--out", str(files[2]))
+    assert files[0].read_bytes() == files[1].read_bytes()
+    assert files[0].read_bytes() != files[2].read_bytes()
+
+
+def test_a_bad_trace_line_stops_the_run_with_file_and_line(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\nnot json\n')
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((REPO / "examples" / "mooncake-replay.yaml").read_text()
+                    .replace("traces/mooncake-conversation-first1000.jsonl", str(trace)))
+    result = run("simulate", str(spec))
+    assert result.returncode == 1
+    assert f"{trace}:2" in result.stderr and "Traceback" not in result.stderr

@@ -11,7 +11,9 @@ down. Paths, as the real stack moves KV (reference/lmcache-vllm.md §6):
   chosen by its key and on `size - 1` replicas on other hosts (other OSDs with an osd failure
   domain). A read is served by the primary; a write is acknowledged once every replica has it
   (the primary forwards it over its host's NIC). Per-op latency comes from the OSD device class,
-  plus a network round trip.
+  plus a network round trip. A host's OSDs are one shared server of `osds_per_host` device-
+  seconds per second: CRUSH spreads a host's objects evenly over its OSDs, and one link per host
+  instead of per OSD keeps a batch of chunks to a handful of transfers.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class Fabric:
             self.node_tx = [Link(env, f"nic-tx/node{n}", nic) for n in range(r.nodes)]
             self.host_rx = [Link(env, f"nic-rx/ceph{h}", nic) for h in range(r.ceph.hosts)]
             self.host_tx = [Link(env, f"nic-tx/ceph{h}", nic) for h in range(r.ceph.hosts)]
-            self.osds = [Link(env, f"osd/{o}", 1.0) for o in range(r.ceph.osds)]
+            per_host = r.ceph.osds // r.ceph.hosts
+            self.osds = [Link(env, f"osds/ceph{h}", float(per_host)) for h in range(r.ceph.hosts)]
 
     def links(self) -> list[Link]:
         out = [*self.h2d, *self.d2h, *self.nvme]
@@ -79,20 +82,19 @@ class Fabric:
         """A SimPy process: read (from primaries) or write (to every replica) the objects of `keys`."""
         c, env = self.ceph, self.env
         dev = c.device_class
-        per_osd: dict[int, int] = defaultdict(int)
+        per_host = c.osds // c.hosts
+        objects: dict[int, int] = defaultdict(int)     # OSD host -> objects it reads or writes
         for key in keys:
             osds = self.placement(key)
             for osd in (osds if write else osds[:1]):
-                per_osd[osd] += 1
+                objects[osd // per_host] += 1
         total = len(keys) * object_bytes
         bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
                                     else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))
         events = [(self.node_tx if write else self.node_rx)[node].transfer(total)]
-        per_host = c.osds // c.hosts
-        for osd, count in per_osd.items():
+        for host, count in objects.items():
             nbytes = count * object_bytes
-            host = osd // per_host
-            events.append(self.osds[osd].transfer(max(nbytes / bandwidth, count * objects_per_key / iops)))
+            events.append(self.osds[host].transfer(max(nbytes / bandwidth, count * objects_per_key / iops)))
             events.append((self.host_rx if write else self.host_tx)[host].transfer(nbytes))
         if write and c.pool_size > 1:   # primaries forward replicas over their hosts' NICs
             forwarded: dict[int, float] = defaultdict(float)

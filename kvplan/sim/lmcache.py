@@ -74,10 +74,11 @@ class LMCacheModel:
             self.caches[t.name] = [make(t.eviction, t.capacity_bytes, ttl=t.ttl_s, **batch) for _ in range(t.caches)]
             self.counters[t.name] = TierCounters()
         self.order = [t for t in TIERS if t in self.caches]
+        self.scope = {t.name: t.scope for t in lm.tiers}
 
     # ---- where an instance's caches are
     def cache(self, tier: str, instance: int):
-        scope = self.r.lmcache.tier(tier).scope
+        scope = self.scope[tier]
         if scope == "instance":
             return self.caches[tier][instance]
         if scope == "node":
@@ -95,8 +96,7 @@ class LMCacheModel:
             if pos == len(keys):
                 break
             cache = self.cache(tier, instance)
-            if hasattr(cache, "expire"):
-                cache.expire(now)
+            cache.expire(now)
             held = cache.prefix(keys, pos)
             c = self.counters[tier]
             c.lookup_chunks += len(keys) - pos
@@ -167,8 +167,7 @@ class LMCacheModel:
 
     def _insert(self, tier: str, instance: int, keys: list[int], promoted: bool = False) -> None:
         cache, c, size, now = self.cache(tier, instance), self.counters[tier], self.r.lmcache.chunk_bytes, self.env.now
-        if hasattr(cache, "expire"):
-            cache.expire(now)
+        cache.expire(now)
         for key in keys:
             if key in cache:
                 cache.touch((key,), now)

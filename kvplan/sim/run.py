@@ -17,6 +17,7 @@ when the extra hit is below min_retrieve_tokens.
 
 from __future__ import annotations
 
+import gc
 from itertools import count
 from typing import Callable
 
@@ -64,6 +65,7 @@ class Simulation:
         self.router = Router(r.router, r.instances, self.hbm, self.load)
         self.records: list[RequestRecord] = []
         self.offset = 0.0                        # traffic starts after the warm-up
+        self.finished = False
         self.hbm_served = 0
         self.occupancy: dict[str, list[tuple[float, int]]] = {t: [] for t in ("hbm", *TIERS)}
         self.peak: dict[str, int] = {}
@@ -122,8 +124,8 @@ class Simulation:
 
     # ---- the run
     def sample(self, interval: float, end_hint: float):
-        """Record occupancy (and report progress) every `interval`; env.run stops at the last completion."""
-        while True:
+        """Record occupancy (and report progress) every `interval` until the last request is done."""
+        while not self.finished:
             self._sample()
             if self.progress and end_hint > 0:
                 self.progress(min(1.0, self.env.now / end_hint))
@@ -135,8 +137,7 @@ class Simulation:
         if self.lmcache:
             for tier in self.lmcache.order:
                 for cache in self.lmcache.caches[tier]:
-                    if hasattr(cache, "expire"):
-                        cache.expire(now)
+                    cache.expire(now)
                 used[tier] = self.lmcache.used_bytes(tier)
         for tier, value in used.items():
             self.occupancy[tier].append((round(now - self.offset, 9), value))
@@ -144,7 +145,7 @@ class Simulation:
 
     def run(self) -> SimResult:
         env, r = self.env, self.r
-        warm = wl.warmup(r)
+        warm = wl.warmup(r, self.seed)
         if warm:   # prefill the templates on every instance before traffic
             env.run(simpy.AllOf(env, [env.process(self.serve(w, i, record=False))
                                       for i in range(r.instances) for w in warm]))
@@ -154,8 +155,11 @@ class Simulation:
         last = reqs[-1].arrival if reqs else 0.0
         env.process(self.sample(max(last / 100, 1e-3), last + offset))
         env.run(done)
+        duration = env.now - offset
+        self.finished = True
+        env.run()                                # let the asynchronous writes still in flight land
         self._sample()
-        return self._result(reqs, warm, env.now - offset)
+        return self._result(reqs, warm, duration)
 
     def _result(self, reqs, warm, duration: float) -> SimResult:
         r, recs = self.r, sorted(self.records, key=lambda x: x.id)
@@ -189,8 +193,9 @@ class Simulation:
                 reached -= c.served_tokens
             asked = sum(lm.counters[t].hit_chunks for t in lm.order) * r.lmcache.chunk_size
             lm_hit = _ratio(asked, prompt)
-        links = [LinkResult(name=l.name, transfers=l.transfers, work=l.work_done, utilisation=l.utilisation(duration))
-                 for l in self.fabric.links()]
+        span = self.env.now - self.offset           # the links worked until the last write landed
+        links = [LinkResult(name=link.name, transfers=link.transfers, work=link.work_done,
+                            utilisation=link.utilisation(span)) for link in self.fabric.links()]
         return SimResult(
             name=r.name, spec_hash=r.spec_hash, seed=self.seed, lmcache_mode=r.lmcache.mode if r.lmcache else None,
             requests=len(recs), warmup_requests=len(warm), rejected_requests=getattr(reqs, "rejected", 0),
@@ -203,5 +208,16 @@ def _ratio(a: float, b: float) -> float:
 
 
 def run(r: Resolved, seed: int | None = None, progress: Progress | None = None) -> SimResult:
-    """Simulate the resolved spec's workload through its KV-cache hierarchy."""
-    return Simulation(r, seed, progress).run()
+    """Simulate the resolved spec's workload through its KV-cache hierarchy.
+
+    The cyclic garbage collector is paused for the run: the workload's millions of small
+    objects would otherwise be rescanned again and again, and the run creates no cycles
+    worth collecting before it ends.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return Simulation(r, seed, progress).run()
+    finally:
+        if was_enabled:
+            gc.enable()
