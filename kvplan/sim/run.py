@@ -1,6 +1,7 @@
 """run(resolved, seed) -> SimResult: the workload through the KV-cache hierarchy, in SimPy.
 
-One process per request. A request is routed to an instance, looks up vLLM's HBM prefix cache
+One process per request. A request is routed to an instance, waits for one of its max_num_seqs
+running slots (vLLM's admission limit), looks up vLLM's HBM prefix cache
 (blocks), then LMCache (chunks) for the rest of its prompt, loads what LMCache holds beyond the
 HBM hit (synchronously, before its prefill), stores the chunks LMCache did not have, and on
 finishing leaves its blocks cached in HBM. Where the KV of every prompt token came from — HBM,
@@ -61,6 +62,7 @@ class Simulation:
         self.fabric = Fabric(self.env, r)
         self.hbm = [PrefixCache(r.hbm_blocks) for _ in range(r.instances)]
         self.load = [0] * r.instances
+        self.slots = [simpy.Resource(self.env, capacity=r.max_num_seqs) for _ in range(r.instances)]
         self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
         self.router = Router(r.router, r.instances, self.hbm, self.load)
         self.records: list[RequestRecord] = []
@@ -79,6 +81,8 @@ class Simulation:
         if instance is None:
             instance = self.router.pick(req, blocks)
         self.load[instance] += 1
+        slot = self.slots[instance].request()     # vLLM runs at most max_num_seqs requests at once
+        yield slot
         hbm = self.hbm[instance]
         hbm_hit = min(hbm.match(blocks), (req.prompt_tokens - 1) // bs) if r.prefix_caching else 0
         holding = hbm.allocate(blocks, hbm_hit, -(-(req.prompt_tokens + req.output_tokens) // bs))
@@ -112,6 +116,7 @@ class Simulation:
             full = req.content.keys(bs, req.prompt_tokens + req.output_tokens)
             hbm.commit(holding, full, len(full))
             hbm.release(holding)
+        self.slots[instance].release(slot)
         self.load[instance] -= 1
         if record:
             served = hbm_tokens + sum(tokens.values())
