@@ -29,6 +29,24 @@ class Cited(SpecModel):
     """How the numbers were read or derived."""
 
 
+class DeviceEfficiency(SpecModel):
+    """How close vLLM gets to this device's peaks: the step-time model's default coefficients
+    (docs/step-time.md). A spec overrides any of them under serving.step_model; calibration fits them."""
+
+    compute_efficiency: float = Field(gt=0, le=1)
+    """Achieved / peak FLOP/s when a step is compute-bound (model FLOPs utilisation)."""
+    memory_efficiency: float = Field(gt=0, le=1)
+    """Achieved / peak memory bandwidth when a step is memory-bound (model bandwidth utilisation)."""
+    step_overhead: Duration
+    """Fixed cost of every engine step outside the roofline (scheduling, input preparation, launch, sampling)."""
+    allreduce_latency: Duration
+    """Fixed cost of one tensor-parallel all-reduce, on top of its bytes over the link."""
+    sources: list[Source] = Field(min_length=1)
+    """Public sources that support the numbers (at least one)."""
+    note: str | None = None
+    """How the numbers were read or derived; which of them are assumptions."""
+
+
 class Device(Cited):
     kind: Literal["gpu", "cpu"] = "gpu"
     """gpu, or cpu for a CPU-only host running vLLM's CPU backend."""
@@ -44,6 +62,8 @@ class Device(Cited):
     """Host link, one direction."""
     nvlink: Bandwidth | None = None
     """GPU-to-GPU link, one direction per GPU."""
+    efficiency: DeviceEfficiency | None = None
+    """Default step-time coefficients (resolve refuses a device without them unless the spec sets all four)."""
 
 
 class HostMemory(Cited):

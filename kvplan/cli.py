@@ -62,27 +62,49 @@ def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 @app.command()
 def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              seed: Optional[int] = typer.Option(None, "--seed", help="Seed for every random choice (default: workload.seed)."),
-             out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result as JSON to this file.")) -> None:
-    """Run the spec's workload through its KV-cache hierarchy and print where each prompt's KV came from."""
+             seeds: int = typer.Option(1, "--seeds", min=1, max=1000,
+                                       help="Run N seeds (seed, seed+1, ...) and report mean and 95 % confidence intervals."),
+             ablate: bool = typer.Option(False, "--ablate", help="Also run the workload without reuse, HBM only, + ddr, "
+                                                                  "+ nvme and + ceph, and compare them."),
+             out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result(s) as JSON to this file."),
+             fmt: str = typer.Option("table", "--format", help="table (terminal) or md (Markdown).")) -> None:
+    """Simulate the spec: where each prompt's KV came from, and what users feel (TTFT, TPOT, throughput)."""
+    from .report import markdown, sections, terminal
     from .resolve import resolve
+    from .sim.ablation import ablate as run_ablation
     from .sim.run import run
     from .spec import load
-    from .summary import simulation_tables
 
+    if fmt not in ("table", "md"):
+        raise typer.BadParameter(f"'{fmt}' is not a format; use table or md", param_hint="--format")
     try:
-        resolved = resolve(load(spec))
+        topo = load(spec)
+        resolved = resolve(topo)
+        first = resolved.workload.seed if seed is None else seed
         with _progress() as progress:
-            result = run(resolved, seed=seed, progress=progress)
+            results = [run(resolved, seed=first + i, progress=progress) for i in range(seeds)]
+            ablation = run_ablation(topo, seed=first, progress=progress) if ablate else None
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
+    report = sections.result_sections(results[0]) if seeds == 1 else [sections.seeds_section(results)]
+    if ablation:
+        report.append(sections.ablation_section(ablation))
     if out_file:
+        import json
         from pathlib import Path
 
-        Path(out_file).write_text(result.model_dump_json(indent=1) + "\n")
-    for table in simulation_tables(result):
-        out.print(table)
+        payload = {"results": [r.model_dump(mode="json") for r in results]}
+        if ablation:
+            payload["ablation"] = [{"setup": name, "result": r.model_dump(mode="json")} for name, r in ablation]
+        data = results[0].model_dump_json(indent=1) if seeds == 1 and not ablation else json.dumps(payload, indent=1)
+        Path(out_file).write_text(data + "\n")
+    if fmt == "md":
+        typer.echo(markdown.markdown(report), nl=False)
+    else:
+        for table in terminal.tables(report):
+            out.print(table)
     if out_file:
-        out.print(f"result written to {out_file}")
+        err.print(f"result written to {out_file}")
 
 
 class _progress:

@@ -10,6 +10,9 @@ stack (reference/lmcache-vllm.md §6):
   chunk_size x per-rank bytes x storing ranks.
 - HBM for KV per GPU = memory x gpu_memory_utilization - weights/TP - activation memory
   (or kv_cache_memory when given); blocks = that / (block_size x per-rank bytes per token).
+- Step-time coefficients (compute and memory efficiency, per-step overhead, all-reduce latency)
+  are the accelerator's catalog defaults with the spec's serving.step_model on top; the all-reduce
+  ring runs over NVLink, else PCIe, else (a CPU device) host memory (docs/step-time.md).
 - Tier sizes in the spec are per node (ddr, nvme) and cluster-wide (ceph). In-process LMCache
   is configured per rank (each rank of each instance on a node gets an equal share); an MP
   server per node is configured with the node's size; the ceph budget is split over the MP
@@ -31,6 +34,7 @@ from .spec import Topology
 from .spec.architecture import Architecture
 from .spec.base import SpecModel
 from .spec.cost import CostOverrides
+from .spec.serving import StepModel
 from .spec.slo import Monitoring, Slo
 from .spec.workload import Workload
 from .units import fmt_bytes
@@ -114,6 +118,23 @@ class ResolvedCeph(SpecModel):
     network: Nic
 
 
+class StepCoefficients(SpecModel):
+    """The step-time model's coefficients (kvplan.sim.steptime, docs/step-time.md)."""
+
+    compute_efficiency: float
+    """Achieved / peak FLOP/s of a compute-bound step."""
+    memory_efficiency: float
+    """Achieved / peak memory bandwidth of a memory-bound step."""
+    step_overhead: float
+    """Seconds every engine step costs besides the roofline and the all-reduces."""
+    allreduce_latency: float
+    """Seconds one tensor-parallel all-reduce costs besides its bytes over the link."""
+    allreduce_bandwidth: float
+    """Bytes/s one direction of the link the all-reduce ring uses: NVLink, else PCIe, else host memory."""
+    overridden: list[str] = []
+    """The coefficients the spec set (serving.step_model); the others are the catalog's."""
+
+
 class Resolved(SpecModel):
     """Every number the simulator and the deployer use, in base units (bytes, seconds, 1/s)."""
 
@@ -163,6 +184,8 @@ class Resolved(SpecModel):
     pcie_bandwidth: float | None
     nvlink_bandwidth: float | None
     hbm_bandwidth: float
+    step: StepCoefficients
+    """Step-time coefficients: the accelerator's catalog defaults with serving.step_model on top."""
 
     lmcache: ResolvedLMCache | None
     nvme: NvmeClass | None
@@ -263,6 +286,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
     storing_ranks = 1 if model.attention == "mla" else tp
     resolved_lm = _lmcache(topo, per_rank_token, storing_ranks, instances_per_node, nodes, problems) if lm else None
     ceph = _ceph(topo, ceph_class, nic, resolved_lm, problems) if topo.ceph and ceph_class and nic else None
+    step = _step_coefficients(device, s.step_model, problems)
 
     if problems:
         raise SpecError(problems)
@@ -279,7 +303,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         kv_bytes_per_token_per_rank=per_rank_token, block_bytes_per_rank=block_bytes_per_rank,
         weight_bytes_per_gpu=weight_bytes_per_gpu, kv_budget_bytes_per_gpu=kv_budget, hbm_blocks=hbm_blocks,
         hbm_tokens=hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
-        hbm_bandwidth=device.memory_bandwidth, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
+        hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
         slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost)
 
 
@@ -326,6 +350,25 @@ def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype) -
                    f"leave no room for KV cache in {fmt_bytes(usable)} usable of {device.name} "
                    f"(gpu_memory_utilization {s.gpu_memory_utilization}, activation memory {fmt_bytes(s.activation_memory)})",
                    s.tensor_parallel, None, f"{fix}, weights_dtype: fp8, or a larger accelerator")
+
+
+STEP_FIELDS = ("compute_efficiency", "memory_efficiency", "step_overhead", "allreduce_latency")
+
+
+def _step_coefficients(device: Device, overrides: StepModel | None, problems: list[Problem]) -> StepCoefficients | None:
+    """The catalog's efficiency block for `device`, with the spec's serving.step_model on top."""
+    given = {k: v for k, v in (overrides.model_dump() if overrides else {}).items() if v is not None}
+    default = device.efficiency.model_dump(include=set(STEP_FIELDS)) if device.efficiency else {}
+    values = {**default, **given}
+    missing = [k for k in STEP_FIELDS if k not in values]
+    if missing:
+        problems.append(Problem("serving.gpu", f"the catalog has no efficiency block for {device.name}, so the step-time model "
+                                f"lacks {', '.join(missing)}", device.name,
+                                fix=f"add an efficiency: block to {device.name} in models/hardware/gpus.yaml, or set "
+                                    + ", ".join(f"serving.step_model.{k}" for k in missing)))
+        return None
+    link = device.nvlink or device.pcie or device.memory_bandwidth
+    return StepCoefficients(**values, allreduce_bandwidth=link, overridden=[k for k in STEP_FIELDS if k in given])
 
 
 def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_per_node: int, nodes: int,

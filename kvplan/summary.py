@@ -1,18 +1,14 @@
-"""Human-readable tables of a Resolved spec and of the catalog (printed by the CLI)."""
+"""Human-readable tables of a Resolved spec and of the catalog (printed by the CLI).
+
+Simulation results are rendered by kvplan.report."""
 
 from __future__ import annotations
 
-from rich import box
 from rich.table import Table
-
-from typing import TYPE_CHECKING
 
 from .catalog import Catalog
 from .resolve import Resolved, kv_bytes_per_token
-from .units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration, fmt_si
-
-if TYPE_CHECKING:
-    from .sim.result import SimResult
+from .units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
 
 
 def summary_tables(r: Resolved) -> list[Table]:
@@ -99,37 +95,3 @@ def catalog_tables(cat: Catalog) -> list[Table]:
                      fmt_count(c.osd_read_iops), fmt_count(c.osd_write_iops), fmt_duration(c.read_latency),
                      fmt_duration(c.write_latency))
     return [llm, dev, nvme, nics, ceph]
-
-
-def simulation_tables(res: "SimResult") -> list[Table]:
-    """Per-tier results of a simulation run."""
-    head = Table(title=f"Simulation of {res.name} (seed {res.seed})", show_header=False, title_justify="left")
-    head.add_column(style="bold")
-    head.add_column()
-    head.add_row("requests", f"{fmt_count(res.requests)} (+{res.warmup_requests} warm-up, {res.rejected_requests} rejected as too long)")
-    head.add_row("simulated time", fmt_duration(res.duration))
-    head.add_row("prompt tokens", f"{fmt_count(res.prompt_tokens)}, recomputed {fmt_count(res.recomputed_tokens)} "
-                                  f"({_pct(res.recomputed_tokens / res.prompt_tokens if res.prompt_tokens else 0)})")
-    if res.lmcache_hit_ratio is not None:
-        head.add_row("LMCache hit ratio", f"{_pct(res.lmcache_hit_ratio)} ({res.lmcache_mode} mode)")
-    tiers = Table(title="Where prompt KV came from", title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False, collapse_padding=True)
-    for col in ("tier", "tokens", "share", "tok hit", "chunk hit", "read", "written", "evicted", "peak fill"):
-        tiers.add_column(col, justify="left" if col == "tier" else "right")
-    for t in res.tiers:
-        chunk_hit = _pct(t.chunk_hit_ratio) if t.lookup_chunks else "-"
-        tiers.add_row(t.name, fmt_si(t.served_tokens), _pct(t.served_share), _pct(t.token_hit_ratio), chunk_hit,
-                      fmt_bytes(t.bytes_read), fmt_bytes(t.bytes_written), fmt_si(t.evictions + t.expired),
-                      _pct(t.peak_used_bytes / t.capacity_bytes if t.capacity_bytes else 0))
-    tiers.add_row("recompute", fmt_si(res.recomputed_tokens),
-                  _pct(res.recomputed_tokens / res.prompt_tokens if res.prompt_tokens else 0), "", "", "", "", "", "")
-    links = Table(title="Busiest links", title_justify="left")
-    for col in ("link", "transfers", "utilisation"):
-        links.add_column(col, justify="left" if col == "link" else "right")
-    for link in sorted(res.links, key=lambda l: (-l.utilisation, l.name))[:6]:
-        links.add_row(link.name, fmt_count(link.transfers), _pct(link.utilisation))
-    return [head, tiers, links]
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"

@@ -36,6 +36,7 @@ class Fabric:
         self.d2h = [Link(env, f"pcie-d2h/{i}", host_copy) for i in range(r.instances)]
         self.nvme = [Link(env, f"nvme/{n}", 1.0) for n in range(r.nodes)] if r.nvme else []
         self.ceph = r.ceph
+        self.ceph_latencies: list[float] = []    # seconds from issue to completion of each Ceph read or write
         if r.ceph is not None:
             nic = r.ceph.network.bandwidth
             self.node_rx = [Link(env, f"nic-rx/node{n}", nic) for n in range(r.nodes)]
@@ -101,8 +102,10 @@ class Fabric:
             for key in keys:
                 forwarded[self.placement(key)[0] // per_host] += (c.pool_size - 1) * object_bytes
             events += [self.host_tx[h].transfer(b) for h, b in forwarded.items()]
+        start = env.now
         yield env.timeout(latency + 2 * c.network.latency)
         yield simpy.AllOf(env, events)
+        self.ceph_latencies.append(env.now - start)
 
     @staticmethod
     def utilisation(links: Iterable[Link], duration: float) -> dict[str, float]:

@@ -75,6 +75,7 @@ class LMCacheModel:
             self.counters[t.name] = TierCounters()
         self.order = [t for t in TIERS if t in self.caches]
         self.scope = {t.name: t.scope for t in lm.tiers}
+        self.requested_tokens = 0
 
     # ---- where an instance's caches are
     def cache(self, tier: str, instance: int):
@@ -89,22 +90,29 @@ class LMCacheModel:
         return instance // self.r.instances_per_node
 
     # ---- lookup
-    def lookup(self, instance: int, keys: list[int]) -> list[Span]:
-        """The longest prefix of `keys` held across the tiers, as spans per tier."""
-        spans, pos, now = [], 0, self.env.now
+    def probe(self, instance: int, keys: list[int]) -> tuple[list[Span], list[tuple[str, int, int]]]:
+        """The longest prefix of `keys` held across the tiers, as spans per tier, and what each
+        tier was asked and held (pass to `count_lookup` when the lookup counts)."""
+        spans, counts, pos, now = [], [], 0, self.env.now
         for tier in self.order:
             if pos == len(keys):
                 break
             cache = self.cache(tier, instance)
             cache.expire(now)
             held = cache.prefix(keys, pos)
-            c = self.counters[tier]
-            c.lookup_chunks += len(keys) - pos
-            c.hit_chunks += held
+            counts.append((tier, len(keys) - pos, held))
             if held:
                 spans.append(Span(tier, pos, pos + held))
                 pos += held
-        return spans
+        return spans, counts
+
+    def count_lookup(self, counts: list[tuple[str, int, int]], tokens: int) -> None:
+        """Count a lookup of a `tokens`-token prompt (LMCache's num_requested_tokens)."""
+        self.requested_tokens += tokens
+        for tier, asked, held in counts:
+            c = self.counters[tier]
+            c.lookup_chunks += asked
+            c.hit_chunks += held
 
     # ---- retrieve
     def retrieve(self, instance: int, keys: list[int], spans: list[Span], first_token: int, last_token: int):

@@ -60,10 +60,32 @@ class RequestRecord(_Result):
     nvme_tokens: int
     ceph_tokens: int
     recomputed_tokens: int
-    load_time: float
-    """Seconds spent retrieving KV from LMCache before the prefill."""
-    store_time: float
-    """Seconds of the GPU -> DRAM copy after the prefill (the asynchronous writes are not in it)."""
+    queue: float
+    """Seconds from arrival to first being scheduled."""
+    ttft: float
+    """Seconds from arrival to the first output token."""
+    tpot: float
+    """Mean seconds per output token after the first."""
+    e2e: float
+    """Seconds from arrival to the last output token."""
+    preemptions: int
+
+
+class Summary(_Result):
+    """A distribution over requests, in seconds."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+
+class SloCheck(_Result):
+    key: str
+    """e.g. ttft_p99."""
+    target: float
+    value: float
+    met: bool
 
 
 class SimResult(_Result):
@@ -79,6 +101,25 @@ class SimResult(_Result):
     """Simulated seconds from the first arrival to the last completion."""
     prompt_tokens: int
     recomputed_tokens: int
+    preemptions: int
+    ttft: Summary
+    tpot: Summary
+    e2e: Summary
+    queue: Summary
+    requests_per_s: float
+    prompt_tokens_per_s: float
+    generated_tokens_per_s: float
+    goodput_per_s: float
+    """Requests per second that met every SLO target on their own (ttft, tpot and e2e within the
+    tightest target set for each)."""
+    slo: list[SloCheck]
+    block_utilisation: list[tuple[float, float]]
+    """(time s, share of the HBM KV blocks held by running requests, averaged over instances)."""
+    mean_block_utilisation: float
+    ceph_op_latency: Summary | None
+    """Ceph reads and writes, from issue to completion (queueing included)."""
+    alerts: list[str]
+    """The design note's monitoring thresholds this run crossed."""
     lmcache_hit_ratio: float | None
     """LMCache's hit tokens over the prompt tokens it was asked about (its Prometheus hit rate)."""
     tiers: list[TierResult]

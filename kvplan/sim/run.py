@@ -1,14 +1,11 @@
-"""run(resolved, seed) -> SimResult: the workload through the KV-cache hierarchy, in SimPy.
+"""run(resolved, seed) -> SimResult: the workload through vLLM instances and the KV-cache hierarchy.
 
-One process per request. A request is routed to an instance, waits for one of its max_num_seqs
-running slots (vLLM's admission limit), looks up vLLM's HBM prefix cache
-(blocks), then LMCache (chunks) for the rest of its prompt, loads what LMCache holds beyond the
-HBM hit (synchronously, before its prefill), stores the chunks LMCache did not have, and on
-finishing leaves its blocks cached in HBM. Where the KV of every prompt token came from — HBM,
-ddr, nvme, ceph, or recomputation — is recorded per request and per tier.
-
-The GPU's compute time is Simulator II's: here prefill and decode take no time, so timing
-orders loads, stores and asynchronous writes correctly but latencies are transfer times only.
+Requests arrive as the workload says, a router picks an instance, and each instance's engine
+(`engine.py`) schedules them iteration by iteration as vLLM v1 does: its prefix cache, LMCache's
+tiers (`lmcache.py`), the links they move over (`fabric.py`) and the step-time model
+(`steptime.py`) decide when each request gets its first token and when it finishes. Where the KV
+of every prompt token came from — HBM, ddr, nvme, ceph, or recomputation — is recorded per
+request and per tier.
 
 vLLM details copied (reference/lmcache-vllm.md §6 "Partial hit with vLLM"): the HBM hit is
 whole blocks and stops one token short of the prompt; LMCache loads only the tokens beyond what
@@ -25,7 +22,9 @@ from typing import Callable
 import simpy
 
 from ..resolve import Resolved
+from . import metrics
 from . import workload as wl
+from .engine import Engine, Seq
 from .fabric import Fabric
 from .lmcache import TIERS, LMCacheModel
 from .prefix_cache import PrefixCache
@@ -37,20 +36,22 @@ Progress = Callable[[float], None]
 class Router:
     """Which instance serves a request: round_robin, least_loaded, session_affinity, prefix_aware."""
 
-    def __init__(self, kind: str, instances: int, hbm: list[PrefixCache], load: list[int]):
-        self.kind, self.n, self.hbm, self.load = kind, instances, hbm, load
+    def __init__(self, kind: str, engines: list[Engine], block_size: int):
+        self.kind, self.engines, self.block_size = kind, engines, block_size
         self._turn = count()
 
-    def pick(self, request: wl.Request, block_keys: list[int]) -> int:
-        if self.n == 1:
+    def pick(self, req: wl.Request) -> int:
+        n = len(self.engines)
+        if n == 1:
             return 0
-        if self.kind == "session_affinity" and request.session >= 0:
-            return request.session % self.n
+        if self.kind == "session_affinity" and req.session >= 0:
+            return req.session % n
         if self.kind == "least_loaded":
-            return min(range(self.n), key=lambda i: (self.load[i], i))
+            return min(range(n), key=lambda i: (self.engines[i].load, i))
         if self.kind == "prefix_aware":
-            return max(range(self.n), key=lambda i: (self.hbm[i].match(block_keys), -self.load[i], -i))
-        return next(self._turn) % self.n
+            keys = req.content.keys(self.block_size, req.prompt_tokens)
+            return max(range(n), key=lambda i: (self.engines[i].hbm.match(keys), -self.engines[i].load, -i))
+        return next(self._turn) % n
 
 
 class Simulation:
@@ -61,76 +62,49 @@ class Simulation:
         self.env = simpy.Environment()
         self.fabric = Fabric(self.env, r)
         self.hbm = [PrefixCache(r.hbm_blocks) for _ in range(r.instances)]
-        self.load = [0] * r.instances
-        self.slots = [simpy.Resource(self.env, capacity=r.max_num_seqs) for _ in range(r.instances)]
         self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
-        self.router = Router(r.router, r.instances, self.hbm, self.load)
+        self.engines = [Engine(self, i) for i in range(r.instances)]
+        self.router = Router(r.router, self.engines, r.block_size)
         self.records: list[RequestRecord] = []
         self.offset = 0.0                        # traffic starts after the warm-up
-        self.finished = False
-        self.hbm_served = 0
+        self.finished_event: simpy.Event | None = None
+        self.expected = 0
+        self.warm_left = 0
         self.occupancy: dict[str, list[tuple[float, int]]] = {t: [] for t in ("hbm", *TIERS)}
+        self.block_utilisation: list[tuple[float, float]] = []
         self.peak: dict[str, int] = {}
+        self.done = False
 
-    # ---- one request
-    def serve(self, req: wl.Request, instance: int | None = None, record: bool = True):
-        r, env, lm = self.r, self.env, self.lmcache
-        yield env.timeout(max(0.0, req.arrival + self.offset - env.now))
-        bs = r.block_size
-        blocks = req.content.keys(bs, req.prompt_tokens)
-        if instance is None:
-            instance = self.router.pick(req, blocks)
-        self.load[instance] += 1
-        slot = self.slots[instance].request()     # vLLM runs at most max_num_seqs requests at once
-        yield slot
-        hbm = self.hbm[instance]
-        hbm_hit = min(hbm.match(blocks), (req.prompt_tokens - 1) // bs) if r.prefix_caching else 0
-        holding = hbm.allocate(blocks, hbm_hit, -(-(req.prompt_tokens + req.output_tokens) // bs))
-        if holding is None:          # the pool is full of running requests: serve without reuse
-            hbm_hit = 0
-        hbm_tokens = hbm_hit * bs
-        tokens = {"ddr": 0, "nvme": 0, "ceph": 0}
-        load_time = store_time = 0.0
-        if lm is not None:
-            lmc = r.lmcache
-            chunks = req.content.keys(lmc.chunk_size, req.prompt_tokens)
-            spans = lm.lookup(instance, chunks)
-            hit_tokens = (spans[-1].end if spans else 0) * lmc.chunk_size
-            usable = min(hit_tokens, req.prompt_tokens - 1)
-            if usable > hbm_tokens and usable - hbm_tokens >= lmc.min_retrieve_tokens:
-                for span in spans:
-                    a, b = max(span.start * lmc.chunk_size, hbm_tokens), min(span.end * lmc.chunk_size, usable)
-                    tokens[span.tier] += max(0, b - a)
-                start = env.now
-                yield env.process(lm.retrieve(instance, chunks, spans, hbm_tokens, usable))
-                load_time = env.now - start
-            # the prefill computes the rest (Simulator II times it); then the new chunks are saved
-            start = env.now
-            stored_from = spans[-1].end if spans else 0
-            new = chunks[stored_from:]
-            if lmc.save_decode_cache:
-                new = req.content.keys(lmc.chunk_size, req.prompt_tokens + req.output_tokens)[stored_from:]
-            yield env.process(lm.store(instance, new))
-            store_time = env.now - start
-        if holding is not None and r.prefix_caching:
-            full = req.content.keys(bs, req.prompt_tokens + req.output_tokens)
-            hbm.commit(holding, full, len(full))
-            hbm.release(holding)
-        self.slots[instance].release(slot)
-        self.load[instance] -= 1
-        if record:
-            served = hbm_tokens + sum(tokens.values())
-            self.hbm_served += hbm_tokens
-            self.records.append(RequestRecord(
-                id=req.id, instance=instance, arrival=req.arrival, prompt_tokens=req.prompt_tokens,
-                output_tokens=req.output_tokens, hbm_tokens=hbm_tokens, ddr_tokens=tokens["ddr"],
-                nvme_tokens=tokens["nvme"], ceph_tokens=tokens["ceph"],
-                recomputed_tokens=req.prompt_tokens - served, load_time=load_time, store_time=store_time))
+    # ---- requests
+    def arrive(self, req: wl.Request):
+        yield self.env.timeout(max(0.0, req.arrival + self.offset - self.env.now))
+        self.engines[self.router.pick(req)].submit(req)
+
+    def finished(self, instance: int, seq: Seq, now: float) -> None:
+        """Called by an engine when a request has emitted its last token."""
+        if not seq.record:
+            self.warm_left -= 1
+            if self.warm_left == 0:
+                self.finished_event.succeed()
+            return
+        req = seq.req
+        arrival = req.arrival + self.offset
+        served = seq.hbm_tokens + sum(seq.tiers.values())
+        ttft = seq.first_token - arrival
+        self.records.append(RequestRecord(
+            id=req.id, instance=instance, arrival=req.arrival, prompt_tokens=req.prompt_tokens,
+            output_tokens=req.output_tokens, hbm_tokens=seq.hbm_tokens, ddr_tokens=seq.tiers["ddr"],
+            nvme_tokens=seq.tiers["nvme"], ceph_tokens=seq.tiers["ceph"], recomputed_tokens=req.prompt_tokens - served,
+            queue=seq.admitted - arrival, ttft=ttft, e2e=now - arrival,
+            tpot=(now - seq.first_token) / (req.output_tokens - 1) if req.output_tokens > 1 else 0.0,
+            preemptions=seq.preemptions))
+        if len(self.records) == self.expected:
+            self.finished_event.succeed()
 
     # ---- the run
     def sample(self, interval: float, end_hint: float):
         """Record occupancy (and report progress) every `interval` until the last request is done."""
-        while not self.finished:
+        while not self.done:
             self._sample()
             if self.progress and end_hint > 0:
                 self.progress(min(1.0, self.env.now / end_hint))
@@ -144,60 +118,80 @@ class Simulation:
                 for cache in self.lmcache.caches[tier]:
                     cache.expire(now)
                 used[tier] = self.lmcache.used_bytes(tier)
+        t = round(now - self.offset, 9)
         for tier, value in used.items():
-            self.occupancy[tier].append((round(now - self.offset, 9), value))
+            self.occupancy[tier].append((t, value))
             self.peak[tier] = max(self.peak.get(tier, 0), value)
+        held = sum(c.used_blocks / c.num_blocks for c in self.hbm) / len(self.hbm)
+        self.block_utilisation.append((t, held))
 
     def run(self) -> SimResult:
         env, r = self.env, self.r
+        for engine in self.engines:
+            env.process(engine.loop())
         warm = wl.warmup(r, self.seed)
         if warm:   # prefill the templates on every instance before traffic
-            env.run(simpy.AllOf(env, [env.process(self.serve(w, i, record=False))
-                                      for i in range(r.instances) for w in warm]))
+            self.warm_left = len(warm) * len(self.engines)
+            self.finished_event = env.event()
+            for engine in self.engines:
+                for w in warm:
+                    engine.submit(w, record=False)
+            env.run(self.finished_event)
         self.offset = offset = env.now
         reqs = wl.requests(r, self.seed)
-        done = simpy.AllOf(env, [env.process(self.serve(q)) for q in reqs])
+        self.expected = len(reqs)
+        self.finished_event = env.event()
+        for q in reqs:
+            env.process(self.arrive(q))
         last = reqs[-1].arrival if reqs else 0.0
         env.process(self.sample(max(last / 100, 1e-3), last + offset))
-        env.run(done)
+        if reqs:
+            env.run(self.finished_event)
         duration = env.now - offset
-        self.finished = True
-        env.run()                                # let the asynchronous writes still in flight land
+        self.done = True
+        env.run()                                # idle engines wait on nothing: this lets in-flight writes land
         self._sample()
         return self._result(reqs, warm, duration)
 
     def _result(self, reqs, warm, duration: float) -> SimResult:
         r, recs = self.r, sorted(self.records, key=lambda x: x.id)
         prompt = sum(x.prompt_tokens for x in recs)
+        hbm_served = sum(x.hbm_tokens for x in recs)
         reached, tiers = prompt, []
         bytes_per_block = r.block_bytes_per_rank * r.tensor_parallel
+        evictions = sum(c.evictions for c in self.hbm)
         tiers.append(TierResult(
             name="hbm", caches=r.instances, capacity_bytes=r.hbm_blocks * bytes_per_block * r.instances,
-            served_tokens=self.hbm_served, served_share=_ratio(self.hbm_served, prompt),
-            token_hit_ratio=_ratio(self.hbm_served, reached), lookup_chunks=0, hit_chunks=0, chunk_hit_ratio=0.0,
-            bytes_read=0, bytes_written=0, stored_chunks=0, refused_chunks=0, promoted_chunks=0,
-            evictions=sum(c.evictions for c in self.hbm), evicted_bytes=sum(c.evictions for c in self.hbm) * bytes_per_block,
+            served_tokens=hbm_served, served_share=_ratio(hbm_served, prompt), token_hit_ratio=_ratio(hbm_served, reached),
+            lookup_chunks=0, hit_chunks=0, chunk_hit_ratio=0.0, bytes_read=0, bytes_written=0, stored_chunks=0,
+            refused_chunks=0, promoted_chunks=0, evictions=evictions, evicted_bytes=evictions * bytes_per_block,
             expired=0, peak_used_bytes=self.peak.get("hbm", 0), final_used_bytes=self.occupancy["hbm"][-1][1],
             occupancy=self.occupancy["hbm"]))
-        reached -= self.hbm_served
+        reached -= hbm_served
         lm_hit = None
         if self.lmcache:
             lm = self.lmcache
             for tier in lm.order:
                 c, caches = lm.counters[tier], lm.caches[tier]
+                served = sum(getattr(x, f"{tier}_tokens") for x in recs)
                 tiers.append(TierResult(
                     name=tier, caches=len(caches), capacity_bytes=sum(x.capacity for x in caches),
-                    served_tokens=c.served_tokens, served_share=_ratio(c.served_tokens, prompt),
-                    token_hit_ratio=_ratio(c.served_tokens, reached), lookup_chunks=c.lookup_chunks,
+                    served_tokens=served, served_share=_ratio(served, prompt),
+                    token_hit_ratio=_ratio(served, reached), lookup_chunks=c.lookup_chunks,
                     hit_chunks=c.hit_chunks, chunk_hit_ratio=_ratio(c.hit_chunks, c.lookup_chunks),
                     bytes_read=c.bytes_read, bytes_written=c.bytes_written, stored_chunks=c.stored_chunks,
                     refused_chunks=c.refused_chunks, promoted_chunks=c.promoted_chunks,
                     evictions=sum(x.evictions for x in caches), evicted_bytes=sum(x.evicted_bytes for x in caches),
                     expired=sum(getattr(x, "expired", 0) for x in caches), peak_used_bytes=self.peak.get(tier, 0),
                     final_used_bytes=lm.used_bytes(tier), occupancy=self.occupancy[tier]))
-                reached -= c.served_tokens
-            asked = sum(lm.counters[t].hit_chunks for t in lm.order) * r.lmcache.chunk_size
-            lm_hit = _ratio(asked, prompt)
+                reached -= served
+            held = sum(lm.counters[t].hit_chunks for t in lm.order) * r.lmcache.chunk_size
+            lm_hit = _ratio(held, lm.requested_tokens)
+        lat = metrics.latency(recs)
+        ceph_ops = metrics.summary(self.fabric.ceph_latencies) if self.fabric.ceph_latencies else None
+        samples = [u for t, u in self.block_utilisation if 0 <= t <= duration]
+        mean_util = sum(samples) / len(samples) if samples else 0.0
+        generated = sum(x.output_tokens for x in recs)
         span = self.env.now - self.offset           # the links worked until the last write landed
         links = [LinkResult(name=link.name, transfers=link.transfers, work=link.work_done,
                             utilisation=link.utilisation(span)) for link in self.fabric.links()]
@@ -205,7 +199,13 @@ class Simulation:
             name=r.name, spec_hash=r.spec_hash, seed=self.seed, lmcache_mode=r.lmcache.mode if r.lmcache else None,
             requests=len(recs), warmup_requests=len(warm), rejected_requests=getattr(reqs, "rejected", 0),
             duration=duration, prompt_tokens=prompt, recomputed_tokens=sum(x.recomputed_tokens for x in recs),
-            lmcache_hit_ratio=lm_hit, tiers=tiers, links=links, per_request=recs)
+            preemptions=sum(e.preemptions for e in self.engines), ttft=lat["ttft"], tpot=lat["tpot"], e2e=lat["e2e"],
+            queue=lat["queue"], requests_per_s=_ratio(len(recs), duration), prompt_tokens_per_s=_ratio(prompt, duration),
+            generated_tokens_per_s=_ratio(generated, duration),
+            goodput_per_s=_ratio(metrics.good_requests(r, recs), duration), slo=metrics.slo_checks(r, lat),
+            block_utilisation=self.block_utilisation, mean_block_utilisation=mean_util, ceph_op_latency=ceph_ops,
+            alerts=metrics.alerts(r, lm_hit, mean_util, ceph_ops), lmcache_hit_ratio=lm_hit, tiers=tiers,
+            links=links, per_request=recs)
 
 
 def _ratio(a: float, b: float) -> float:
@@ -213,7 +213,7 @@ def _ratio(a: float, b: float) -> float:
 
 
 def run(r: Resolved, seed: int | None = None, progress: Progress | None = None) -> SimResult:
-    """Simulate the resolved spec's workload through its KV-cache hierarchy.
+    """Simulate the resolved spec's workload through its instances and KV-cache hierarchy.
 
     The cyclic garbage collector is paused for the run: the workload's millions of small
     objects would otherwise be rescanned again and again, and the run creates no cycles

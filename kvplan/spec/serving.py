@@ -10,12 +10,29 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..units import Size
+from ..units import Duration, Size
 from .base import SpecModel
 
 Router = Literal["round_robin", "least_loaded", "session_affinity", "prefix_aware"]
 WeightsDtype = Literal["auto", "bf16", "fp16", "fp8", "int4"]
 KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+
+
+class StepModel(SpecModel):
+    """Overrides of the step-time model's coefficients (docs/step-time.md); each one left unset takes
+    the accelerator's default from the catalog (models/hardware/gpus.yaml). Calibration fits them."""
+
+    compute_efficiency: float | None = Field(None, gt=0, le=1)
+    """Achieved / peak FLOP/s of a compute-bound step (MFU), e.g. 0.55."""
+
+    memory_efficiency: float | None = Field(None, gt=0, le=1)
+    """Achieved / peak memory bandwidth of a memory-bound step (MBU), e.g. 0.75."""
+
+    step_overhead: Duration | None = None
+    """Fixed cost of every engine step (scheduling, input preparation, kernel launch, sampling), e.g. '1.5ms'."""
+
+    allreduce_latency: Duration | None = None
+    """Fixed cost of one tensor-parallel all-reduce besides its bytes over the link, e.g. '8us'."""
 
 
 class Serving(SpecModel):
@@ -68,3 +85,6 @@ class Serving(SpecModel):
 
     router: Router = "round_robin"
     """How requests are spread over instances."""
+
+    step_model: StepModel | None = None
+    """Step-time coefficients that override the accelerator's catalog defaults (any subset)."""

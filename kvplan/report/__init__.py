@@ -1,0 +1,1 @@
+"""Renderers for simulation results: the same sections as terminal tables or Markdown."""

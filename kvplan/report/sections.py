@@ -1,0 +1,112 @@
+"""A simulation result as renderer-neutral sections: a title, optional column headers, rows.
+
+`kvplan simulate` prints them with rich (`terminal.py`) or as Markdown (`markdown.py`); the
+sections hold the wording and the formatting of numbers, so both outputs say the same thing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..sim.result import SimResult
+from ..units import fmt_bytes, fmt_count, fmt_duration, fmt_si
+
+
+@dataclass
+class Section:
+    title: str
+    headers: list[str] | None                      # None: a key/value list
+    rows: list[list[str]] = field(default_factory=list)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def result_sections(res: SimResult) -> list[Section]:
+    head = Section(f"Simulation of {res.name} (seed {res.seed})", None, [
+        ["requests", f"{fmt_count(res.requests)} (+{res.warmup_requests} warm-up, {res.rejected_requests} rejected as too long)"],
+        ["simulated time", fmt_duration(res.duration)],
+        ["prompt tokens", f"{fmt_count(res.prompt_tokens)}, recomputed {fmt_count(res.recomputed_tokens)} "
+                          f"({pct(res.recomputed_tokens / res.prompt_tokens if res.prompt_tokens else 0)})"]])
+    if res.lmcache_hit_ratio is not None:
+        head.rows.append(["LMCache hit ratio", f"{pct(res.lmcache_hit_ratio)} ({res.lmcache_mode} mode)"])
+    head.rows.append(["throughput", f"{res.requests_per_s:.2f} req/s, {fmt_si(res.prompt_tokens_per_s)} prompt tok/s, "
+                                    f"{fmt_si(res.generated_tokens_per_s)} generated tok/s; goodput {res.goodput_per_s:.2f} req/s"])
+    head.rows.append(["HBM blocks in use", f"{pct(res.mean_block_utilisation)} on average; {fmt_count(res.preemptions)} preemptions"])
+    if res.ceph_op_latency is not None:
+        head.rows.append(["Ceph op latency", f"mean {fmt_duration(res.ceph_op_latency.mean)}, "
+                                             f"p99 {fmt_duration(res.ceph_op_latency.p99)}"])
+    latency = Section("Latency", ["", "mean", "p50", "p90", "p99", "SLO"])
+    for name in ("ttft", "tpot", "e2e", "queue"):
+        dist = getattr(res, name)
+        targets = [f"{c.key.split('_')[1]} {fmt_duration(c.target)} {'met' if c.met else 'MISSED'}"
+                   for c in res.slo if c.key.startswith(name)]
+        latency.rows.append([name.upper() if name != "queue" else "queue", fmt_duration(dist.mean), fmt_duration(dist.p50),
+                             fmt_duration(dist.p90), fmt_duration(dist.p99), ", ".join(targets) or "-"])
+    tiers = Section("Where prompt KV came from",
+                    ["tier", "tokens", "share", "tok hit", "chunk hit", "read", "written", "evicted", "peak fill"])
+    for t in res.tiers:
+        tiers.rows.append([t.name, fmt_si(t.served_tokens), pct(t.served_share), pct(t.token_hit_ratio),
+                           pct(t.chunk_hit_ratio) if t.lookup_chunks else "-", fmt_bytes(t.bytes_read),
+                           fmt_bytes(t.bytes_written), fmt_si(t.evictions + t.expired),
+                           pct(t.peak_used_bytes / t.capacity_bytes if t.capacity_bytes else 0)])
+    tiers.rows.append(["recompute", fmt_si(res.recomputed_tokens),
+                       pct(res.recomputed_tokens / res.prompt_tokens if res.prompt_tokens else 0), "", "", "", "", "", ""])
+    links = Section("Busiest links", ["link", "transfers", "utilisation"],
+                    [[link.name, fmt_count(link.transfers), pct(link.utilisation)]
+                     for link in sorted(res.links, key=lambda l: (-l.utilisation, l.name))[:6]])
+    sections = [head, latency, tiers, links]
+    if res.alerts:
+        sections.append(Section("Alerts (design-note thresholds)", None, [[a] for a in res.alerts]))
+    return sections
+
+
+def ablation_section(results: list[tuple[str, SimResult]]) -> Section:
+    """One row per variant: what each tier adds."""
+    section = Section("Ablation: the same workload, one tier at a time",
+                      ["setup", "req/s", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p50", "recomputed", "HBM blocks"])
+    for name, res in results:
+        section.rows.append([name, f"{res.requests_per_s:.2f}", fmt_duration(res.ttft.p50), fmt_duration(res.ttft.p99),
+                             fmt_duration(res.tpot.p50), fmt_duration(res.e2e.p50),
+                             pct(res.recomputed_tokens / res.prompt_tokens if res.prompt_tokens else 0),
+                             pct(res.mean_block_utilisation)])
+    return section
+
+
+SEED_METRICS = [("req/s", lambda r: r.requests_per_s, lambda x: f"{x:.2f}"),
+                ("TTFT p50", lambda r: r.ttft.p50, fmt_duration), ("TTFT p99", lambda r: r.ttft.p99, fmt_duration),
+                ("TPOT p50", lambda r: r.tpot.p50, fmt_duration), ("E2E p50", lambda r: r.e2e.p50, fmt_duration),
+                ("LMCache hit", lambda r: r.lmcache_hit_ratio or 0.0, pct),
+                ("recomputed", lambda r: r.recomputed_tokens / r.prompt_tokens if r.prompt_tokens else 0.0, pct)]
+
+
+def confidence(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % confidence interval (Student t)."""
+    a = np.asarray(values, dtype=float)
+    if a.size < 2:
+        return float(a.mean()), 0.0
+    return float(a.mean()), float(_t95(a.size - 1) * a.std(ddof=1) / math.sqrt(a.size))
+
+
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+       10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
+"""Two-sided 95 % quantiles of Student's t by degrees of freedom (standard tables)."""
+
+
+def _t95(df: int) -> float:
+    """t for `df`, rounding df down to the nearest tabulated value (a slightly wider interval)."""
+    return T95[max(k for k in T95 if k <= df)] if df < 120 else 1.96
+
+
+def seeds_section(results: list[SimResult]) -> Section:
+    section = Section(f"Across {len(results)} seeds ({results[0].seed}..{results[-1].seed}): mean ± 95 % CI",
+                      ["metric", "mean", "± 95 % CI", "min", "max"])
+    for name, get, fmt in SEED_METRICS:
+        values = [get(r) for r in results]
+        mean, half = confidence(values)
+        section.rows.append([name, fmt(mean), fmt(half), fmt(min(values)), fmt(max(values))])
+    return section

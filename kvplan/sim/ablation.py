@@ -1,0 +1,47 @@
+"""Ablation: the same workload with the cache hierarchy built up one tier at a time.
+
+Variants, in the spirit of the design note's "PyTorch / vLLM / vLLM + LMCache + Ceph" table:
+
+  no reuse     vLLM without prefix caching and without LMCache: every prompt token computed
+  hbm only     vLLM's prefix cache, no LMCache
+  + ddr        LMCache with the spec's ddr tier only
+  + nvme       ... and its nvme tier
+  + ceph       ... and the Ceph tier (the spec as written)
+
+A variant the spec has no tier for is left out (its row would repeat the one above). Every
+variant keeps the spec's mode, sizes and policies, so each row differs from the one above by
+exactly one tier.
+"""
+
+from __future__ import annotations
+
+from ..resolve import resolve
+from ..spec import Topology
+from .result import SimResult
+from .run import run
+
+
+def variants(topo: Topology) -> list[tuple[str, Topology]]:
+    serving = topo.serving
+    out = [("no reuse", topo.model_copy(update={"lmcache": None, "ceph": None,
+                                                "serving": serving.model_copy(update={"prefix_caching": False})})),
+           ("hbm only", topo.model_copy(update={"lmcache": None, "ceph": None}))]
+    lm = topo.lmcache
+    if lm is None:
+        return out
+    kept: dict = {"nvme": None, "ceph": None}
+    for tier in ("ddr", "nvme", "ceph"):
+        if getattr(lm, tier) is None:
+            continue
+        kept[tier] = getattr(lm, tier)
+        ceph = topo.ceph if kept["ceph"] is not None else None
+        out.append((f"+ {tier}", topo.model_copy(update={"lmcache": lm.model_copy(update=kept), "ceph": ceph})))
+    return out
+
+
+def ablate(topo: Topology, seed: int | None = None, progress=None) -> list[tuple[str, SimResult]]:
+    """Simulate every variant with the same workload and seed."""
+    results = []
+    for name, variant in variants(topo):
+        results.append((name, run(resolve(variant), seed=seed, progress=progress)))
+    return results

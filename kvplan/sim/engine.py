@@ -1,0 +1,367 @@
+"""A vLLM instance: iteration-level continuous batching over the HBM block pool, as vLLM v1 does it.
+
+Each engine step (vllm/v1/core/sched/scheduler.py, simplified to what decides timing):
+
+1. Running requests first, in admission order: a decoding request needs one token, a request
+   still prefilling needs the rest of its prompt, cut to the step's token budget
+   (max_num_batched_tokens) when chunked prefill is on. When the pool cannot give a request the
+   blocks it needs, the most recently admitted running request is preempted (recompute: its
+   blocks go back to the free queue, hashes kept, and it rejoins the front of the waiting queue)
+   until the allocation succeeds.
+2. If nothing was preempted, waiting requests are admitted first come first served while fewer
+   than max_num_seqs run and budget remains: vLLM's prefix cache gives the local hit (whole
+   blocks, at most prompt - 1 tokens), LMCache the external hit beyond it (loaded
+   synchronously before the step's forward pass; nothing below min_retrieve_tokens); the
+   request is admitted only if the pool can hold its computed tokens plus this step's chunk.
+3. The step takes load time (the synchronous retrieves of newly admitted requests, concurrent)
+   + forward time (the step-time model) + the GPU -> DRAM copy of chunks completed in the step
+   (LMCache's wait_for_save); NVMe and Ceph writes continue asynchronously.
+4. A request whose prompt completes in the step emits its first token then (TTFT); decoding
+   requests emit one token per step; a finished request's blocks return to the free queue with
+   their hashes, last block first.
+
+Decode fast-forward: while every running request is decoding and nothing can be admitted, the
+batch does not change until a request finishes, a block boundary needs memory that is not there,
+or (with a free slot) a new request arrives. The engine then advances many decode steps in one
+SimPy event, their times summed in closed form by `StepTime.decode_run`; a test holds this to
+stepping one iteration at a time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+
+from .prefix_cache import Holding, PrefixCache
+from .steptime import StepTime
+
+if TYPE_CHECKING:
+    from .run import Simulation
+    from .workload import Request
+
+
+class Seq:
+    """One request inside an engine."""
+
+    __slots__ = ("req", "target", "computed", "generated", "holding", "blocks", "chunks", "saved",
+                 "tiers", "hbm_tokens", "admitted", "first_token", "preemptions", "pending_load", "record")
+
+    def __init__(self, req: "Request", record: bool):
+        self.req = req
+        self.target = req.prompt_tokens          # tokens to prefill (prompt, plus regenerated output after preemption)
+        self.computed = 0                        # tokens whose KV is in HBM
+        self.generated = 0                       # output tokens emitted
+        self.holding: Holding | None = None
+        self.blocks: list[int] = []              # block keys of prompt + output
+        self.chunks: list[int] = []              # LMCache chunk keys of the prompt
+        self.saved = 0                           # chunks LMCache holds or was given
+        self.tiers = {"ddr": 0, "nvme": 0, "ceph": 0}
+        self.hbm_tokens = 0
+        self.admitted = -1.0
+        self.first_token = -1.0
+        self.preemptions = 0
+        self.pending_load = None                 # a retrieve process to wait for before the forward pass
+        self.record = record
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < self.target
+
+    @property
+    def length(self) -> int:
+        """Tokens in the sequence so far (prompt and emitted output)."""
+        return self.req.prompt_tokens + self.generated
+
+
+class Engine:
+    def __init__(self, sim: "Simulation", index: int):
+        r = sim.r
+        self.sim, self.index, self.env = sim, index, sim.env
+        self.hbm: PrefixCache = sim.hbm[index]
+        self.steptime = StepTime(r)
+        self.bs = r.block_size
+        self.max_seqs = r.max_num_seqs
+        self.budget = r.max_num_batched_tokens
+        self.chunked = r.chunked_prefill
+        self.prefix_caching = r.prefix_caching
+        self.lm = sim.lmcache
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.wakeup: simpy.Event | None = None
+        self.steps = 0
+        self.preemptions = 0
+        self.busy = 0.0
+        self.fast_forward = True                 # tests turn it off to check it changes nothing
+        self.on_step = None                      # tests: called as on_step(engine, tokens) after scheduling
+
+    # ---- arrivals
+    def submit(self, req: "Request", record: bool = True) -> None:
+        self.waiting.append(Seq(req, record))
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.wakeup is not None and not self.wakeup.triggered:
+            self.wakeup.succeed()
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    # ---- the loop
+    def loop(self):
+        env = self.env
+        while True:
+            if not self.running and not self.waiting:
+                self.wakeup = env.event()
+                yield self.wakeup
+                continue
+            hold = self._merge_hold()
+            if hold > 0 and not self.running:
+                self.wakeup = env.event()
+                yield env.any_of([env.timeout(hold), self.wakeup])
+                continue
+            prefills, decodes, loads = self._schedule(admit=hold <= 0)
+            if not prefills and not decodes:            # nothing fits: wait for a change
+                self.wakeup = env.event()
+                yield self.wakeup
+                continue
+            if self.on_step is not None:
+                self.on_step(self, sum(new for _, new in prefills) + len(decodes))
+            if self.fast_forward and not prefills and not loads and self._can_fast_forward():
+                yield from self._fast_forward(decodes)
+                continue
+            yield from self._step(prefills, decodes, loads)
+
+    def _merge_hold(self) -> float:
+        """Seconds to keep holding waiting requests for the design note's request merging (0 = go)."""
+        window = self.sim.r.lmcache.merging_window_s if self.sim.r.lmcache else None
+        if not window or not self.waiting:
+            return 0.0
+        tokens = sum(s.target for s in self.waiting)
+        if tokens >= self.sim.r.lmcache.merging_max_tokens:
+            return 0.0
+        return self.waiting[0].req.arrival + self.sim.offset + window - self.env.now
+
+    # ---- scheduling
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.bs)
+
+    def _schedule(self, admit: bool):
+        budget = self.budget
+        prefills: list[tuple[Seq, int]] = []
+        decodes: list[Seq] = []
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            new = min(seq.target - seq.computed, budget) if seq.prefilling else 1
+            if seq.prefilling and not self.chunked and new < seq.target - seq.computed:
+                break
+            need = self._blocks_for(seq.computed + new) - seq.holding.blocks
+            while need > 0 and not self.hbm.grow(seq.holding, need):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            if seq not in self.running:          # it preempted itself
+                break
+            budget -= new
+            (prefills.append((seq, new)) if seq.prefilling else decodes.append(seq))
+            i += 1
+        loads = []
+        if admit and not preempted:
+            while self.waiting and len(self.running) < self.max_seqs and budget > 0:
+                seq = self.waiting[0]
+                new = self._admit(seq, budget)
+                if new == 0:
+                    break
+                self.waiting.popleft()
+                self.running.append(seq)
+                budget -= new
+                prefills.append((seq, new))
+                if seq.pending_load is not None:
+                    loads.append(seq.pending_load)
+                    seq.pending_load = None
+        return prefills, decodes, loads
+
+    def _admit(self, seq: Seq, budget: int) -> int:
+        """Try to give `seq` its blocks; returns the tokens it prefills this step (0 = not admitted)."""
+        req, r, bs = seq.req, self.sim.r, self.bs
+        total = req.prompt_tokens + req.output_tokens
+        if not seq.blocks:
+            seq.blocks = req.content.keys(bs, total)
+        hit = 0
+        if self.prefix_caching:
+            hit = min(self.hbm.match(seq.blocks[: seq.target // bs]), (seq.target - 1) // bs)
+        local = hit * bs
+        external, spans = local, None
+        if self.lm is not None:
+            lmc = r.lmcache
+            if not seq.chunks:
+                seq.chunks = req.content.keys(lmc.chunk_size, req.prompt_tokens)
+            spans, counts = self.lm.probe(self.index, seq.chunks)
+            held = (spans[-1].end if spans else 0) * lmc.chunk_size
+            usable = min(held, seq.target - 1)
+            if usable > local and usable - local >= lmc.min_retrieve_tokens:
+                external = usable
+        computed = external
+        new = seq.target - computed
+        if self.chunked:
+            new = min(new, budget)
+        elif new > budget:
+            return 0
+        holding = self.hbm.allocate(seq.blocks, hit, self._blocks_for(computed + new))
+        if holding is None:
+            return 0
+        seq.holding, seq.computed = holding, computed
+        seq.admitted = self.env.now if seq.admitted < 0 else seq.admitted
+        first = seq.preemptions == 0          # where the prompt's KV came from is recorded at first admission
+        if first:
+            seq.hbm_tokens = local
+        if self.lm is not None:
+            self.lm.count_lookup(counts, seq.target)
+            seq.saved = max(seq.saved, spans[-1].end if spans else 0)
+            if external > local:
+                if first:
+                    for span in spans:
+                        lo = max(span.start * r.lmcache.chunk_size, local)
+                        hi = min(span.end * r.lmcache.chunk_size, external)
+                        seq.tiers[span.tier] += max(0, hi - lo)
+                seq.pending_load = self.env.process(self.lm.retrieve(self.index, seq.chunks, spans, local, external))
+        self.hbm.commit(holding, seq.blocks, computed // bs)
+        return new
+
+    def _preempt(self, seq: Seq) -> None:
+        """vLLM's recompute preemption: free the blocks (hashes stay cached), back to the front of the queue."""
+        self.running.remove(seq)
+        self.hbm.release(seq.holding)
+        seq.holding = None
+        seq.preemptions += 1
+        self.preemptions += 1
+        seq.target = seq.length                 # prompt and what was generated so far are recomputed
+        seq.computed = 0
+        self.waiting.appendleft(seq)
+
+    def _can_fast_forward(self) -> bool:
+        if not self.waiting:
+            return True
+        return len(self.running) >= self.max_seqs
+
+    # ---- one step
+    def _step(self, prefills, decodes, loads):
+        env = self.env
+        start = env.now
+        if loads:
+            yield simpy.AllOf(env, loads)
+        context = sum(s.length for s in decodes)
+        yield env.timeout(self.steptime.step([(new, s.computed) for s, new in prefills], len(decodes), context))
+        stores = []
+        for seq, new in prefills:
+            seq.computed += new
+            if self.prefix_caching:
+                self.hbm.commit(seq.holding, seq.blocks, min(seq.computed, len(seq.blocks) * self.bs) // self.bs)
+            if self.lm is not None:
+                full = min(seq.computed, seq.req.prompt_tokens) // self.sim.r.lmcache.chunk_size
+                if full > seq.saved:
+                    stores += seq.chunks[seq.saved:full]
+                    seq.saved = full
+        finished = []
+        for seq, _ in prefills:
+            if not seq.prefilling:               # the prompt (or its recomputation) is done: a token is sampled
+                if seq.first_token < 0:
+                    seq.first_token = env.now
+                seq.generated += 1
+                if seq.generated >= seq.req.output_tokens:
+                    finished.append(seq)
+        for seq in decodes:
+            seq.generated += 1
+            seq.computed += 1
+            if seq.generated >= seq.req.output_tokens:
+                finished.append(seq)
+        stores += self._decode_stores(finished)
+        if stores:
+            yield env.process(self.lm.store(self.index, stores))
+        self.steps += 1
+        self.busy += env.now - start
+        for seq in finished:
+            self._finish(seq)
+
+    def _decode_stores(self, finished: list[Seq]) -> list[int]:
+        """save_decode_cache: at the end, the full chunks that include generated tokens."""
+        if self.lm is None or not self.sim.r.lmcache.save_decode_cache:
+            return []
+        keys = []
+        for seq in finished:
+            full = seq.req.content.keys(self.sim.r.lmcache.chunk_size, seq.length)
+            keys += full[seq.saved:]
+            seq.saved = len(full)
+        return keys
+
+    # ---- many decode steps at once
+    def _fast_forward(self, decodes: list[Seq]):
+        env, bs, n = self.env, self.bs, len(decodes)
+        remaining = np.array([s.req.output_tokens - s.generated for s in decodes])
+        horizon = int(remaining.min())
+        room = np.array([s.holding.blocks * bs - s.computed for s in decodes])   # decode steps before a new block
+        horizon = min(horizon, self._steps_within_free_blocks(room, horizon))
+        if horizon < 1:                      # the next step needs a block that is not free: step it
+            yield from self._step([], decodes, [])
+            return
+        context = sum(s.length for s in decodes)
+        ends = self.steptime.decode_run(n, context, horizon)
+        start = env.now
+        steps = horizon
+        if len(self.running) < self.max_seqs:      # an arrival may join at the next step boundary
+            self.wakeup = env.event()
+            yield env.any_of([env.timeout(float(ends[-1])), self.wakeup])
+            elapsed = env.now - start
+            if elapsed < ends[-1]:
+                steps = int(np.searchsorted(ends, elapsed, side="right")) + 1
+                steps = min(steps, horizon)
+                yield env.timeout(max(0.0, float(ends[steps - 1]) - elapsed))
+        else:
+            yield env.timeout(float(ends[-1]))
+        grow = np.maximum(0, -(-(steps - room) // bs))
+        for seq, extra in zip(decodes, grow.tolist()):
+            if extra and not self.hbm.grow(seq.holding, extra):
+                raise AssertionError("fast-forward planned blocks that are not free")
+            seq.generated += steps
+            seq.computed += steps
+        self.steps += steps
+        self.busy += env.now - start
+        finished = [s for s in decodes if s.generated >= s.req.output_tokens]
+        stores = self._decode_stores(finished)
+        if stores:
+            yield env.process(self.lm.store(self.index, stores))
+        for seq in finished:
+            self._finish(seq)
+
+    def _steps_within_free_blocks(self, room: np.ndarray, horizon: int) -> int:
+        """The most decode steps (<= horizon) whose new blocks the free pool can supply."""
+        free, bs = self.hbm.free_blocks, self.bs
+
+        def needed(steps: int) -> int:
+            return int(np.maximum(0, -(-(steps - room) // bs)).sum())
+
+        if needed(horizon) <= free:
+            return horizon
+        lo, hi = 0, horizon                    # needed(lo) <= free < needed(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if needed(mid) <= free else (lo, mid)
+        return lo
+
+    # ---- completion
+    def _finish(self, seq: Seq) -> None:
+        env = self.env
+        self.running.remove(seq)
+        if self.prefix_caching:
+            self.hbm.commit(seq.holding, seq.blocks, min(seq.length, len(seq.blocks) * self.bs) // self.bs)
+        self.hbm.release(seq.holding)
+        seq.holding = None
+        self.sim.finished(self.index, seq, env.now)
+        self._wake()

@@ -1,0 +1,61 @@
+"""From per-request records to the run's summary: latency percentiles, throughput, SLO, alerts.
+
+Percentiles use numpy's default linear interpolation. Goodput counts the requests that met every
+SLO target on their own; the SLO check compares each target (e.g. ttft_p99 <= 500 ms) with the
+run's percentile. Alerts are the design note's monitoring thresholds (spec `monitoring`): LMCache
+hit ratio below its minimum, mean HBM block utilisation above its maximum, mean Ceph op latency
+above its maximum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..resolve import Resolved
+from ..units import fmt_duration
+from .result import RequestRecord, SloCheck, Summary
+
+
+def summary(values) -> Summary:
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        return Summary(mean=0.0, p50=0.0, p90=0.0, p99=0.0)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return Summary(mean=float(a.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
+
+
+def latency(records: list[RequestRecord]) -> dict[str, Summary]:
+    multi = [r.tpot for r in records if r.output_tokens > 1]
+    return {"ttft": summary([r.ttft for r in records]), "tpot": summary(multi),
+            "e2e": summary([r.e2e for r in records]), "queue": summary([r.queue for r in records])}
+
+
+def slo_checks(r: Resolved, lat: dict[str, Summary]) -> list[SloCheck]:
+    checks = []
+    for key, target in r.slo.targets().items():
+        metric, pct = key.rsplit("_", 1)
+        value = getattr(lat[metric], pct)
+        checks.append(SloCheck(key=key, target=target, value=value, met=value <= target))
+    return checks
+
+
+def good_requests(r: Resolved, records: list[RequestRecord]) -> int:
+    limits: dict[str, float] = {}
+    for key, target in r.slo.targets().items():
+        metric = key.rsplit("_", 1)[0]
+        limits[metric] = min(target, limits.get(metric, target))
+    if not limits:
+        return len(records)
+    return sum(all(getattr(rec, metric) <= limit for metric, limit in limits.items()) for rec in records)
+
+
+def alerts(r: Resolved, lmcache_hit: float | None, mean_block_utilisation: float,
+           ceph: Summary | None) -> list[str]:
+    m, out = r.monitoring, []
+    if lmcache_hit is not None and lmcache_hit < m.min_lmcache_hit_ratio:
+        out.append(f"LMCache hit ratio {lmcache_hit:.1%} is below {m.min_lmcache_hit_ratio:.0%}")
+    if mean_block_utilisation > m.max_block_utilization:
+        out.append(f"HBM block utilisation {mean_block_utilisation:.1%} is above {m.max_block_utilization:.0%}")
+    if ceph is not None and ceph.mean > m.max_ceph_op_latency:
+        out.append(f"Ceph op latency {fmt_duration(ceph.mean)} (mean) is above {fmt_duration(m.max_ceph_op_latency)}")
+    return out

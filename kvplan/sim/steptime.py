@@ -1,0 +1,219 @@
+"""How long one vLLM engine step takes: a roofline over compute and memory traffic, plus
+tensor-parallel all-reduces and a fixed per-step overhead (docs/step-time.md).
+
+One step is one forward pass of one instance: TP ranks each do 1/TP of the work in parallel,
+so everything below is per rank (per GPU). A step's batch holds prefill chunks, each `q` new
+tokens after `c` tokens already in the KV cache, and decoding sequences, each one new token
+after a context of `L` tokens. With N = all new tokens in the step (sum of q, plus one per
+decoding sequence):
+
+    FLOPs  = [ 2 P_active N                                          linear layers, every token
+             + A ( sum over chunks q (c + (q + 1) / 2)  +  sum over decodes L ) ] / TP
+             A = 2 x layers x attention heads x (qk dim + v dim)     per (query, key) pair
+    bytes  = W / TP + K_rank ( sum of c + sum of L )  +  K_rank N
+             weights once      KV read                    KV written for the new tokens
+    time   = max( FLOPs / (peak x compute_efficiency), bytes / (HBM bandwidth x memory_efficiency) )
+             + [TP > 1] 2 x layers x ( allreduce_latency + 2 (TP - 1) / TP x N x hidden x 2 B / link )
+             + step_overhead
+
+- P_active is `active_params` (mixture of experts) or `params`; W = params x bytes per weight,
+  `Resolved.weight_bytes_per_gpu`; K_rank = `Resolved.kv_bytes_per_token_per_rank`.
+- Attention is causal: a chunk's i-th new token attends to c + i keys, so a chunk costs
+  q (c + (q + 1) / 2) pairs; splitting a prompt into chunks does not change the total. For
+  GQA/MHA the qk and v dims are both head_dim, so A = 4 x layers x heads x head_dim. For MLA the
+  attention runs over the cached latent (vLLM's weight-absorbed form, which its decode kernels
+  use): qk dim = kv_lora_rank + qk_rope_head_dim (= head_dim), v dim = kv_lora_rank. vLLM
+  computes MLA prefill in the cheaper decompressed form, so this over-counts MLA prefill
+  attention; linear FLOPs dominate it below a few thousand tokens of context.
+- Two all-reduces per layer (after attention and after the MLP), each of N x hidden_size
+  activations of 2 bytes, as a ring: every rank sends 2 (TP - 1) / TP of it over its link
+  (NVLink, else PCIe), plus a fixed latency. None at TP 1.
+- Known simplifications: one max() over the whole step (real kernels alternate between
+  compute- and memory-bound), activations' own traffic ignored, the embedding table counted in
+  the weights and in 2 P FLOPs, every expert of an MoE read every step. The coefficients
+  absorb what this misses; calibration fits them.
+
+The coefficients come from `Resolved.step` (catalog defaults per accelerator, overridden by
+serving.step_model). `StepTime` precomputes every constant in __init__, so `step` is plain float
+arithmetic; `decode_run` gives many consecutive pure-decode steps at once with numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..resolve import Resolved
+from ..spec.architecture import Architecture
+
+ACTIVATION_BYTES = 2
+"""Bytes per activation element in the tensor-parallel all-reduce (bf16/fp16)."""
+
+
+def attention_dims(model: Architecture) -> tuple[int, int]:
+    """(qk dim, v dim) of one attention head as the step-time model counts it (MLA: the latent form)."""
+    if model.attention == "mla":
+        return model.head_dim, model.kv_lora_rank
+    return model.head_dim, model.head_dim
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One step taken apart (per GPU): what `StepTime.step` adds up."""
+
+    tokens: int
+    """New tokens in the step (prefill chunk tokens + one per decoding sequence)."""
+    flops: float
+    bytes: float
+    compute_s: float
+    """FLOPs / (peak x compute_efficiency)."""
+    memory_s: float
+    """bytes / (HBM bandwidth x memory_efficiency)."""
+    allreduce_s: float
+    overhead_s: float
+    seconds: float
+    """max(compute_s, memory_s) + allreduce_s + overhead_s: equals StepTime.step."""
+
+    @property
+    def bound(self) -> str:
+        """Which side of the roofline binds: "compute" or "memory"."""
+        return "compute" if self.compute_s > self.memory_s else "memory"
+
+
+class StepTime:
+    """Step times of one vLLM instance of `Resolved` (see the module docstring for the formula)."""
+
+    __slots__ = ("linear_flops", "attention_flops", "weight_bytes", "kv_bytes", "flops_rate", "bytes_rate",
+                 "allreduce_fixed", "allreduce_per_token", "overhead")
+
+    def __init__(self, r: Resolved):
+        m, c, tp = r.model, r.step, r.tensor_parallel
+        qk, v = attention_dims(m)
+        self.linear_flops = 2.0 * (m.active_params or m.params) / tp             # per new token, per rank
+        self.attention_flops = 2.0 * m.num_layers * m.num_attention_heads * (qk + v) / tp   # per (query, key) pair
+        self.weight_bytes = float(r.weight_bytes_per_gpu)
+        self.kv_bytes = float(r.kv_bytes_per_token_per_rank)
+        self.flops_rate = r.peak_flops * c.compute_efficiency
+        self.bytes_rate = r.hbm_bandwidth * c.memory_efficiency
+        if tp > 1:
+            allreduces = 2 * m.num_layers
+            self.allreduce_fixed = allreduces * c.allreduce_latency
+            self.allreduce_per_token = (allreduces * 2.0 * (tp - 1) / tp * m.hidden_size * ACTIVATION_BYTES
+                                        / c.allreduce_bandwidth)
+        else:
+            self.allreduce_fixed = 0.0
+            self.allreduce_per_token = 0.0
+        self.overhead = c.step_overhead
+
+    def step(self, prefills: Sequence[tuple[int, int]], decode_seqs: int, decode_context: int) -> float:
+        """Seconds for one engine step: `prefills` = (new tokens q, cached context c) per prefill chunk in the
+        batch; `decode_seqs` sequences each decoding one token, whose context lengths sum to `decode_context`.
+        A step with no tokens takes no time."""
+        tokens = decode_seqs
+        pairs = decode_context
+        read = decode_context
+        for q, c in prefills:
+            tokens += q
+            pairs += q * (c + (q + 1) * 0.5)
+            read += c
+        if tokens <= 0:
+            return 0.0
+        compute = (self.linear_flops * tokens + self.attention_flops * pairs) / self.flops_rate
+        memory = (self.weight_bytes + self.kv_bytes * (read + tokens)) / self.bytes_rate
+        return ((compute if compute > memory else memory) + self.allreduce_fixed + self.allreduce_per_token * tokens
+                + self.overhead)
+
+    def decode_run(self, seqs: int, context: int, steps: int) -> np.ndarray:
+        """Cumulative end times (seconds from now) of `steps` consecutive pure-decode steps of `seqs` sequences
+        whose contexts sum to `context` at the first step and grow by `seqs` per step. Equal, to floating-point
+        tolerance, to summing step((), seqs, context + i*seqs) for i in range(steps)."""
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, not {steps}")
+        if seqs <= 0:
+            return np.zeros(steps)
+        ctx = context + seqs * np.arange(steps, dtype=np.float64)
+        compute = (self.linear_flops * seqs + self.attention_flops * ctx) / self.flops_rate
+        memory = (self.weight_bytes + self.kv_bytes * (ctx + seqs)) / self.bytes_rate
+        each = np.maximum(compute, memory) + self.allreduce_fixed + self.allreduce_per_token * seqs + self.overhead
+        return np.cumsum(each)
+
+    def prefill_seconds(self, tokens: int, context: int = 0) -> float:
+        """One lone prefill chunk of `tokens` new tokens after `context` cached ones."""
+        return self.step(((tokens, context),), 0, 0)
+
+    def breakdown(self, prefills: Sequence[tuple[int, int]], decode_seqs: int, decode_context: int) -> StepCost:
+        """The parts of `step` (for tests, docs and reports; not for the hot path)."""
+        tokens = decode_seqs + sum(q for q, _ in prefills)
+        pairs = decode_context + sum(q * (c + (q + 1) * 0.5) for q, c in prefills)
+        read = decode_context + sum(c for _, c in prefills)
+        if tokens <= 0:
+            return StepCost(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        flops = self.linear_flops * tokens + self.attention_flops * pairs
+        nbytes = self.weight_bytes + self.kv_bytes * (read + tokens)
+        compute, memory = flops / self.flops_rate, nbytes / self.bytes_rate
+        allreduce = self.allreduce_fixed + self.allreduce_per_token * tokens
+        return StepCost(tokens, flops, nbytes, compute, memory, allreduce, self.overhead,
+                        self.step(prefills, decode_seqs, decode_context))
+
+
+# ---- python -m kvplan.sim.steptime: the catalog's coefficients and a few worked numbers (docs/step-time.md)
+
+def _example(gpu: str, model: str, tp: int, **step_model) -> Resolved:
+    from ..resolve import resolve
+    from ..spec import from_mapping
+
+    serving = {"gpu": gpu, "tensor_parallel": tp, "max_model_len": 8192}
+    if step_model:
+        serving["step_model"] = step_model
+    return resolve(from_mapping({"name": "steptime", "model": model, "serving": serving,
+                                 "workload": {"kind": "chat", "duration": "1min", "arrivals": {"rate": "1/s"}}}))
+
+
+def reuse_threshold(r: Resolved, prefix: int, *, full: bool = False) -> float:
+    """Mooncake (FAST'25) Eq. 2: bytes/s above which loading `prefix` tokens of KV beats recomputing them:
+    the prefix's KV bytes (whole instance) / its prefill time (compute side of the roofline only, as the
+    paper compares; `full` = the whole step time, all-reduces and overhead included)."""
+    st = StepTime(r)
+    cost = st.breakdown(((prefix, 0),), 0, 0)
+    seconds = cost.seconds if full else max(cost.compute_s, cost.memory_s)
+    return r.kv_bytes_per_token * prefix / seconds
+
+
+def main() -> None:
+    from ..catalog import load_catalog
+    from ..units import fmt_bandwidth, fmt_duration
+
+    cat = load_catalog()
+    print("Catalog defaults (models/hardware/gpus.yaml, efficiency:)")
+    print(f"{'accelerator':<16}{'compute':>9}{'memory':>8}{'overhead':>10}{'all-reduce':>12}")
+    for d in cat.devices.values():
+        e = d.efficiency
+        if e is None:
+            print(f"{d.name:<16}{'(none)':>9}")
+            continue
+        print(f"{d.name:<16}{e.compute_efficiency:>9.2f}{e.memory_efficiency:>8.2f}"
+              f"{fmt_duration(e.step_overhead):>10}{fmt_duration(e.allreduce_latency):>12}")
+
+    r = _example("H100-SXM", "Llama-3.1-8B", 1)
+    st = StepTime(r)
+    print("\nLlama-3.1-8B on one H100-SXM (catalog defaults)")
+    for label, prefills, seqs, ctx in (("prefill 2048 tokens", ((2048, 0),), 0, 0),
+                                       ("decode 1 seq, context 1024", (), 1, 1024),
+                                       ("decode 64 seqs, context 64 x 2048", (), 64, 64 * 2048),
+                                       ("decode 256 seqs, context 256 x 512", (), 256, 256 * 512),
+                                       ("512-token chunk + 32 decodes", ((512, 1024),), 32, 32 * 1024)):
+        c = st.breakdown(prefills, seqs, ctx)
+        print(f"  {label:<36}{fmt_duration(c.seconds):>9}  {c.bound}-bound "
+              f"({c.flops / 1e12:.2f} TFLOP, {c.bytes / 1e9:.2f} GB per GPU)")
+
+    print("\nMooncake FAST'25 Eq. 2: Llama-3.1-70B, TP 8, 8K-token prefix, compute_efficiency 1")
+    for name, gpu, paper in (("A800 (A100-80GB)", "A100-80GB", "~6 GB/s"), ("H800 (H100-SXM)", "H100-SXM", "~19 GB/s")):
+        r = _example(gpu, "Llama-3.1-70B", 8, compute_efficiency=1.0)
+        print(f"  {name:<18} load beats recompute above {fmt_bandwidth(reuse_threshold(r, 8192))} "
+              f"(paper {paper}); with all-reduces and overhead {fmt_bandwidth(reuse_threshold(r, 8192, full=True))}")
+
+
+if __name__ == "__main__":
+    main()
