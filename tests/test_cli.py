@@ -117,3 +117,21 @@ def test_a_bad_trace_line_stops_the_run_with_file_and_line(tmp_path):
     result = run("simulate", str(spec))
     assert result.returncode == 1
     assert f"{trace}:2" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_simulate_ablation_as_markdown():
+    result = run("simulate", "examples/local.yaml", "--ablate", "--format", "md")
+    assert result.returncode == 0, result.stderr
+    assert "### Ablation: the same workload, one tier at a time" in result.stdout
+    assert "| no reuse |" in result.stdout and "| + ceph |" in result.stdout
+
+
+def test_simulate_across_seeds_reports_confidence_intervals(tmp_path):
+    out = tmp_path / "seeds.json"
+    result = run("simulate", "examples/local.yaml", "--seeds", "2", "--out", str(out))
+    assert result.returncode == 0 and "Across 2 seeds (1..2)" in result.stdout
+    assert [r["seed"] for r in json.loads(out.read_text())["results"]] == [1, 2]
+
+
+def test_simulate_rejects_an_unknown_format():
+    assert run("simulate", "examples/local.yaml", "--format", "html").returncode == 2

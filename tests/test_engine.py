@@ -59,3 +59,39 @@ def test_fast_forward_gives_the_same_latencies_as_stepping(example, changes):
         assert a.ttft == pytest.approx(b.ttft, rel=1e-9, abs=1e-9)
         assert a.e2e == pytest.approx(b.e2e, rel=1e-9, abs=1e-9)
     assert fast.preemptions == slow.preemptions
+
+
+def test_request_merging_holds_arrivals_to_prefill_them_together(tmp_path):
+    trace = tmp_path / "burst.jsonl"
+    trace.write_text("".join(f'{{"timestamp": {t}, "input_length": 600, "output_length": 4, "hash_ids": [{i}, {i + 100}]}}\n'
+                             for i, t in enumerate((0, 10, 20))))
+    base = dict(workload__trace={"path": str(trace)}, serving__instances=1, serving__router="round_robin")
+    _, plain = simulate("mooncake-replay", **base)
+    _, merged = simulate("mooncake-replay", lmcache__merging={"window": "50ms", "max_tokens": 100000}, **base)
+    assert plain.per_request[0].queue == pytest.approx(0)
+    # held until the window of the first arrival closes, then all three go in one step
+    assert [round(r.queue, 6) for r in merged.per_request] == [0.05, 0.04, 0.03]
+    _, capped = simulate("mooncake-replay", lmcache__merging={"window": "50ms", "max_tokens": 1200}, **base)
+    assert capped.per_request[0].queue == pytest.approx(0.01)       # 1,200 tokens waiting at 10 ms: go
+
+
+def test_more_load_never_lowers_mean_ttft_across_seeds():
+    means = []
+    for rate in ("0.2/s", "0.8/s", "3/s"):
+        runs = [simulate(workload__requests=300, workload__seed=seed, workload__arrivals={"rate": rate})[1]
+                for seed in range(3)]
+        means.append(sum(r.ttft.mean for r in runs) / len(runs))
+    assert means == sorted(means) and means[0] < means[-1]
+
+
+def test_ablation_adds_one_tier_at_a_time():
+    from kvplan.sim.ablation import ablate, variants
+
+    names = [name for name, _ in variants(spec("chat-llama2-13b"))]
+    assert names == ["no reuse", "hbm only", "+ ddr", "+ nvme", "+ ceph"]
+    plus_ddr = dict(variants(spec("chat-llama2-13b")))["+ ddr"]
+    assert plus_ddr.lmcache.nvme is None and plus_ddr.lmcache.ceph is None and plus_ddr.ceph is None
+    results = dict(ablate(spec("chat-llama2-13b", workload__requests=200)))
+    assert results["no reuse"].recomputed_tokens == results["no reuse"].prompt_tokens
+    assert results["hbm only"].recomputed_tokens < results["no reuse"].recomputed_tokens
+    assert results["+ ceph"].recomputed_tokens <= results["hbm only"].recomputed_tokens

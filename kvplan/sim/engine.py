@@ -150,27 +150,38 @@ class Engine:
         return -(-tokens // self.bs)
 
     def _schedule(self, admit: bool):
-        budget = self.budget
+        budget, bs, hbm, running = self.budget, self.bs, self.hbm, self.running
         prefills: list[tuple[Seq, int]] = []
         decodes: list[Seq] = []
         preempted = False
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            new = min(seq.target - seq.computed, budget) if seq.prefilling else 1
-            if seq.prefilling and not self.chunked and new < seq.target - seq.computed:
-                break
-            need = self._blocks_for(seq.computed + new) - seq.holding.blocks
-            while need > 0 and not self.hbm.grow(seq.holding, need):
-                victim = self.running[-1]
-                self._preempt(victim)
-                preempted = True
-                if victim is seq:
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            remaining = seq.target - seq.computed
+            if remaining > 0:
+                new = min(remaining, budget)
+                if new < remaining and not self.chunked:
                     break
-            if seq not in self.running:          # it preempted itself
-                break
+            else:
+                new = 1
+            holding = seq.holding
+            need = -(-(seq.computed + new) // bs) - len(holding.keys) - holding.anon
+            if need > 0:
+                gave_up = False
+                while not hbm.grow(holding, need):
+                    victim = running[-1]
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is seq:            # it had to preempt itself
+                        gave_up = True
+                        break
+                if gave_up:
+                    break
             budget -= new
-            (prefills.append((seq, new)) if seq.prefilling else decodes.append(seq))
+            if remaining > 0:
+                prefills.append((seq, new))
+            else:
+                decodes.append(seq)
             i += 1
         loads = []
         if admit and not preempted:
@@ -237,7 +248,10 @@ class Engine:
 
     def _preempt(self, seq: Seq) -> None:
         """vLLM's recompute preemption: free the blocks (hashes stay cached), back to the front of the queue."""
-        self.running.remove(seq)
+        if self.running[-1] is seq:
+            self.running.pop()
+        else:
+            self.running.remove(seq)
         self.hbm.release(seq.holding)
         seq.holding = None
         seq.preemptions += 1
@@ -257,7 +271,7 @@ class Engine:
         start = env.now
         if loads:
             yield simpy.AllOf(env, loads)
-        context = sum(s.length for s in decodes)
+        context = sum(s.req.prompt_tokens + s.generated for s in decodes)
         yield env.timeout(self.steptime.step([(new, s.computed) for s, new in prefills], len(decodes), context))
         stores = []
         for seq, new in prefills:

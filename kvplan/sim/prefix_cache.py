@@ -65,11 +65,11 @@ class PrefixCache:
         Returns None (and changes nothing) when the pool cannot supply them.
         """
         fresh = total_blocks - hit
-        reclaimable = sum(1 for key in keys[:hit] if key in self._free)
-        if fresh > self.free_blocks - reclaimable:
-            return None
         free, refs = self._free, self._refs
-        for key in keys[:hit]:
+        hits = keys[:hit]
+        if fresh > self._pristine + len(free) - sum(map(free.__contains__, hits)):
+            return None
+        for key in hits:
             if key in refs:
                 refs[key] += 1
             else:
