@@ -377,5 +377,6 @@ class Engine:
             self.hbm.commit(seq.holding, seq.blocks, min(seq.length, len(seq.blocks) * self.bs) // self.bs)
         self.hbm.release(seq.holding)
         seq.holding = None
+        seq.req.content.forget()
         self.sim.finished(self.index, seq, env.now)
         self._wake()

@@ -111,6 +111,10 @@ class Content(Protocol):
         iff their first (i+1)*unit tokens are identical."""
         ...
 
+    def forget(self) -> None:
+        """Drop cached keys; later keys() calls recompute them."""
+        ...
+
 
 def _check_length(content: Any, unit: int, length: int) -> None:
     if unit < 1:
@@ -165,9 +169,15 @@ class Segments:
             chain.append(node)
             node = node._parent
         base: list[int] = node._keys[unit] if node is not None else []
-        for node in reversed(chain):
-            base = node._keys[unit] = _extend_keys(node.parts, node.length // unit, unit, base)
+        for node in reversed(chain):                 # only this content keeps them (see forget)
+            base = _extend_keys(node.parts, node.length // unit, unit, base)
+        self._keys[unit] = base
         return base
+
+    def forget(self) -> None:
+        """Drop the cached keys (they are recomputed if asked for again): a finished request's
+        keys would otherwise stay in memory for the rest of a long run."""
+        self._keys = {}
 
 
 def _extend_keys(parts, n_keys: int, unit: int, base: list[int]) -> list[int]:
@@ -235,6 +245,10 @@ class TraceBlocks:
         if done is None:
             done = self._keys[unit] = self._compute(unit)
         return done[: length // unit]
+
+    def forget(self) -> None:
+        """Drop the cached keys (recomputed if asked for again)."""
+        self._keys = None
 
     def _compute(self, unit: int) -> list[int]:
         ids, bs = self.hash_ids, self.block_size
