@@ -96,7 +96,7 @@ def test_simulate_prints_tiers_and_writes_json(tmp_path):
         assert text in result.stdout
     data = json.loads(out.read_text())
     assert data["requests"] == 5000 and [t["name"] for t in data["tiers"]] == ["hbm", "ddr", "nvme", "ceph"]
-    assert len(data["per_request"]) == 5000
+    assert len(data["per_request"]["ttft"]) == 5000
 
 
 def test_same_spec_and_seed_give_byte_identical_json(tmp_path):

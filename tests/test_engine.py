@@ -37,7 +37,7 @@ def test_steps_never_exceed_max_num_seqs_batched_tokens_or_blocks():
 
 def test_tokens_are_conserved():
     _, res = simulate(workload__requests=300)
-    for rec in res.per_request:
+    for rec in res.per_request.rows():
         served = rec.hbm_tokens + rec.ddr_tokens + rec.nvme_tokens + rec.ceph_tokens
         assert served + rec.recomputed_tokens == rec.prompt_tokens
         assert 0 <= rec.queue <= rec.ttft <= rec.e2e
@@ -54,7 +54,7 @@ def test_fast_forward_gives_the_same_latencies_as_stepping(example, changes):
     _, fast = simulate(example, fast_forward=True, **changes)
     _, slow = simulate(example, fast_forward=False, **changes)
     assert fast.requests == slow.requests
-    for a, b in zip(fast.per_request, slow.per_request):
+    for a, b in zip(fast.per_request.rows(), slow.per_request.rows()):
         assert a.id == b.id and a.instance == b.instance
         assert a.ttft == pytest.approx(b.ttft, rel=1e-9, abs=1e-9)
         assert a.e2e == pytest.approx(b.e2e, rel=1e-9, abs=1e-9)
@@ -70,7 +70,7 @@ def test_request_merging_holds_arrivals_to_prefill_them_together(tmp_path):
     _, merged = simulate("mooncake-replay", lmcache__merging={"window": "50ms", "max_tokens": 100000}, **base)
     assert plain.per_request[0].queue == pytest.approx(0)
     # held until the window of the first arrival closes, then all three go in one step
-    assert [round(r.queue, 6) for r in merged.per_request] == [0.05, 0.04, 0.03]
+    assert [round(q, 6) for q in merged.per_request.queue] == [0.05, 0.04, 0.03]
     _, capped = simulate("mooncake-replay", lmcache__merging={"window": "50ms", "max_tokens": 1200}, **base)
     assert capped.per_request[0].queue == pytest.approx(0.01)       # 1,200 tokens waiting at 10 ms: go
 

@@ -56,7 +56,7 @@ def chunks(n: int) -> int:
 
 def test_a_repeated_prompt_hits_its_full_chunks_and_recomputes_the_partial_tail(tmp_path):
     res = toy_run(tmp_path, [([1, 2, 3, 4], 3 * CHUNK + 100, 1)] * 2, ddr={"size": chunks(8)})
-    first, second = res.per_request
+    first, second = res.per_request.rows()
     assert first.recomputed_tokens == 3 * CHUNK + 100
     assert (second.ddr_tokens, second.recomputed_tokens) == (3 * CHUNK, 100)   # the partial 4th chunk never hits
     assert res.tier("ddr").stored_chunks == 3                                    # ... and is never stored

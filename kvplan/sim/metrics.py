@@ -13,7 +13,7 @@ import numpy as np
 
 from ..resolve import Resolved
 from ..units import fmt_duration
-from .result import RequestRecord, SloCheck, Summary
+from .result import RequestTable, SloCheck, Summary
 
 
 def summary(values) -> Summary:
@@ -24,10 +24,9 @@ def summary(values) -> Summary:
     return Summary(mean=float(a.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
 
 
-def latency(records: list[RequestRecord]) -> dict[str, Summary]:
-    multi = [r.tpot for r in records if r.output_tokens > 1]
-    return {"ttft": summary([r.ttft for r in records]), "tpot": summary(multi),
-            "e2e": summary([r.e2e for r in records]), "queue": summary([r.queue for r in records])}
+def latency(table: RequestTable) -> dict[str, Summary]:
+    return {"ttft": summary(table.ttft), "tpot": summary(table.tpot[table.output_tokens > 1]),
+            "e2e": summary(table.e2e), "queue": summary(table.queue)}
 
 
 def slo_checks(r: Resolved, lat: dict[str, Summary]) -> list[SloCheck]:
@@ -39,14 +38,11 @@ def slo_checks(r: Resolved, lat: dict[str, Summary]) -> list[SloCheck]:
     return checks
 
 
-def good_requests(r: Resolved, records: list[RequestRecord]) -> int:
-    limits: dict[str, float] = {}
+def good_requests(r: Resolved, table: RequestTable) -> int:
+    good = np.ones(len(table), dtype=bool)
     for key, target in r.slo.targets().items():
-        metric = key.rsplit("_", 1)[0]
-        limits[metric] = min(target, limits.get(metric, target))
-    if not limits:
-        return len(records)
-    return sum(all(getattr(rec, metric) <= limit for metric, limit in limits.items()) for rec in records)
+        good &= getattr(table, key.rsplit("_", 1)[0]) <= target
+    return int(good.sum())
 
 
 def alerts(r: Resolved, lmcache_hit: float | None, mean_block_utilisation: float,

@@ -15,6 +15,8 @@ reference/lmcache-vllm.md §2):
 - A hit on a cached free block takes it out of the free queue until its users finish.
 
 Never-used blocks sit at the head of the queue at start-up; they are counted, not listed.
+Blocks without a hash that were freed together (a request's partial tail, its duplicates) are
+one entry of the queue holding their count, so a long output costs one entry, not one per block.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from typing import Sequence
 
 
 class PrefixCache:
-    __slots__ = ("num_blocks", "_free", "_pristine", "_refs", "_anon_free", "evictions")
+    __slots__ = ("num_blocks", "_free", "_free_count", "_pristine", "_refs", "_anon_free", "evictions")
 
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
-        self._free: OrderedDict = OrderedDict()   # free blocks, head = next to be reused; hashed or anonymous
+        self._free: OrderedDict = OrderedDict()   # head = next reused; hashed key -> None, anonymous run -> count
+        self._free_count = 0                      # blocks in _free
         self._pristine = num_blocks               # never-used blocks, logically at the head
         self._refs: dict = {}                     # hashed blocks in use -> number of holders
         self._anon_free = 0                       # free blocks without a hash (partial tails, duplicates)
@@ -47,12 +50,12 @@ class PrefixCache:
 
     @property
     def free_blocks(self) -> int:
-        return self._pristine + len(self._free)
+        return self._pristine + self._free_count
 
     @property
     def cached_blocks(self) -> int:
         """Blocks holding a reusable hash (in use or free)."""
-        return len(self._refs) + len(self._free) - self._anon_free
+        return len(self._refs) + self._free_count - self._anon_free
 
     @property
     def used_blocks(self) -> int:
@@ -67,40 +70,46 @@ class PrefixCache:
         fresh = total_blocks - hit
         free, refs = self._free, self._refs
         hits = keys[:hit]
-        if fresh > self._pristine + len(free) - sum(map(free.__contains__, hits)):
+        if fresh > self.free_blocks - sum(map(free.__contains__, hits)):
             return None
         for key in hits:
             if key in refs:
                 refs[key] += 1
             else:
                 del free[key]
+                self._free_count -= 1
                 refs[key] = 1
-        for _ in range(fresh):
-            if self._pristine:
-                self._pristine -= 1
-            else:
-                victim, _ = free.popitem(last=False)
-                if type(victim) is object:
-                    self._anon_free -= 1
-                else:
-                    self.evictions += 1
+        self._take(fresh)
         return Holding(list(keys[:hit]), fresh, hit)
 
     def grow(self, holding: "Holding", blocks: int) -> bool:
         """Give a running request `blocks` more new blocks (decode); False when the pool is out."""
         if blocks > self.free_blocks:
             return False
-        for _ in range(blocks):
-            if self._pristine:
-                self._pristine -= 1
-            else:
-                victim, _ = self._free.popitem(last=False)
-                if type(victim) is object:
-                    self._anon_free -= 1
-                else:
-                    self.evictions += 1
+        self._take(blocks)
         holding.anon += blocks
         return True
+
+    def _take(self, n: int) -> None:
+        """Reuse `n` free blocks from the head of the queue (never-used ones first)."""
+        pristine = min(n, self._pristine)
+        self._pristine -= pristine
+        n -= pristine
+        free = self._free
+        while n:
+            key, run = free.popitem(last=False)
+            if run is None:                    # a cached block: its content is evicted
+                self.evictions += 1
+                self._free_count -= 1
+                n -= 1
+            else:                              # a run of anonymous blocks
+                used = min(n, run)
+                n -= used
+                self._anon_free -= used
+                self._free_count -= used
+                if run > used:
+                    free[key] = run - used
+                    free.move_to_end(key, last=False)
 
     def commit(self, holding: "Holding", keys: Sequence[int], upto: int) -> None:
         """The request has computed its full blocks up to `upto`: they become cached (hashed).
@@ -123,14 +132,16 @@ class PrefixCache:
         Hashed blocks another request still holds stay in use.
         """
         free, refs = self._free, self._refs
-        for _ in range(holding.anon):          # the unhashed tail goes first
-            free[object()] = None
-        self._anon_free += holding.anon
+        if holding.anon:                       # the unhashed tail goes first
+            free[object()] = holding.anon
+            self._anon_free += holding.anon
+            self._free_count += holding.anon
         for key in reversed(holding.keys):
             refs[key] -= 1
             if refs[key] == 0:
                 del refs[key]
                 free[key] = None
+                self._free_count += 1
         holding.keys, holding.anon = [], 0
 
 

@@ -19,6 +19,7 @@ import gc
 from itertools import count
 from typing import Callable
 
+import numpy as np
 import simpy
 
 from ..resolve import Resolved
@@ -28,7 +29,9 @@ from .engine import Engine, Seq
 from .fabric import Fabric
 from .lmcache import TIERS, LMCacheModel
 from .prefix_cache import PrefixCache
-from .result import LinkResult, RequestRecord, SimResult, TierResult
+from array import array
+
+from .result import FLOAT_COLUMNS, LinkResult, RequestRow, RequestTable, SimResult, TierResult
 
 Progress = Callable[[float], None]
 
@@ -65,7 +68,8 @@ class Simulation:
         self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
         self.engines = [Engine(self, i) for i in range(r.instances)]
         self.router = Router(r.router, self.engines, r.block_size)
-        self.records: list[RequestRecord] = []
+        self.columns = {name: array("d" if name in FLOAT_COLUMNS else "q")
+                        for name in RequestRow._fields}                # 8 bytes a value, filled as requests finish
         self.offset = 0.0                        # traffic starts after the warm-up
         self.finished_event: simpy.Event | None = None
         self.expected = 0
@@ -76,9 +80,15 @@ class Simulation:
         self.done = False
 
     # ---- requests
-    def arrive(self, req: wl.Request):
-        yield self.env.timeout(max(0.0, req.arrival + self.offset - self.env.now))
-        self.engines[self.router.pick(req)].submit(req)
+    def arrivals(self, reqs: list[wl.Request]):
+        """One process delivers every request at its time (one process per request would hold a
+        generator and a pending event for each of a million requests)."""
+        env, offset = self.env, self.offset
+        for req in reqs:
+            delay = req.arrival + offset - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            self.engines[self.router.pick(req)].submit(req)
 
     def finished(self, instance: int, seq: Seq, now: float) -> None:
         """Called by an engine when a request has emitted its last token."""
@@ -90,15 +100,16 @@ class Simulation:
         req = seq.req
         arrival = req.arrival + self.offset
         served = seq.hbm_tokens + sum(seq.tiers.values())
-        ttft = seq.first_token - arrival
-        self.records.append(RequestRecord(
+        row = RequestRow(
             id=req.id, instance=instance, arrival=req.arrival, prompt_tokens=req.prompt_tokens,
             output_tokens=req.output_tokens, hbm_tokens=seq.hbm_tokens, ddr_tokens=seq.tiers["ddr"],
             nvme_tokens=seq.tiers["nvme"], ceph_tokens=seq.tiers["ceph"], recomputed_tokens=req.prompt_tokens - served,
-            queue=seq.admitted - arrival, ttft=ttft, e2e=now - arrival,
+            queue=seq.admitted - arrival, ttft=seq.first_token - arrival, e2e=now - arrival,
             tpot=(now - seq.first_token) / (req.output_tokens - 1) if req.output_tokens > 1 else 0.0,
-            preemptions=seq.preemptions))
-        if len(self.records) == self.expected:
+            preemptions=seq.preemptions)
+        for column, value in zip(self.columns.values(), row):
+            column.append(value)
+        if len(self.columns["id"]) == self.expected:
             self.finished_event.succeed()
 
     # ---- the run
@@ -141,8 +152,7 @@ class Simulation:
         reqs = wl.requests(r, self.seed)
         self.expected = len(reqs)
         self.finished_event = env.event()
-        for q in reqs:
-            env.process(self.arrive(q))
+        env.process(self.arrivals(reqs))
         last = reqs[-1].arrival if reqs else 0.0
         env.process(self.sample(max(last / 100, 1e-3), last + offset))
         if reqs:
@@ -153,10 +163,16 @@ class Simulation:
         self._sample()
         return self._result(reqs, warm, duration)
 
+    def _table(self) -> RequestTable:
+        columns = {name: np.frombuffer(col, dtype=np.float64 if col.typecode == "d" else np.int64)
+                   for name, col in self.columns.items()}
+        order = np.argsort(columns["id"], kind="stable")
+        return RequestTable(**{name: col[order] for name, col in columns.items()})
+
     def _result(self, reqs, warm, duration: float) -> SimResult:
-        r, recs = self.r, sorted(self.records, key=lambda x: x.id)
-        prompt = sum(x.prompt_tokens for x in recs)
-        hbm_served = sum(x.hbm_tokens for x in recs)
+        r, recs = self.r, self._table()
+        prompt = int(recs.prompt_tokens.sum())
+        hbm_served = int(recs.hbm_tokens.sum())
         reached, tiers = prompt, []
         bytes_per_block = r.block_bytes_per_rank * r.tensor_parallel
         evictions = sum(c.evictions for c in self.hbm)
@@ -173,7 +189,7 @@ class Simulation:
             lm = self.lmcache
             for tier in lm.order:
                 c, caches = lm.counters[tier], lm.caches[tier]
-                served = sum(getattr(x, f"{tier}_tokens") for x in recs)
+                served = int(getattr(recs, f"{tier}_tokens").sum())
                 tiers.append(TierResult(
                     name=tier, caches=len(caches), capacity_bytes=sum(x.capacity for x in caches),
                     served_tokens=served, served_share=_ratio(served, prompt),
@@ -191,14 +207,14 @@ class Simulation:
         ceph_ops = metrics.summary(self.fabric.ceph_latencies) if self.fabric.ceph_latencies else None
         samples = [u for t, u in self.block_utilisation if 0 <= t <= duration]
         mean_util = sum(samples) / len(samples) if samples else 0.0
-        generated = sum(x.output_tokens for x in recs)
+        generated = int(recs.output_tokens.sum())
         span = self.env.now - self.offset           # the links worked until the last write landed
         links = [LinkResult(name=link.name, transfers=link.transfers, work=link.work_done,
                             utilisation=link.utilisation(span)) for link in self.fabric.links()]
         return SimResult(
             name=r.name, spec_hash=r.spec_hash, seed=self.seed, lmcache_mode=r.lmcache.mode if r.lmcache else None,
             requests=len(recs), warmup_requests=len(warm), rejected_requests=getattr(reqs, "rejected", 0),
-            duration=duration, prompt_tokens=prompt, recomputed_tokens=sum(x.recomputed_tokens for x in recs),
+            duration=duration, prompt_tokens=prompt, recomputed_tokens=int(recs.recomputed_tokens.sum()),
             preemptions=sum(e.preemptions for e in self.engines), ttft=lat["ttft"], tpot=lat["tpot"], e2e=lat["e2e"],
             queue=lat["queue"], requests_per_s=_ratio(len(recs), duration), prompt_tokens_per_s=_ratio(prompt, duration),
             generated_tokens_per_s=_ratio(generated, duration),
