@@ -118,12 +118,10 @@ class PrefixCache:
         findable; kvplan counts the duplicate as plain used memory).
         """
         refs, free = self._refs, self._free
-        for key in keys[holding.next:upto]:
-            if key in refs or key in free:
-                continue
-            refs[key] = 1
-            holding.keys.append(key)
-            holding.anon -= 1
+        new = [key for key in keys[holding.next:upto] if key not in refs and key not in free]
+        refs.update(dict.fromkeys(new, 1))
+        holding.keys.extend(new)
+        holding.anon -= len(new)
         holding.next = max(holding.next, upto)
 
     def release(self, holding: "Holding") -> None:
@@ -136,12 +134,16 @@ class PrefixCache:
             free[object()] = holding.anon
             self._anon_free += holding.anon
             self._free_count += holding.anon
+        freed = 0
         for key in reversed(holding.keys):
-            refs[key] -= 1
-            if refs[key] == 0:
+            held = refs[key]
+            if held == 1:
                 del refs[key]
                 free[key] = None
-                self._free_count += 1
+                freed += 1
+            else:
+                refs[key] = held - 1
+        self._free_count += freed
         holding.keys, holding.anon = [], 0
 
 

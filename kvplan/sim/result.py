@@ -164,6 +164,10 @@ class SimResult(_Result):
     block_utilisation: list[tuple[float, float]]
     """(time s, share of the HBM KV blocks held by running requests, averaged over instances)."""
     mean_block_utilisation: float
+    engine_steps: list[int]
+    """vLLM engine steps each instance ran."""
+    engine_busy: list[float]
+    """Share of the run each instance spent in steps (loading, computing, copying)."""
     ceph_op_latency: Summary | None
     """Ceph reads and writes, from issue to completion (queueing included)."""
     alerts: list[str]

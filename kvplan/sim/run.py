@@ -219,7 +219,9 @@ class Simulation:
             queue=lat["queue"], requests_per_s=_ratio(len(recs), duration), prompt_tokens_per_s=_ratio(prompt, duration),
             generated_tokens_per_s=_ratio(generated, duration),
             goodput_per_s=_ratio(metrics.good_requests(r, recs), duration), slo=metrics.slo_checks(r, lat),
-            block_utilisation=self.block_utilisation, mean_block_utilisation=mean_util, ceph_op_latency=ceph_ops,
+            block_utilisation=self.block_utilisation, mean_block_utilisation=mean_util,
+            engine_steps=[e.steps for e in self.engines], engine_busy=[_ratio(e.busy, duration) for e in self.engines],
+            ceph_op_latency=ceph_ops,
             alerts=metrics.alerts(r, lm_hit, mean_util, ceph_ops), lmcache_hit_ratio=lm_hit, tiers=tiers,
             links=links, per_request=recs)
 
