@@ -8,11 +8,11 @@ exact. These tests pin down that mapping for Mooncake traces and for the synthet
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from conftest import REPO, spec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "workload"
 TINY = FIXTURES / "tiny_trace.jsonl"
-MOONCAKE = Path("/work/shared/traces/mooncake_fast25/conversation_trace.jsonl")
+SLICE = Path(__file__).parent / "fixtures" / "mooncake_conversation_head2000.jsonl"
 
 
 def setup(workload: dict, max_model_len: int | None = None, warmup: dict | None = None, lmcache: bool = True):
@@ -173,14 +173,13 @@ def test_the_mooncake_example_replays_its_1000_requests():
     assert all(a.arrival <= b.arrival for a, b in zip(reqs, reqs[1:]))
 
 
-@pytest.mark.skipif(not MOONCAKE.exists(), reason="the full Mooncake trace is not in this checkout")
-def test_the_full_mooncake_conversation_trace_loads_fast():
-    start = time.perf_counter()
-    trace = read_trace(str(MOONCAKE))
-    elapsed = time.perf_counter() - start
-    assert len(trace) == 12031
-    assert trace[-1].arrival == pytest.approx(3537, abs=1)
-    assert elapsed < 2.0, f"reading the trace took {elapsed:.2f}s"
+def test_a_real_trace_slice_loads_whole():
+    """The 2,000-line slice of the Mooncake conversation trace in tests/fixtures (speed is the
+    benchmarks' business: benchmarks/cache_replay.py reads the whole trace)."""
+    trace = read_trace(str(SLICE))
+    last = json.loads(SLICE.read_text().splitlines()[-1])
+    assert len(trace) == 2000
+    assert trace[-1].arrival == pytest.approx(last["timestamp"] / 1000)
 
 
 # ------------------------------------------------------------------ bad traces
@@ -464,11 +463,9 @@ def test_every_example_generates_its_workload(example):
     assert all(x.id < 0 and x.warmup for x in warmup(r))
 
 
-def test_a_hundred_thousand_chat_requests_take_seconds():
+def test_a_hundred_thousand_chat_requests_are_all_generated():
+    """(How fast is the benchmarks' business: benchmarks/simulate_trace.py runs a million.)"""
     r = setup(CHAT | {"requests": 100_000, "arrivals": {"rate": "50/s"}})
-    start = time.perf_counter()
     reqs = requests(r)
-    elapsed = time.perf_counter() - start
     assert len(reqs) + reqs.rejected == 100_000
-    assert elapsed < 5.0, f"generating took {elapsed:.1f}s"
     assert math.isfinite(reqs[-1].arrival)
