@@ -174,6 +174,10 @@ class Resolved(SpecModel):
     kv_bytes_per_token_per_rank: int
     """KV bytes per token that one tensor-parallel rank holds (and LMCache stores per rank)."""
     block_bytes_per_rank: int
+    block_bytes: int
+    """HBM one block occupies across the instance's ranks."""
+    hbm_bytes: int
+    """HBM holding KV blocks, all instances together."""
     weight_bytes_per_gpu: int
     kv_budget_bytes_per_gpu: int
     """Accelerator memory left for the KV cache."""
@@ -301,6 +305,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         weights_dtype=weights_dtype, kv_dtype_bytes=kv_dtype_bytes, weight_bytes_per_param=WEIGHT_BYTES[weights_dtype],
         peak_flops=peak * 1e12, kv_bytes_per_token=kv_bytes, kv_heads_per_rank=kv_heads_per_rank,
         kv_bytes_per_token_per_rank=per_rank_token, block_bytes_per_rank=block_bytes_per_rank,
+        block_bytes=block_bytes_per_rank * tp, hbm_bytes=hbm_blocks * block_bytes_per_rank * tp * s.instances,
         weight_bytes_per_gpu=weight_bytes_per_gpu, kv_budget_bytes_per_gpu=kv_budget, hbm_blocks=hbm_blocks,
         hbm_tokens=hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
         hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,

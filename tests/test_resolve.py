@@ -128,3 +128,9 @@ def test_same_spec_same_hash_and_numbers():
 def test_storage_network_bandwidth_can_be_overridden():
     assert resolve(spec()).ceph.network.bandwidth == 25e9 / 8                      # 25GbE from the catalog
     assert resolve(spec(ceph__network_bandwidth="50Gbit")).ceph.network.bandwidth == 50e9 / 8
+
+
+def test_block_and_hbm_bytes_cover_every_rank_and_instance():
+    r = resolve(spec("codegen-70b"))
+    assert r.block_bytes == r.block_bytes_per_rank * 4 == 16 * 320 * KIB
+    assert r.hbm_bytes == r.hbm_blocks * r.block_bytes * 4

@@ -123,7 +123,7 @@ class Simulation:
 
     def _sample(self) -> None:
         now = self.env.now
-        used = {"hbm": sum(c.cached_blocks for c in self.hbm) * self.r.block_bytes_per_rank * self.r.tensor_parallel}
+        used = {"hbm": sum(c.cached_blocks for c in self.hbm) * self.r.block_bytes}
         if self.lmcache:
             for tier in self.lmcache.order:
                 for cache in self.lmcache.caches[tier]:
@@ -174,13 +174,12 @@ class Simulation:
         prompt = int(recs.prompt_tokens.sum())
         hbm_served = int(recs.hbm_tokens.sum())
         reached, tiers = prompt, []
-        bytes_per_block = r.block_bytes_per_rank * r.tensor_parallel
         evictions = sum(c.evictions for c in self.hbm)
         tiers.append(TierResult(
-            name="hbm", caches=r.instances, capacity_bytes=r.hbm_blocks * bytes_per_block * r.instances,
+            name="hbm", caches=r.instances, capacity_bytes=r.hbm_bytes,
             served_tokens=hbm_served, served_share=_ratio(hbm_served, prompt), token_hit_ratio=_ratio(hbm_served, reached),
             lookup_chunks=0, hit_chunks=0, chunk_hit_ratio=0.0, bytes_read=0, bytes_written=0, stored_chunks=0,
-            refused_chunks=0, promoted_chunks=0, evictions=evictions, evicted_bytes=evictions * bytes_per_block,
+            refused_chunks=0, promoted_chunks=0, evictions=evictions, evicted_bytes=evictions * r.block_bytes,
             expired=0, peak_used_bytes=self.peak.get("hbm", 0), final_used_bytes=self.occupancy["hbm"][-1][1],
             occupancy=self.occupancy["hbm"]))
         reached -= hbm_served
