@@ -65,3 +65,46 @@ def test_mutations_only_ever_raise_spec_errors(data):
     except SpecError as exc:
         assert exc.problems, "a SpecError always lists its problems"
         assert all(p.message for p in exc.problems)
+
+
+plausible = st.sampled_from([0, 1, 2, 4, 8, 16, 32, 64, 256, 512, 4096, 0.5, 0.9, True, False, "LRU", "ARC", "LFU",
+                              "none", "mp", "inprocess", "1GiB", "64GiB", "8GB", "1TB", "50ms", "1h", "2/s", "100/s",
+                              "round_robin", "least_loaded", "session_affinity", "prefix_aware", "gamma", "poisson"])
+
+
+@st.composite
+def plausibly_changed_specs(draw):
+    """One or two leaves of an example set to values a user might well write."""
+    data = copy.deepcopy(example_data(draw(st.sampled_from(EXAMPLES))))
+    leaves = [p for p in paths(data) if p and not isinstance(_at(data, p), (dict, list))]
+    for _ in range(draw(st.integers(1, 2))):
+        path = draw(st.sampled_from(leaves))
+        _at(data, path[:-1])[path[-1]] = draw(plausible)
+    return data
+
+
+def _at(data, path):
+    for part in path:
+        data = data[part]
+    return data
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(mutated_specs(), plausibly_changed_specs()))
+def test_every_spec_that_validates_also_simulates(data):
+    """Whatever a valid spec says, a short run of it completes (or the spec is refused)."""
+    from kvplan.sim.run import run
+
+    workload = data.get("workload")
+    if isinstance(workload, dict):      # keep each run short: a few requests, a minute at most
+        workload["requests"] = 20
+        workload["duration"] = "60s"
+        if isinstance(workload.get("trace"), dict):
+            workload["trace"]["limit"] = 20
+    try:
+        resolved = resolve(from_mapping(data, base_dir=REPO / "examples"))
+    except SpecError:
+        return
+    result = run(resolved)
+    assert result.requests + result.rejected_requests <= 20
+    assert sum(t.served_tokens for t in result.tiers) + result.recomputed_tokens == result.prompt_tokens
