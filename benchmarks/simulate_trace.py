@@ -33,14 +33,16 @@ def simulate(data: dict, label: str) -> None:
     from kvplan.resolve import resolve
     from kvplan.sim.run import run
     from kvplan.spec import from_mapping
+    from kvplan.units import fmt_duration
 
     resolved = resolve(from_mapping(data, base_dir=REPO / "examples"))
     start = time.perf_counter()
     result = run(resolved)
     elapsed = time.perf_counter() - start
     report(label, result.requests, elapsed)
-    print(f"  simulated {result.duration:,.0f} s; TTFT p50 {result.ttft.p50 * 1e3:.0f} ms, p99 {result.ttft.p99:.2f} s; "
-          f"LMCache hit {result.lmcache_hit_ratio:.1%}; preemptions {result.preemptions:,}")
+    print(f"  simulated {fmt_duration(result.duration)}; TTFT p50 {fmt_duration(result.ttft.p50)}, "
+          f"p99 {fmt_duration(result.ttft.p99)}; LMCache hit {result.lmcache_hit_ratio:.1%}; "
+          f"preemptions {result.preemptions:,}")
 
 
 def main() -> None:
