@@ -79,26 +79,25 @@ def parse_size(value: Any) -> int:
         raise _error("cannot read '{value}' as a size", SIZE_HELP, value=value) from None
 
 
-def parse_duration(value: Any) -> float:
-    """Seconds from '50ms', '24h', or a number of seconds."""
-    number = _number(value, "duration", DURATION_HELP)
+def _per_time(value: Any, kind: str, help_text: str, dimension: str, unit: str) -> float:
+    """A duration or a rate: a bare number, or text whose Pint dimension is `dimension`."""
+    number = _number(value, kind, help_text)
     if number is not None:
         return number
-    q = _quantity(value, "a duration", DURATION_HELP)
-    if _is_information(q) or not q.check("[time]"):
-        raise _error("'{value}' is not a duration", DURATION_HELP, value=value)
-    return _finite(float(q.to("second").magnitude), value, "duration", DURATION_HELP)
+    q = _quantity(value, f"a {kind}", help_text)
+    if _is_information(q) or not q.check(dimension):
+        raise _error(f"'{{value}}' is not a {kind}", help_text, value=value)
+    return _finite(float(q.to(unit).magnitude), value, kind, help_text)
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from '50ms', '24h', or a number of seconds."""
+    return _per_time(value, "duration", DURATION_HELP, "[time]", "second")
 
 
 def parse_rate(value: Any) -> float:
     """Events per second from '40/s', '600/min', or a number per second."""
-    number = _number(value, "rate", RATE_HELP)
-    if number is not None:
-        return number
-    q = _quantity(value, "a rate", RATE_HELP)
-    if _is_information(q) or not q.check("1/[time]"):
-        raise _error("'{value}' is not a rate", RATE_HELP, value=value)
-    return _finite(float(q.to("1/second").magnitude), value, "rate", RATE_HELP)
+    return _per_time(value, "rate", RATE_HELP, "1/[time]", "1/second")
 
 
 def parse_bandwidth(value: Any) -> float:
