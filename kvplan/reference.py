@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def _type_name(tp) -> str:
         return _type_name(args[0])
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" for a in args)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         parts = [_type_name(a) for a in args if a is not type(None)]
         return " or ".join(parts)
     if origin is list:

@@ -29,7 +29,7 @@ import math
 from typing import Literal
 
 from .catalog import Catalog, CephDeviceClass, Device, Nic, NvmeClass, load_catalog, lookup
-from .errors import Problem, SpecError
+from .errors import Problem, SpecError, did_you_mean
 from .spec import Topology
 from .spec.architecture import Architecture
 from .spec.base import SpecModel
@@ -321,8 +321,6 @@ def kv_bytes_per_token(model: Architecture, dtype_bytes: int, kv_heads: int | No
 def _llm(catalog: Catalog, name: str) -> Architecture:
     entry = catalog.llm(name)
     if entry is None:
-        from .errors import did_you_mean
-
         guess = did_you_mean(name, catalog.llm_names())
         raise SpecError([Problem("model", f"unknown model '{name}'", name, ", ".join(catalog.llm_names()),
                                  f"did you mean '{guess}'?" if guess else

@@ -238,10 +238,8 @@ class Engine:
             seq.saved = max(seq.saved, spans[-1].end if spans else 0)
             if external > local:
                 if first:
-                    for span in spans:
-                        lo = max(span.start * r.lmcache.chunk_size, local)
-                        hi = min(span.end * r.lmcache.chunk_size, external)
-                        seq.tiers[span.tier] += max(0, hi - lo)
+                    for tier, _, _, tokens in self.lm.portions(spans, local, external):
+                        seq.tiers[tier] += tokens
                 seq.pending_load = self.env.process(self.lm.retrieve(self.index, seq.chunks, spans, local, external))
         self.hbm.commit(holding, seq.blocks, computed // bs)
         return new

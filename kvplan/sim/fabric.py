@@ -19,7 +19,7 @@ down. Paths, as the real stack moves KV (reference/lmcache-vllm.md §6):
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import simpy
 
@@ -106,7 +106,3 @@ class Fabric:
         yield env.timeout(latency + 2 * c.network.latency)
         yield simpy.AllOf(env, events)
         self.ceph_latencies.append(env.now - start)
-
-    @staticmethod
-    def utilisation(links: Iterable[Link], duration: float) -> dict[str, float]:
-        return {link.name: link.utilisation(duration) for link in links}

@@ -56,10 +56,6 @@ class Link:
         self._plan()
         return done
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._heap)
-
     def _advance(self) -> None:
         now = self.env.now
         elapsed = now - self._last

@@ -115,23 +115,28 @@ class LMCacheModel:
             c.hit_chunks += held
 
     # ---- retrieve
-    def retrieve(self, instance: int, keys: list[int], spans: list[Span], first_token: int, last_token: int):
-        """A SimPy process: load tokens [first_token, last_token) from the spans into the GPU."""
-        lm, env = self.r.lmcache, self.env
-        size = lm.chunk_size
-        loads = []
+    def portions(self, spans: list[Span], first_token: int, last_token: int) -> list[tuple[str, int, int, int]]:
+        """What loading tokens [first_token, last_token) takes from each span: (tier, first chunk,
+        end chunk, tokens). Chunks that hold only tokens outside the range are not read."""
+        size, out = self.r.lmcache.chunk_size, []
         for span in spans:
             a = max(span.start, first_token // size)
             b = min(span.end, -(-last_token // size))
-            if a >= b:
-                continue
-            tokens = min(b * size, last_token) - max(a * size, first_token)
-            c = self.counters[span.tier]
+            if a < b:
+                out.append((span.tier, a, b, min(b * size, last_token) - max(a * size, first_token)))
+        return out
+
+    def retrieve(self, instance: int, keys: list[int], spans: list[Span], first_token: int, last_token: int):
+        """A SimPy process: load tokens [first_token, last_token) from the spans into the GPU."""
+        lm, env = self.r.lmcache, self.env
+        loads = []
+        for tier, a, b, tokens in self.portions(spans, first_token, last_token):
+            c = self.counters[tier]
             c.served_chunks += b - a
             c.served_tokens += tokens
             c.bytes_read += (b - a) * lm.chunk_bytes
-            self.cache(span.tier, instance).touch(keys[a:b], env.now)
-            loads.append(env.process(self._load(instance, span.tier, keys[a:b], tokens)))
+            self.cache(tier, instance).touch(keys[a:b], env.now)
+            loads.append(env.process(self._load(instance, tier, keys[a:b], tokens)))
         if loads:
             yield simpy.AllOf(env, loads)
 

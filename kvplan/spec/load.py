@@ -152,7 +152,7 @@ def _problem(err: dict, loc: list, root: type[BaseModel]) -> Problem:
         guess = did_you_mean(str(value), choices) if isinstance(value, str) else None
         return Problem(path, "not one of the allowed values", value, expected,
                        f"did you mean '{guess}'?" if guess else "use one of the allowed values")
-    if kind == "union_tag_invalid" or kind == "model_attributes_type" or kind == "model_type" or kind == "dict_type":
+    if kind in ("union_tag_invalid", "model_attributes_type", "model_type", "dict_type"):
         return Problem(path, "expected a mapping of keys", value, _field_help(root, loc),
                        "write this as a nested block of key: value lines")
     if kind == "unit":
