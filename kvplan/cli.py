@@ -136,6 +136,47 @@ class _progress:
             self._bar.stop()
 
 
+def _rendered(spec: str, inventory: str, out_dir, state_dir: str):
+    """Load, resolve and render a spec for an inventory (errors name the field and the fix)."""
+    from pathlib import Path
+
+    from .deploy import inventory as inventory_mod
+    from .deploy.render import render
+    from .deploy.secrets import load_or_create
+    from .resolve import resolve
+    from .spec import load
+
+    try:
+        resolved = resolve(load(spec))
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+    try:
+        inv = inventory_mod.load(inventory)
+        return render(resolved, inv, Path(out_dir), load_or_create(Path(state_dir), resolved.name))
+    except SpecError as exc:
+        _fail(exc.with_source(spec))
+
+
+@app.command("render")
+def render_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
+               inventory: str = typer.Option(..., "-i", "--inventory", help="Ansible inventory (YAML file or directory)."),
+               out_dir: str = typer.Option(..., "-o", "--out", help="Directory for the ansible-runner private_data_dir."),
+               state_dir: str = typer.Option(".kvplan", "--state-dir", help="Where kvplan keeps the RGW keys it generated.")) -> None:
+    """Write the Ansible that deploys the spec (inventory/, project/site.yml and roles, env/) without running it."""
+    rendered = _rendered(spec, inventory, out_dir, state_dir)
+    s = rendered.stack
+    out.print(f"[bold green]rendered:[/] {rendered.root}  ({rendered.resolved.name}, spec {rendered.resolved.spec_hash[:12]})",
+              markup=True)
+    parts = [f"vllm: {sum(len(v) for v in s.instances.values())} instance(s) on {len(s.instances)} host(s)"]
+    if s.lmcache:
+        parts.append(f"lmcache: {s.lmcache.lmcache_mode} mode")
+    if s.ceph:
+        parts.append(f"ceph: {s.ceph.ceph_deploy}, pool {s.ceph.ceph_pool_name} size {s.ceph.ceph_pool_size}")
+    for part in parts:
+        out.print(f"  {part}")
+    out.print(f"  run it: kvplan deploy {spec} -i {inventory}")
+
+
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the spec (point your editor's YAML support at it)."""

@@ -83,6 +83,10 @@ class ResolvedLMCache(SpecModel):
     save_decode_cache: bool
     save_unfull_chunk: bool
     min_retrieve_tokens: int
+    port: int
+    """LMCache server port (mp mode)."""
+    nvme_path: str | None
+    """Directory of the nvme tier."""
     merging_window_s: float | None
     merging_max_tokens: int | None
     warmup_system_prompts: int
@@ -112,6 +116,9 @@ class ResolvedCeph(SpecModel):
     rgw_dns_name: str
     rgw_bucket: str
     rgw_region: str
+    rgw_user: str
+    rgw_address: str | None
+    osd_devices: list[str]
     cephfs_mount: str
     options: dict[str, str | int | float | bool]
     device_class: CephDeviceClass
@@ -162,6 +169,13 @@ class Resolved(SpecModel):
     router: str
     kv_cache_dtype: str
     """vLLM --kv-cache-dtype value."""
+    kv_cache_memory_bytes: int | None
+    """vLLM --kv-cache-memory-bytes (VLLM_CPU_KVCACHE_SPACE on CPU) when the spec sets it."""
+    model_path: str | None
+    """What vLLM serves: serving.model_path, else the catalog model's hf_id."""
+    api_host: str
+    api_port: int
+    """Port of the first vLLM instance on a node (the next ones count up)."""
     weights_dtype: str
 
     kv_dtype_bytes: int
@@ -237,6 +251,9 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         if s.kv_cache_memory is None:
             problems.append(Problem("serving.kv_cache_memory", f"{device.name} is a CPU device: vLLM's CPU backend needs the KV "
                                     "space set (VLLM_CPU_KVCACHE_SPACE)", None, fix="add serving.kv_cache_memory: 1GiB"))
+        elif s.kv_cache_memory % GIB:
+            problems.append(Problem("serving.kv_cache_memory", "VLLM_CPU_KVCACHE_SPACE counts whole GiB", s.kv_cache_memory,
+                                    "1GiB, 2GiB, ...", f"use {max(1, round(s.kv_cache_memory / GIB))}GiB"))
 
     # ---- bytes per token, block and chunk
     kv_dtype = s.kv_cache_dtype if s.kv_cache_dtype != "auto" else ("bfloat16" if model.weights_dtype == "bf16" else "float16")
@@ -302,6 +319,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         instances_per_node=instances_per_node, block_size=s.block_size, max_model_len=max_model_len,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batched, gpu_memory_utilization=s.gpu_memory_utilization,
         prefix_caching=s.prefix_caching, chunked_prefill=s.chunked_prefill, router=s.router, kv_cache_dtype=kv_dtype,
+        kv_cache_memory_bytes=s.kv_cache_memory, model_path=s.model_path or model.hf_id, api_host=s.host, api_port=s.port,
         weights_dtype=weights_dtype, kv_dtype_bytes=kv_dtype_bytes, weight_bytes_per_param=WEIGHT_BYTES[weights_dtype],
         peak_flops=peak * 1e12, kv_bytes_per_token=kv_bytes, kv_heads_per_rank=kv_heads_per_rank,
         kv_bytes_per_token_per_rank=per_rank_token, block_bytes_per_rank=block_bytes_per_rank,
@@ -406,7 +424,7 @@ def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_
         mode=lm.mode, chunk_size=lm.chunk_size, chunk_bytes_per_rank=chunk_rank, storing_ranks=storing_ranks,
         chunk_bytes=chunk, blocks_per_chunk=lm.chunk_size // topo.serving.block_size, tiers=tiers,
         save_decode_cache=lm.save_decode_cache, save_unfull_chunk=lm.save_unfull_chunk,
-        min_retrieve_tokens=lm.min_retrieve_tokens,
+        min_retrieve_tokens=lm.min_retrieve_tokens, port=lm.port, nvme_path=lm.nvme.path if lm.nvme else None,
         merging_window_s=lm.merging.window if lm.merging else None,
         merging_max_tokens=lm.merging.max_tokens if lm.merging else None,
         warmup_system_prompts=lm.warmup.system_prompts if lm.warmup else 0,
@@ -430,6 +448,6 @@ def _ceph(topo: Topology, device_class: CephDeviceClass, nic: Nic, lm: ResolvedL
         deploy=c.deploy, hosts=c.hosts, osds=osds, osd_size=c.osd_size, raw_bytes=raw, usable_bytes=usable,
         kv_budget_bytes=budget, pool_name=c.pool.name, pool_size=c.pool.size, pool_min_size=c.pool.min_size,
         pool_pg_num=c.pool.pg_num, failure_domain=c.failure_domain, access=c.access, rgw_port=c.rgw.port,
-        rgw_dns_name=c.rgw.dns_name, rgw_bucket=c.rgw.bucket, rgw_region=c.rgw.region, cephfs_mount=c.cephfs_mount,
+        rgw_dns_name=c.rgw.dns_name, rgw_bucket=c.rgw.bucket, rgw_region=c.rgw.region, rgw_user=c.rgw.user, rgw_address=c.rgw.address, osd_devices=list(c.osd_devices), cephfs_mount=c.cephfs_mount,
         options=dict(c.options), device_class=device_class,
         network=nic if c.network_bandwidth is None else nic.model_copy(update={"bandwidth": c.network_bandwidth}))

@@ -72,6 +72,9 @@ class Architecture(SpecModel):
     weights_dtype: Literal["bf16", "fp16"] = "bf16"
     """Precision of the released weights."""
 
+    hf_id: str | None = None
+    """Hugging Face repository vLLM serves by default (serving.model_path overrides it)."""
+
     sources: list[Source] = []
     """Where the numbers come from (required in the catalog)."""
 

@@ -46,6 +46,10 @@ class Rgw(SpecModel):
 
     region: str = Field("default", min_length=1)
     """S3 region string RGW expects (its zonegroup's api_name)."""
+    address: str | None = None
+    """Address clients reach RGW at (default: the first host of the inventory's ceph group)."""
+    user: str = Field("kvplan", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """RGW user that owns the bucket; its S3 keys are generated once and kept in .kvplan/secrets/."""
 
 
 class Ceph(SpecModel):
@@ -61,6 +65,9 @@ class Ceph(SpecModel):
 
     osd_size: Size = "3.84TB"
     """Raw capacity of one OSD device."""
+    osd_devices: list[str] = []
+    """Block devices for the OSDs of each host (packages and cephadm modes), e.g. [/dev/nvme1n1].
+    Empty in packages mode: sparse file-backed BlueStore OSDs of osd_size (development and CI)."""
 
     device_class: Literal["hdd", "ssd", "nvme"] = "nvme"
     """CRUSH device class of the OSDs holding the KV pool."""

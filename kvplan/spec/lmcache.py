@@ -111,6 +111,8 @@ class LMCache(SpecModel):
     ceph: CephTier | None = None
     """Ceph tier (L4); needs a top-level ceph section."""
 
+    port: int = Field(5555, ge=1, le=65535)
+    """Port of the LMCache server on each node (mp mode)."""
     save_decode_cache: bool = False
     """Also store the KV of generated tokens."""
 

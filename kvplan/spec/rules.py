@@ -29,6 +29,7 @@ REAL_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
                   "ceph": ("none",)},
 }
 TTL_TIERS = ("ceph",)
+DAY = 86400.0
 SIMULATE_ONLY_FIX = "or set simulate_only: true to study it in simulation only (kvplan render then refuses the spec)"
 
 
@@ -82,6 +83,21 @@ def _lmcache(topo: "Topology") -> Iterator[Problem]:
             yield Problem(f"lmcache.{name}.ttl", f"LMCache has no expiry by age on the {name} tier; only the ceph tier "
                           "expires, through an RGW lifecycle rule", tier.ttl,
                           "a ttl on lmcache.ceph only", f"remove the ttl, {SIMULATE_ONLY_FIX}")
+    ceph_ttl = lm.ceph.ttl if lm.ceph is not None else None
+    if ceph_ttl is not None and not topo.simulate_only:
+        if topo.ceph is not None and topo.ceph.access != "s3":
+            yield Problem("lmcache.ceph.ttl", "expiry is an RGW bucket lifecycle rule, which needs ceph.access: s3; "
+                          "nothing expires files on a CephFS mount", ceph_ttl, "a ttl with access: s3",
+                          f"use ceph.access: s3, or remove the ttl, {SIMULATE_ONLY_FIX}")
+        if ceph_ttl < DAY or ceph_ttl % DAY:
+            days = max(1, round(ceph_ttl / DAY))
+            yield Problem("lmcache.ceph.ttl", "S3 lifecycle expiration counts whole days, so the deployed rule could not "
+                          "match this ttl", ceph_ttl, "1d, 2d, 3d, ...", f"use ttl: {days}d, {SIMULATE_ONLY_FIX}")
+    if (lm.mode == "inprocess" and lm.ddr is not None and lm.nvme is not None and lm.ddr.eviction != lm.nvme.eviction
+            and not topo.simulate_only):
+        yield Problem("lmcache.nvme.eviction", f"in-process LMCache has one cache_policy for DRAM and disk, so it must equal "
+                      f"lmcache.ddr.eviction ({lm.ddr.eviction})", lm.nvme.eviction, lm.ddr.eviction,
+                      f"use the same policy on both tiers, or mode: mp (per-tier policies), {SIMULATE_ONLY_FIX}")
     if lm.nvme is not None and not lm.nvme.path.startswith("/"):
         yield Problem("lmcache.nvme.path", "must be an absolute directory path", lm.nvme.path, fix="e.g. /mnt/nvme0/lmcache")
     if lm.warmup is not None and lm.warmup.system_prompts:
@@ -115,6 +131,19 @@ def _ceph(topo: "Topology") -> Iterator[Problem]:
         if not key.replace("_", "").isalnum() or not key.islower():
             yield Problem(f"ceph.options.{key}", "is not a Ceph option name (lowercase letters, digits and underscores)", key,
                           fix="use the name `ceph config help <option>` knows, e.g. osd_memory_target")
+    if c.deploy == "packages" and c.hosts != 1 and not topo.simulate_only:
+        yield Problem("ceph.hosts", "deploy: packages builds a single-node cluster (development, CI, one-box labs)",
+                      c.hosts, "1 with deploy: packages", f"use deploy: cephadm for {c.hosts} hosts, or deploy: external "
+                      "for a cluster you already run")
+    if c.osd_devices and len(c.osd_devices) != c.osds_per_host:
+        yield Problem("ceph.osd_devices", f"lists {len(c.osd_devices)} devices but osds_per_host is {c.osds_per_host}",
+                      c.osd_devices, f"{c.osds_per_host} device paths", f"list one device per OSD, or set osds_per_host: {len(c.osd_devices)}")
+    for dev in c.osd_devices:
+        if not dev.startswith("/dev/"):
+            yield Problem("ceph.osd_devices", "each OSD device must be a block device path", dev, "/dev/...", "e.g. /dev/nvme1n1")
+    if c.deploy == "packages" and not c.osd_devices and c.osds_per_host != 1:
+        yield Problem("ceph.osds_per_host", "file-backed OSDs (no osd_devices) come one per host", c.osds_per_host,
+                      "1 without osd_devices", "set osds_per_host: 1, or list the devices in ceph.osd_devices")
     if not c.cephfs_mount.startswith("/"):
         yield Problem("ceph.cephfs_mount", "must be an absolute path", c.cephfs_mount, fix="e.g. /mnt/cephfs/lmcache")
 

@@ -86,5 +86,14 @@ class Serving(SpecModel):
     router: Router = "round_robin"
     """How requests are spread over instances."""
 
+    model_path: str | None = None
+    """What vLLM serves: a Hugging Face id or a local directory (default: the catalog model's hf_id)."""
+
+    host: str = "0.0.0.0"
+    """Address vLLM's OpenAI API (and its /metrics) listens on."""
+
+    port: int = Field(8000, ge=1, le=65535)
+    """Port of the first vLLM instance on a node; further instances on the node take the next ports."""
+
     step_model: StepModel | None = None
     """Step-time coefficients that override the accelerator's catalog defaults (any subset)."""

@@ -47,3 +47,12 @@ class Monitoring(SpecModel):
 
     max_ceph_op_latency: Duration = "5ms"
     """Alert when Ceph OSD op latency (ceph osd perf) rises above this."""
+
+    metrics_address: str = "127.0.0.1"
+    """Address the LMCache server's admin and metrics endpoints bind to: loopback unless Prometheus scrapes from elsewhere."""
+
+    prometheus_port: int = Field(9090, ge=1, le=65535)
+    """Port of the Prometheus server on the monitoring host."""
+
+    scrape_interval: Duration = "15s"
+    """How often Prometheus scrapes vLLM, LMCache and Ceph."""

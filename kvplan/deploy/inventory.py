@@ -1,0 +1,115 @@
+"""An Ansible inventory as kvplan reads it: which hosts are in the groups the spec needs.
+
+Groups (inventories/README.md):
+- `gpu`: the serving nodes, exactly as many as the spec needs (serving.instances over the node
+  size); each runs its vLLM instances and, with LMCache, the node's LMCache server or config.
+- `ceph`: the Ceph hosts when the spec has a ceph section: the one host of deploy: packages, the
+  ceph.hosts hosts of deploy: cephadm (the first bootstraps), or for deploy: external one admin
+  host with the `ceph` CLI and an admin keyring.
+- `monitoring`: the host that runs Prometheus.
+
+kvplan reads YAML inventories (a hosts.yml file, or a directory holding one) and checks the groups
+before Ansible starts, so a missing group is an error naming it rather than a play that silently
+matches no host.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import Problem, SpecError
+from ..resolve import Resolved
+from ..spec.base import SpecModel
+
+INVENTORY_FILES = ("hosts.yml", "hosts.yaml", "inventory.yml", "inventory.yaml")
+
+
+class Host(SpecModel):
+    name: str
+    vars: dict[str, Any] = {}
+
+    @property
+    def address(self) -> str:
+        """Where other hosts reach it: ansible_host when set, else its name."""
+        return str(self.vars.get("ansible_host", self.name))
+
+
+class Inventory(SpecModel):
+    """Hosts by group, from a YAML inventory."""
+
+    path: str
+    """The inventory file."""
+    groups: dict[str, list[Host]]
+
+    def hosts(self, group: str) -> list[Host]:
+        return self.groups.get(group, [])
+
+
+def load(path: str | Path) -> Inventory:
+    """Read a YAML inventory file, or the hosts.yml in a directory; errors name the file and the fix."""
+    p = Path(path)
+    if p.is_dir():
+        found = next((p / n for n in INVENTORY_FILES if (p / n).is_file()), None)
+        if found is None:
+            raise SpecError([Problem("inventory", f"{p} holds no {' or '.join(INVENTORY_FILES[:2])}", str(p),
+                                     fix="point -i at a YAML inventory (see inventories/local/hosts.yml)")])
+        p = found
+    if not p.is_file():
+        raise SpecError([Problem("inventory", "no such file or directory", str(p), fix="check the -i path")])
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError([Problem("inventory", f"{p} is not YAML ({exc.__class__.__name__})", str(p),
+                                 fix="kvplan reads YAML inventories; convert an INI one with "
+                                     "`ansible-inventory -i hosts.ini --list -y > hosts.yml`")]) from None
+    if not isinstance(data, dict):
+        raise SpecError([Problem("inventory", f"{p} must be a YAML mapping of groups", str(p),
+                                 fix="start it with `all:` (see inventories/local/hosts.yml)")])
+    groups: dict[str, dict[str, Host]] = {}
+    _walk("all", data.get("all", data), {}, groups, str(p))
+    return Inventory(path=str(p), groups={g: list(hosts.values()) for g, hosts in groups.items()})
+
+
+def _walk(name: str, node: Any, inherited: dict, groups: dict[str, dict[str, Host]], path: str) -> dict[str, Host]:
+    """Collect a group's hosts, its children's included (Ansible's YAML inventory shape)."""
+    node = node or {}
+    if not isinstance(node, dict):
+        raise SpecError([Problem(f"inventory.{name}", "a group must be a mapping with hosts, vars or children", node,
+                                 fix=f"see {path} and inventories/example-cluster/hosts.yml")])
+    group_vars = {**inherited, **(node.get("vars") or {})}
+    members = groups.setdefault(name, {})
+    for host, host_vars in (node.get("hosts") or {}).items():
+        merged = {**group_vars, **(host_vars or {})}
+        members[host] = Host(name=host, vars=merged)
+    for child, child_node in (node.get("children") or {}).items():
+        members.update(_walk(child, child_node, group_vars, groups, path))
+    return members
+
+
+def required(r: Resolved, inv: Inventory) -> list[Problem]:
+    """The groups this spec needs, with host counts; empty when the inventory fits."""
+    problems = []
+
+    def need(group: str, count: int | None, why: str) -> None:
+        hosts = inv.hosts(group)
+        if not hosts:
+            problems.append(Problem(f"inventory.{group}", f"group missing or empty: {why}", None,
+                                    f"{count or 'at least 1'} host(s)", f"add a `{group}` group to {inv.path}"))
+        elif count is not None and len(hosts) != count:
+            problems.append(Problem(f"inventory.{group}", f"has {len(hosts)} hosts but {why}", [h.name for h in hosts],
+                                    f"{count} host(s)", f"list exactly {count} host(s) under `{group}`"))
+
+    need("gpu", r.nodes, f"the spec places {r.instances} instance(s) of TP {r.tensor_parallel} on {r.nodes} node(s) "
+                         f"of {r.gpus_per_node} accelerators")
+    if r.ceph is not None:
+        if r.ceph.deploy == "packages":
+            need("ceph", 1, "deploy: packages builds a single-node cluster")
+        elif r.ceph.deploy == "cephadm":
+            need("ceph", r.ceph.hosts, f"ceph.hosts is {r.ceph.hosts}")
+        else:
+            need("ceph", None, "deploy: external needs an admin host with the ceph CLI and admin keyring")
+    need("monitoring", None, "Prometheus runs there")
+    return problems

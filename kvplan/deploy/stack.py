@@ -1,0 +1,320 @@
+"""The stack as it is configured: every value the roles receive, derived from `Resolved` only.
+
+This is the deploy side of "what you simulate is what you deploy". Each role's variables are a
+model here whose fields are the Ansible variable names (prefixed with the role name, as
+ansible-lint's production profile wants). Nothing in the roles recomputes a number: block and
+chunk sizes, per-rank or per-server tier sizes, eviction policies, pool size and the lifecycle
+TTL all come from the same `Resolved` the simulator reads, and tests/test_deploy_invariant.py
+holds the two together.
+
+Real-stack facts used (shared/reference/lmcache-vllm.md):
+- in-process LMCache reads a YAML file of `LMCacheEngineConfig` keys, sizes in GB per rank (§1.1);
+- MP mode runs `lmcache server` with --l1-size-gb, --eviction-policy, --chunk-size and one
+  --l2-adapter JSON per lower tier (§1.2, §3.3); `noop` is its name for no eviction;
+- LMCache reaches Ceph through RGW S3 with virtual-hosted addressing (s3://<bucket>.<dns>:<port>)
+  or a CephFS path; credentials come from the standard AWS environment variables, so they stay
+  out of command lines and config files (§3.2, §4);
+- PYTHONHASHSEED must be equal on every process that shares a persistent tier (§3.3);
+- usage telemetry is off with LMCACHE_TRACK_USAGE=false / VLLM_NO_USAGE_STATS=1 / DO_NOT_TRACK=1 (§1.1, §4);
+- the CPU build of vLLM takes its KV space from VLLM_CPU_KVCACHE_SPACE (GiB) and pairs with an
+  MP server in engine-driven shared-memory mode (shared/reference/vllm-cpu-lmcache.md §4.3).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ..resolve import GIB, Resolved, ResolvedTier
+from ..spec.base import SpecModel
+
+PYTHONHASHSEED = "0"
+"""Same chunk hashes on every vLLM and LMCache process, so shared and persistent tiers hit."""
+
+MP_POLICY = {"none": "noop"}
+"""kvplan policy name -> LMCache MP server name, where they differ."""
+
+LMCACHE_ENGINE_KEYS = frozenset({
+    "chunk_size", "local_cpu", "max_local_cpu_size", "local_disk", "max_local_disk_size", "remote_url",
+    "remote_serde", "save_decode_cache", "save_unfull_chunk", "cache_policy", "min_retrieve_tokens",
+    "extra_config", "pre_caching_hash_algorithm"})
+"""The LMCacheEngineConfig (0.5.6) keys kvplan writes; every one exists in reference Appendix A."""
+
+
+class CephVars(SpecModel):
+    """Variables of the ceph role."""
+
+    ceph_deploy: str
+    ceph_osds_per_host: int
+    ceph_osd_size: int
+    ceph_osd_devices: list[str]
+    ceph_device_class: str
+    ceph_failure_domain: str
+    ceph_pool_name: str
+    ceph_pool_size: int
+    ceph_pool_min_size: int
+    ceph_pool_pg_num: int
+    ceph_pool_application: str
+    ceph_options: dict[str, str]
+    """`ceph config set global <name> <value>`, values as Ceph prints them back, so re-runs compare equal."""
+    ceph_access: str
+    ceph_rgw_port: int
+    ceph_rgw_address: str
+    """Where GPU nodes reach RGW; <bucket>.<dns name> resolves to it."""
+    ceph_rgw_dns_name: str
+    ceph_rgw_bucket: str
+    ceph_rgw_region: str
+    ceph_rgw_user: str
+    ceph_rgw_expiration_days: int | None
+    """Lifecycle expiration of the bucket (the ceph tier's ttl), whole days."""
+    ceph_cephfs_mount: str
+
+
+class LMCacheVars(SpecModel):
+    """Variables of the lmcache role."""
+
+    lmcache_mode: str
+    lmcache_cpu_host: bool
+    """The node is CPU-only: the MP server shares KV with vLLM through POSIX shared memory."""
+    lmcache_config: dict[str, Any]
+    """In-process: the lmcache.yaml LMCacheEngineConfig (empty in mp mode)."""
+    lmcache_server_args: list[str]
+    """MP: the `lmcache server` arguments (empty in-process)."""
+    lmcache_env: dict[str, str]
+    lmcache_nvme_path: str | None
+    lmcache_s3_host: str | None
+    """<bucket>.<rgw dns name>, which must resolve on every GPU node for virtual-hosted S3."""
+
+
+class VllmVars(SpecModel):
+    """Variables of the vllm role (per-host instance lists go in host_vars)."""
+
+    vllm_model: str
+    vllm_args: list[str]
+    """`vllm serve` arguments shared by every instance (host and port are per instance)."""
+    vllm_env: dict[str, str]
+    vllm_host: str
+    vllm_tensor_parallel: int
+
+
+class MonitoringVars(SpecModel):
+    """Variables of the monitoring role."""
+
+    monitoring_port: int
+    monitoring_scrape_interval: str
+    monitoring_rules: dict[str, Any]
+    """Prometheus alert rules file content."""
+    monitoring_vllm_targets: list[str]
+    monitoring_ceph_targets: list[str]
+
+
+class Stack(SpecModel):
+    """Every role's variables for one spec and inventory."""
+
+    ceph: CephVars | None
+    lmcache: LMCacheVars | None
+    vllm: VllmVars
+    monitoring: MonitoringVars
+    instances: dict[str, list[dict[str, Any]]]
+    """GPU host -> its vLLM instances ({index, port, devices})."""
+
+
+def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str]) -> Stack:
+    """The stack for a resolved spec placed on these inventory hosts."""
+    instances = _placement(r, gpu_hosts)
+    ports = [f"{host}:{i['port']}" for host, items in instances.items() for i in items]
+    return Stack(ceph=_ceph(r, ceph_hosts) if r.ceph else None, lmcache=_lmcache(r) if r.lmcache else None, vllm=_vllm(r),
+                 monitoring=_monitoring(r, ports, ceph_hosts), instances=instances)
+
+
+def _placement(r: Resolved, gpu_hosts: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Instances fill nodes in order, instances_per_node each, TP consecutive devices per instance."""
+    out: dict[str, list[dict[str, Any]]] = {h: [] for h in gpu_hosts}
+    for index in range(r.instances):
+        host = gpu_hosts[index // r.instances_per_node]
+        slot = index % r.instances_per_node
+        devices = ",".join(str(slot * r.tensor_parallel + k) for k in range(r.tensor_parallel))
+        out[host].append({"index": index, "port": r.api_port + slot, "devices": devices})
+    return out
+
+
+def _gb(value: float | None) -> float:
+    """GB figures as LMCache reads them (GiB, float), rounded down to the MiB so none overcommits."""
+    return math.floor((value or 0.0) * 1024) / 1024
+
+
+def _ceph(r: Resolved, ceph_hosts: list[str]) -> CephVars:
+    c = r.ceph
+    tier = r.lmcache.tier("ceph") if r.lmcache else None
+    ttl = tier.ttl_s if tier else None
+    return CephVars(
+        ceph_deploy=c.deploy, ceph_osds_per_host=c.osds // c.hosts, ceph_osd_size=c.osd_size,
+        ceph_osd_devices=c.osd_devices, ceph_device_class=c.device_class.name, ceph_failure_domain=c.failure_domain,
+        ceph_pool_name=c.pool_name, ceph_pool_size=c.pool_size, ceph_pool_min_size=c.pool_min_size,
+        ceph_pool_pg_num=c.pool_pg_num, ceph_pool_application="rgw" if c.access == "s3" else "cephfs",
+        ceph_options={k: _ceph_value(v) for k, v in c.options.items()}, ceph_access=c.access,
+        ceph_rgw_port=c.rgw_port, ceph_rgw_address=c.rgw_address or ceph_hosts[0], ceph_rgw_dns_name=c.rgw_dns_name, ceph_rgw_bucket=c.rgw_bucket,
+        ceph_rgw_region=c.rgw_region, ceph_rgw_user=c.rgw_user,
+        ceph_rgw_expiration_days=round(ttl / 86400) if ttl else None, ceph_cephfs_mount=c.cephfs_mount)
+
+
+def _ceph_value(value: str | int | float | bool) -> str:
+    """Ceph prints booleans as true/false and numbers plainly; write them the same way."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def s3_endpoint(r: Resolved) -> str:
+    """LMCache's virtual-hosted S3 endpoint for the bucket."""
+    return f"s3://{r.ceph.rgw_bucket}.{r.ceph.rgw_dns_name}:{r.ceph.rgw_port}"
+
+
+def _lmcache(r: Resolved) -> LMCacheVars:
+    lm = r.lmcache
+    cpu = r.device.kind == "cpu"
+    env = {"PYTHONHASHSEED": PYTHONHASHSEED, "LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1"}
+    s3_host = f"{r.ceph.rgw_bucket}.{r.ceph.rgw_dns_name}" if lm.tier("ceph") and r.ceph.access == "s3" else None
+    if lm.mode == "inprocess":
+        return LMCacheVars(lmcache_mode="inprocess", lmcache_cpu_host=cpu, lmcache_config=inprocess_config(r),
+                           lmcache_server_args=[], lmcache_env=env, lmcache_nvme_path=lm.nvme_path, lmcache_s3_host=s3_host)
+    return LMCacheVars(lmcache_mode="mp", lmcache_cpu_host=cpu, lmcache_config={}, lmcache_server_args=server_args(r),
+                       lmcache_env=env, lmcache_nvme_path=lm.nvme_path, lmcache_s3_host=s3_host)
+
+
+def inprocess_config(r: Resolved) -> dict[str, Any]:
+    """lmcache.yaml for LMCacheConnectorV1: sizes are GB per rank (resolve splits each node's tier)."""
+    lm = r.lmcache
+    ddr, nvme, ceph = lm.tier("ddr"), lm.tier("nvme"), lm.tier("ceph")
+    cfg: dict[str, Any] = {"chunk_size": lm.chunk_size, "local_cpu": ddr is not None}
+    # Without a ddr tier LMCache still stages chunks in pinned CPU memory; give it two chunks.
+    cfg["max_local_cpu_size"] = _gb(ddr.configured_gb) if ddr else _gb(max(2 * lm.chunk_bytes_per_rank / GIB, 1 / 1024))
+    if nvme:
+        cfg["local_disk"] = f"file://{lm.nvme_path.rstrip('/')}/"
+        cfg["max_local_disk_size"] = _gb(nvme.configured_gb)
+    if ceph:
+        if r.ceph.access == "s3":
+            cfg["remote_url"] = s3_endpoint(r)
+            cfg["extra_config"] = {"s3_region": r.ceph.rgw_region, "disable_tls": True, "s3_prefer_http2": False}
+        else:
+            cfg["remote_url"] = f"fs://localhost:0{r.ceph.cephfs_mount}"
+        cfg["remote_serde"] = "naive"
+    cfg["cache_policy"] = (ddr or nvme).eviction if (ddr or nvme) else "LRU"
+    cfg["save_decode_cache"] = lm.save_decode_cache
+    cfg["save_unfull_chunk"] = lm.save_unfull_chunk
+    cfg["min_retrieve_tokens"] = lm.min_retrieve_tokens
+    cfg["pre_caching_hash_algorithm"] = "builtin"
+    assert set(cfg) <= LMCACHE_ENGINE_KEYS, set(cfg) - LMCACHE_ENGINE_KEYS
+    return cfg
+
+
+def _eviction(tier: ResolvedTier) -> dict[str, Any]:
+    return {"eviction_policy": MP_POLICY.get(tier.eviction, tier.eviction)}
+
+
+def server_args(r: Resolved) -> list[str]:
+    """`lmcache server` arguments: L1 is the node's ddr tier; nvme then ceph are L2 adapters, in lookup order."""
+    lm = r.lmcache
+    ddr, nvme, ceph = lm.tier("ddr"), lm.tier("nvme"), lm.tier("ceph")
+    args = ["--host", "127.0.0.1", "--port", str(lm.port), "--chunk-size", str(lm.chunk_size),
+            "--l1-size-gb", _num(_gb(ddr.configured_gb)), "--eviction-policy", MP_POLICY.get(ddr.eviction, ddr.eviction),
+            "--http-host", r.monitoring.metrics_address, "--disable-metrics"]
+    if nvme:
+        adapter = {"type": "fs_native", "base_path": lm.nvme_path, "max_capacity_gb": _gb(nvme.configured_gb),
+                   "eviction": _eviction(nvme)}
+        args += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
+    if ceph:
+        if r.ceph.access == "s3":
+            adapter = {"type": "s3", "s3_endpoint": s3_endpoint(r), "s3_region": r.ceph.rgw_region, "disable_tls": True,
+                       "s3_prefer_http2": False}
+        else:
+            adapter = {"type": "fs_native", "base_path": r.ceph.cephfs_mount}
+        adapter.update(max_capacity_gb=_gb(ceph.configured_gb), shared=True, eviction=_eviction(ceph))
+        args += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
+    if r.device.kind == "cpu":
+        args += ["--supported-transfer-mode", "auto", "--shm-name", f"kvplan_{r.name.replace('-', '_').replace('.', '_')}"]
+    return args
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def kv_transfer_config(r: Resolved) -> dict[str, Any] | None:
+    """vLLM --kv-transfer-config: the LMCache connector of the spec's mode, recomputing on load failures."""
+    if r.lmcache is None:
+        return None
+    if r.lmcache.mode == "inprocess":
+        return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both", "kv_load_failure_policy": "recompute"}
+    return {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+            "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": r.lmcache.port}}
+
+
+def vllm_args(r: Resolved) -> list[str]:
+    """`vllm serve MODEL` arguments shared by every instance."""
+    args = ["--served-model-name", r.model.name, "--tensor-parallel-size", str(r.tensor_parallel),
+            "--block-size", str(r.block_size), "--max-model-len", str(r.max_model_len),
+            "--max-num-seqs", str(r.max_num_seqs), "--max-num-batched-tokens", str(r.max_num_batched_tokens),
+            "--kv-cache-dtype", r.kv_cache_dtype]
+    if r.device.kind == "cpu":
+        args += ["--dtype", "bfloat16", "--enforce-eager"]
+    elif r.kv_cache_memory_bytes is not None:
+        args += ["--kv-cache-memory-bytes", str(r.kv_cache_memory_bytes)]
+    else:
+        args += ["--gpu-memory-utilization", repr(r.gpu_memory_utilization)]
+    args.append("--enable-prefix-caching" if r.prefix_caching else "--no-enable-prefix-caching")
+    args.append("--enable-chunked-prefill" if r.chunked_prefill else "--no-enable-chunked-prefill")
+    transfer = kv_transfer_config(r)
+    if transfer:
+        args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+    return args
+
+
+def _vllm(r: Resolved) -> VllmVars:
+    env = {"PYTHONHASHSEED": PYTHONHASHSEED, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false"}
+    if r.lmcache is not None and r.lmcache.mode == "inprocess":
+        env["LMCACHE_CONFIG_FILE"] = "/etc/lmcache/lmcache.yaml"
+    if r.device.kind == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(r.kv_cache_memory_bytes // GIB)
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "1"
+    return VllmVars(vllm_model=r.model_path or "", vllm_args=vllm_args(r), vllm_env=env, vllm_host=r.api_host,
+                    vllm_tensor_parallel=r.tensor_parallel)
+
+
+def hit_ratio_expr(r: Resolved) -> str:
+    """LMCache's token hit ratio in PromQL: in-process from LMCache's own counters (exported through
+    vLLM's /metrics), in MP mode from vLLM's external prefix-cache counters (the server's exporter
+    would bind 0.0.0.0, so kvplan runs it with --disable-metrics)."""
+    if r.lmcache is not None and r.lmcache.mode == "mp":
+        return ("sum(rate(vllm:external_prefix_cache_hits_total[5m])) / "
+                "sum(rate(vllm:external_prefix_cache_queries_total[5m]))")
+    return "sum(rate(lmcache:num_hit_tokens_total[5m])) / sum(rate(lmcache:num_requested_tokens_total[5m]))"
+
+
+def _monitoring(r: Resolved, vllm_targets: list[str], ceph_hosts: list[str]) -> MonitoringVars:
+    m = r.monitoring
+    rules = [
+        {"alert": "KVPlanLMCacheHitRatioLow", "expr": f"({hit_ratio_expr(r)}) < {m.min_lmcache_hit_ratio}", "for": "10m",
+         "labels": {"severity": "warning"},
+         "annotations": {"summary": f"LMCache token hit ratio below {m.min_lmcache_hit_ratio:g}",
+                         "description": "The offload tiers serve fewer prompt tokens than planned; compare with "
+                                        "`kvplan simulate` and check tier sizes and eviction."}},
+        {"alert": "KVPlanKVBlockUtilizationHigh", "expr": f"max(vllm:kv_cache_usage_perc) > {m.max_block_utilization}",
+         "for": "10m", "labels": {"severity": "warning"},
+         "annotations": {"summary": f"vLLM KV block utilisation above {m.max_block_utilization:g}",
+                         "description": "HBM blocks are nearly exhausted: expect preemptions and recomputation."}},
+    ]
+    if r.ceph is not None:
+        ms = round(m.max_ceph_op_latency * 1000, 3)
+        rules.append(
+            {"alert": "KVPlanCephOpLatencyHigh", "expr": f"max(ceph_osd_apply_latency_ms) > {ms:g}", "for": "5m",
+             "labels": {"severity": "warning"},
+             "annotations": {"summary": f"Ceph OSD op latency above {ms:g} ms",
+                             "description": "The ceph tier's reads slow down TTFT on misses of the local tiers."}})
+    ceph_targets = [f"{ceph_hosts[0]}:9283"] if r.ceph is not None and r.ceph.deploy != "external" and ceph_hosts else []
+    return MonitoringVars(monitoring_port=m.prometheus_port, monitoring_scrape_interval=f"{round(m.scrape_interval)}s",
+                          monitoring_rules={"groups": [{"name": f"kvplan-{r.name}", "rules": rules}]},
+                          monitoring_vllm_targets=vllm_targets, monitoring_ceph_targets=ceph_targets)
