@@ -22,7 +22,28 @@ case "${1:-}" in
   *) echo "usage: ./install.sh [test]" >&2; exit 2 ;;
 esac
 
+# The tests deploy a real single-node Ceph and check Prometheus rules with promtool, so
+# `./install.sh test` installs Debian's ceph and prometheus packages (nothing is started here).
+if [ "${1:-}" = test ]; then
+  need=""
+  for cmd in ceph-mon:ceph-mon ceph-mgr:ceph-mgr ceph-osd:ceph-osd radosgw:radosgw ceph:ceph-common \
+             uuidgen:uuid-runtime promtool:prometheus start-stop-daemon:dpkg; do
+    command -v "${cmd%%:*}" >/dev/null 2>&1 || need="$need ${cmd#*:}"
+  done
+  if [ -n "$need" ]; then
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "installing Debian packages for the tests:$need"
+    $sudo apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+  fi
+fi
+
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "$target"
+if [ "${1:-}" = test ]; then
+  # LMCache itself, to check that it accepts the configs kvplan renders. Its declared
+  # dependencies pull CUDA; the config loader needs none of them (reference/lmcache-vllm.md §7).
+  .venv/bin/python -m pip install --quiet --no-deps "lmcache==0.5.6"
+fi
 echo "kvplan installed in .venv ($(.venv/bin/kvplan --version))"

@@ -177,6 +177,105 @@ def render_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     out.print(f"  run it: kvplan deploy {spec} -i {inventory}")
 
 
+EXIT_DEPLOY_FAILED = 3
+
+
+def _run_dir(state_dir: str, name: str):
+    """A fresh run directory under <state dir>/runs/ (never reused: ansible-runner state must not leak)."""
+    import time
+    from pathlib import Path
+
+    base = Path(state_dir) / "runs"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        path = base / (f"{stamp}-{name}" + (f"-{n}" if n else ""))
+        if not path.exists():
+            return path
+    raise RuntimeError(f"no free run directory under {base}")
+
+
+def _print_run(result) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{result.playbook}: {result.status}", title_justify="left")
+    for column in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+        table.add_column(column, justify="left" if column == "host" else "right")
+    for host, tally in sorted(result.hosts.items()):
+        table.add_row(host, *(str(tally.get(k, 0)) for k in ("ok", "changed", "failed", "unreachable", "skipped")))
+    out.print(table)
+
+
+@app.command()
+def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
+           inventory: str = typer.Option(..., "-i", "--inventory", help="Ansible inventory (YAML file or directory)."),
+           check: bool = typer.Option(False, "--check", help="Change nothing: show what a deploy would change "
+                                                             "(kvplan's Ceph diff plus Ansible's check mode)."),
+           tags: Optional[str] = typer.Option(None, "--tags", help="Only these components, comma-separated: "
+                                                                    "ceph, lmcache, vllm, monitoring."),
+           state_dir: str = typer.Option(".kvplan", "--state-dir", help="Where runs and generated keys are kept.")) -> None:
+    """Render the spec into a fresh run directory and apply it with Ansible (ansible-runner)."""
+    import sys
+
+    from .deploy import cephdiff, runner
+
+    wanted = [t.strip() for t in tags.split(",") if t.strip()] if tags else []
+    unknown = [t for t in wanted if t not in ("ceph", "lmcache", "vllm", "monitoring")]
+    if unknown:
+        raise typer.BadParameter(f"unknown component(s) {', '.join(unknown)}; use ceph, lmcache, vllm, monitoring",
+                                 param_hint="--tags")
+    from .resolve import resolve
+    from .spec import load
+
+    try:
+        name = resolve(load(spec)).name
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+    rendered = _rendered(spec, inventory, _run_dir(state_dir, name), state_dir)
+    out.print(f"run directory: {rendered.root}")
+    status = err.status("starting ansible-playbook") if sys.stderr.isatty() else None
+
+    def progress(play: str, task: str) -> None:
+        if status is not None:
+            status.update(f"{play}: {task}")
+
+    results = []
+    try:
+        if status is not None:
+            status.start()
+        if check:
+            stack = rendered.stack
+            if stack.ceph is not None and (not wanted or "ceph" in wanted):
+                state = runner.run(rendered.root, "ceph-state.yml", on_event=progress, ident="ceph-state")
+                results.append(state)
+                if state.ok:
+                    changes = cephdiff.diff(stack.ceph, state.results)
+                    out.print(f"Ceph: {len(changes)} change(s) a deploy would make" + (":" if changes else ""))
+                    for change in changes:
+                        out.print(f"  {change}")
+            others = [t for t in (wanted or ["lmcache", "vllm", "monitoring"]) if t != "ceph"]
+            if others:
+                results.append(runner.run(rendered.root, tags=others, check=True, on_event=progress, ident="check"))
+        else:
+            results.append(runner.run(rendered.root, tags=wanted, on_event=progress, ident="apply"))
+    except SpecError as exc:
+        _fail(exc)
+    finally:
+        if status is not None:
+            status.stop()
+    for result in results:
+        _print_run(result)
+        if check and result.playbook == "site.yml" and result.changed_tasks:
+            out.print("Ansible check mode: would change " + ", ".join(sorted({t for _, t in result.changed_tasks})))
+    failed = [r for r in results if not r.ok]
+    for result in failed:
+        for f in result.failures:
+            kind = "unreachable" if f.unreachable else "failed"
+            err.print(f"[bold red]{kind}:[/] {f.host}: {f.task}: {f.message}", markup=True)
+        err.print(f"full log: {result.artifacts / 'stdout'}")
+    if failed:
+        raise typer.Exit(EXIT_DEPLOY_FAILED)
+
+
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the spec (point your editor's YAML support at it)."""

@@ -402,6 +402,8 @@ def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_
         tier = getattr(lm, name)
         if tier is None:
             continue
+        # LMCache takes GB (2^30 bytes) as a float; bytes / 2^30 is exact in binary floating
+        # point, so the configured figure and the simulated capacity are the same bytes.
         if name == "ceph":
             scope, caches, capacity = "cluster", 1, tier.size
             configured = tier.size / nodes / GIB if lm.mode == "mp" else None

@@ -27,7 +27,7 @@ TOY = {"name": "toy", "attention": "mha", "num_layers": 1, "hidden_size": 64, "n
 
 
 def toy_run(tmp_path, requests, *, mode="inprocess", ddr=None, nvme=None, ceph=None, prefix_caching=False,
-            block_size=CHUNK, time_scale=1.0, seed=0, **lmcache):
+            block_size=CHUNK, time_scale=1.0, seed=0, simulate_only=False, **lmcache):
     """Simulate `requests` = [(hash_ids, input_length, output_length), ...], 100 s apart.
 
     A trailing partial block gets an id of its own (unique to the request), as in Mooncake traces.
@@ -39,7 +39,7 @@ def toy_run(tmp_path, requests, *, mode="inprocess", ddr=None, nvme=None, ceph=N
         lines.append(json.dumps({"timestamp": i * 100_000, "input_length": n, "output_length": out, "hash_ids": ids}))
     trace.write_text("\n".join(lines) + "\n")
     tiers = {name: tier for name, tier in (("ddr", ddr), ("nvme", nvme), ("ceph", ceph)) if tier}
-    spec = {"name": "toy", "model": TOY,
+    spec = {"name": "toy", "model": TOY, "simulate_only": simulate_only,
             "serving": {"gpu": "H100-SXM", "gpus_per_node": 1, "block_size": 16, "kv_cache_memory": "1MiB",
                         "max_model_len": 4096, "prefix_caching": prefix_caching},
             "lmcache": {"mode": mode, "chunk_size": CHUNK, **tiers, **lmcache},
@@ -121,8 +121,10 @@ def test_the_inprocess_ceph_tier_never_evicts_it_refuses_when_full(tmp_path):
 
 def test_the_ceph_tier_expires_by_ttl_like_an_rgw_lifecycle_rule(tmp_path):
     reqs = [([1, 2], 2 * CHUNK + 1, 1), ([1, 2], 2 * CHUNK + 1, 1)]          # 100 s apart
-    fresh = toy_run(tmp_path, reqs, ddr={"size": chunks(1)}, ceph={"size": chunks(10), "eviction": "none", "ttl": "1h"})
-    stale = toy_run(tmp_path, reqs, ddr={"size": chunks(1)}, ceph={"size": chunks(10), "eviction": "none", "ttl": "50s"})
+    fresh = toy_run(tmp_path, reqs, ddr={"size": chunks(1)}, ceph={"size": chunks(10), "eviction": "none", "ttl": "1h"},
+                    simulate_only=True)   # RGW lifecycles count whole days; an hour is for simulation only
+    stale = toy_run(tmp_path, reqs, ddr={"size": chunks(1)}, ceph={"size": chunks(10), "eviction": "none", "ttl": "50s"},
+                    simulate_only=True)
     assert fresh.per_request[1].ceph_tokens == 2 * CHUNK
     assert stale.per_request[1].ceph_tokens == 0 and stale.tier("ceph").expired == 2
 
@@ -194,7 +196,7 @@ def test_lru_hit_ratio_never_falls_as_capacity_grows(tmp_path):
 @pytest.mark.parametrize("mode, policy", [("inprocess", "LRU"), ("inprocess", "LFU"), ("inprocess", "FIFO"),
                                           ("inprocess", "MRU"), ("mp", "LRU"), ("mp", "ARC")])
 def test_no_tier_exceeds_its_capacity_and_bytes_are_conserved(tmp_path, mode, policy):
-    ceph = {"size": chunks(300), "eviction": "none" if mode == "inprocess" else "LRU", "ttl": "1h"}
+    ceph = {"size": chunks(300), "eviction": "none" if mode == "inprocess" else "LRU", "ttl": "1d"}
     res = mooncake(tmp_path, mode=mode, ddr={"size": chunks(40), "eviction": policy},
                    nvme={"size": chunks(150), "eviction": policy}, ceph=ceph)
     for tier in res.tiers[1:]:

@@ -139,11 +139,6 @@ def _placement(r: Resolved, gpu_hosts: list[str]) -> dict[str, list[dict[str, An
     return out
 
 
-def _gb(value: float | None) -> float:
-    """GB figures as LMCache reads them (GiB, float), rounded down to the MiB so none overcommits."""
-    return math.floor((value or 0.0) * 1024) / 1024
-
-
 def _ceph(r: Resolved, ceph_hosts: list[str]) -> CephVars:
     c = r.ceph
     tier = r.lmcache.tier("ceph") if r.lmcache else None
@@ -191,10 +186,10 @@ def inprocess_config(r: Resolved) -> dict[str, Any]:
     ddr, nvme, ceph = lm.tier("ddr"), lm.tier("nvme"), lm.tier("ceph")
     cfg: dict[str, Any] = {"chunk_size": lm.chunk_size, "local_cpu": ddr is not None}
     # Without a ddr tier LMCache still stages chunks in pinned CPU memory; give it two chunks.
-    cfg["max_local_cpu_size"] = _gb(ddr.configured_gb) if ddr else _gb(max(2 * lm.chunk_bytes_per_rank / GIB, 1 / 1024))
+    cfg["max_local_cpu_size"] = ddr.configured_gb if ddr else math.ceil(2 * lm.chunk_bytes_per_rank / 2**20) / 1024
     if nvme:
         cfg["local_disk"] = f"file://{lm.nvme_path.rstrip('/')}/"
-        cfg["max_local_disk_size"] = _gb(nvme.configured_gb)
+        cfg["max_local_disk_size"] = nvme.configured_gb
     if ceph:
         if r.ceph.access == "s3":
             cfg["remote_url"] = s3_endpoint(r)
@@ -220,10 +215,10 @@ def server_args(r: Resolved) -> list[str]:
     lm = r.lmcache
     ddr, nvme, ceph = lm.tier("ddr"), lm.tier("nvme"), lm.tier("ceph")
     args = ["--host", "127.0.0.1", "--port", str(lm.port), "--chunk-size", str(lm.chunk_size),
-            "--l1-size-gb", _num(_gb(ddr.configured_gb)), "--eviction-policy", MP_POLICY.get(ddr.eviction, ddr.eviction),
+            "--l1-size-gb", _num(ddr.configured_gb), "--eviction-policy", MP_POLICY.get(ddr.eviction, ddr.eviction),
             "--http-host", r.monitoring.metrics_address, "--disable-metrics"]
     if nvme:
-        adapter = {"type": "fs_native", "base_path": lm.nvme_path, "max_capacity_gb": _gb(nvme.configured_gb),
+        adapter = {"type": "fs_native", "base_path": lm.nvme_path, "max_capacity_gb": nvme.configured_gb,
                    "eviction": _eviction(nvme)}
         args += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
     if ceph:
@@ -232,7 +227,7 @@ def server_args(r: Resolved) -> list[str]:
                        "s3_prefer_http2": False}
         else:
             adapter = {"type": "fs_native", "base_path": r.ceph.cephfs_mount}
-        adapter.update(max_capacity_gb=_gb(ceph.configured_gb), shared=True, eviction=_eviction(ceph))
+        adapter.update(max_capacity_gb=ceph.configured_gb, shared=True, eviction=_eviction(ceph))
         args += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
     if r.device.kind == "cpu":
         args += ["--supported-transfer-mode", "auto", "--shm-name", f"kvplan_{r.name.replace('-', '_').replace('.', '_')}"]

@@ -141,9 +141,6 @@ def _ceph(topo: "Topology") -> Iterator[Problem]:
     for dev in c.osd_devices:
         if not dev.startswith("/dev/"):
             yield Problem("ceph.osd_devices", "each OSD device must be a block device path", dev, "/dev/...", "e.g. /dev/nvme1n1")
-    if c.deploy == "packages" and not c.osd_devices and c.osds_per_host != 1:
-        yield Problem("ceph.osds_per_host", "file-backed OSDs (no osd_devices) come one per host", c.osds_per_host,
-                      "1 without osd_devices", "set osds_per_host: 1, or list the devices in ceph.osd_devices")
     if not c.cephfs_mount.startswith("/"):
         yield Problem("ceph.cephfs_mount", "must be an absolute path", c.cephfs_mount, fix="e.g. /mnt/cephfs/lmcache")
 
