@@ -19,6 +19,7 @@ renders starts with a header naming the spec and its hash.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shutil
 from pathlib import Path
@@ -71,6 +72,14 @@ def check_deployable(r: Resolved, inv: inventory_mod.Inventory) -> None:
         problems.append(Problem("serving.model_path", f"{r.model.name} has no hf_id in the catalog, so vLLM would not know "
                                 "what to serve", None, fix="set serving.model_path to a Hugging Face id or a local directory"))
     problems += inventory_mod.required(r, inv)
+    if r.ceph is not None and r.ceph.access == "s3" and inv.hosts("ceph"):
+        address = r.ceph.rgw_address or inv.hosts("ceph")[0].address
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            problems.append(Problem("ceph.rgw.address", "GPU nodes map the bucket's virtual host name to RGW in /etc/hosts, "
+                                    "which needs an IP address", address, "an IPv4 or IPv6 address",
+                                    "set ceph.rgw.address, or give the first ceph host an ansible_host IP"))
     if problems:
         raise SpecError(problems)
 

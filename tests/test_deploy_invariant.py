@@ -1,0 +1,141 @@
+"""What you simulate is what you deploy.
+
+Every example that the real stack can honour is rendered, and each number the simulator runs
+with — read from the simulator's own objects, not from the spec — must appear identically in
+the rendered LMCache configuration, the vLLM arguments and the Ceph role's variables: block
+size, chunk size, the capacity and eviction policy of each LMCache tier (per rank in-process,
+per server in MP mode), the pool's replica count, and the ceph tier's expiry.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+from kvplan.deploy import inventory as inventory_mod
+from kvplan.deploy.render import render
+from kvplan.deploy.secrets import Secrets
+from kvplan.errors import SpecError
+from kvplan.resolve import GIB, resolve
+from kvplan.sim.eviction import POLICIES, TTL
+from kvplan.sim.run import Simulation
+from kvplan.spec import load
+
+SPECS = sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "docs" / "examples").glob("*.yaml"))
+KEYS = Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE00", ceph_rgw_secret_key="example-secret")
+
+
+def deployable() -> list[Path]:
+    out = []
+    for path in SPECS:
+        try:
+            if not resolve(load(path)).simulate_only:
+                out.append(path)
+        except SpecError:
+            pass     # documented invalid examples (docs/examples/arc-inprocess.yaml)
+    return out
+
+
+def inventory_for(r, tmp: Path) -> inventory_mod.Inventory:
+    """An inventory with exactly the hosts the spec needs."""
+    ceph_hosts = 0 if r.ceph is None else (r.ceph.hosts if r.ceph.deploy == "cephadm" else 1)
+    groups = {
+        "gpu": {"hosts": {f"gpu-{i + 1}": {"ansible_host": f"10.0.2.{i + 1}"} for i in range(r.nodes)}},
+        "monitoring": {"hosts": {"mon-1": {"ansible_host": "10.0.3.1"}}},
+    }
+    if ceph_hosts:
+        groups["ceph"] = {"hosts": {f"ceph-{i + 1}": {"ansible_host": f"10.0.1.{i + 1}"} for i in range(ceph_hosts)}}
+    path = tmp / "hosts.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": groups}}))
+    return inventory_mod.load(path)
+
+
+def role_vars(root: Path, role: str) -> dict:
+    return yaml.safe_load((root / "project" / "group_vars" / "all" / f"{role}.yml").read_text())
+
+
+def flags(args: list[str]) -> dict[str, list[str]]:
+    """--flag value pairs (a flag may repeat); bare flags map to ['']."""
+    out: dict[str, list[str]] = {}
+    for i, arg in enumerate(args):
+        if arg.startswith("--"):
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
+            out.setdefault(arg, []).append(value)
+    return out
+
+
+def policy(cache) -> str:
+    inner = cache.inner if isinstance(cache, TTL) else cache
+    return next(name for name, cls in POLICIES.items() if type(inner) is cls)
+
+
+LMCACHE_MP_NAME = {"none": "noop"}
+
+
+@pytest.mark.parametrize("path", deployable(), ids=lambda p: p.stem)
+def test_the_rendered_stack_carries_the_simulators_numbers(path, tmp_path):
+    r = resolve(load(path))
+    sim = Simulation(r)
+    root = render(r, inventory_for(r, tmp_path), tmp_path / "run", KEYS).root
+
+    vllm = flags(role_vars(root, "vllm")["vllm_args"])
+    assert int(vllm["--block-size"][0]) == sim.engines[0].bs == r.block_size
+    assert int(vllm["--tensor-parallel-size"][0]) == r.tensor_parallel
+    assert int(vllm["--max-num-seqs"][0]) == r.max_num_seqs
+    assert int(vllm["--max-num-batched-tokens"][0]) == r.max_num_batched_tokens
+    assert vllm["--kv-cache-dtype"] == [r.kv_cache_dtype]
+    assert ("--enable-prefix-caching" in vllm) == r.prefix_caching
+    placed = [yaml.safe_load((root / "project" / "host_vars" / f"gpu-{i + 1}.yml").read_text())["vllm_instances"]
+              for i in range(r.nodes)]
+    assert sum(len(p) for p in placed) == len(sim.engines) == r.instances
+
+    if r.lmcache is not None:
+        lm = role_vars(root, "lmcache")
+        caches = sim.lmcache.caches
+        per_rank = r.lmcache.storing_ranks
+        if r.lmcache.mode == "inprocess":
+            cfg = lm["lmcache_config"]
+            assert cfg["chunk_size"] == r.lmcache.chunk_size
+            assert ("ddr" in caches) == cfg["local_cpu"]
+            if "ddr" in caches:
+                assert cfg["max_local_cpu_size"] * GIB * per_rank == caches["ddr"][0].capacity
+                assert cfg["cache_policy"] == policy(caches["ddr"][0])
+            if "nvme" in caches:
+                assert cfg["max_local_disk_size"] * GIB * per_rank == caches["nvme"][0].capacity
+                assert cfg["cache_policy"] == policy(caches["nvme"][0])
+            if "ceph" in caches:
+                assert cfg["remote_url"] == f"s3://{r.ceph.rgw_bucket}.{r.ceph.rgw_dns_name}:{r.ceph.rgw_port}"
+                assert policy(caches["ceph"][0]) == "none"      # in-process remote storage never evicts
+        else:
+            server = flags(lm["lmcache_server_args"])
+            assert int(server["--chunk-size"][0]) == r.lmcache.chunk_size
+            assert float(server["--l1-size-gb"][0]) * GIB == caches["ddr"][0].capacity
+            assert server["--eviction-policy"] == [LMCACHE_MP_NAME.get(policy(caches["ddr"][0]), policy(caches["ddr"][0]))]
+            adapters = [json.loads(a) for a in server.get("--l2-adapter", [])]
+            lower = [t for t in ("nvme", "ceph") if t in caches]
+            assert len(adapters) == len(lower), "one L2 adapter per lower tier, in lookup order"
+            for tier, adapter in zip(lower, adapters):
+                cache = caches[tier][0]
+                servers = r.nodes if tier == "ceph" else 1   # the ceph budget is split over the nodes' servers
+                assert adapter["max_capacity_gb"] * GIB * servers == pytest.approx(cache.capacity, abs=servers)
+                assert adapter["eviction"]["eviction_policy"] == LMCACHE_MP_NAME.get(policy(cache), policy(cache))
+    if r.ceph is not None:
+        ceph = role_vars(root, "ceph")
+        assert len(sim.fabric.placement(12345)) == ceph["ceph_pool_size"] == r.ceph.pool_size
+        assert ceph["ceph_pool_min_size"] == r.ceph.pool_min_size and ceph["ceph_pool_pg_num"] == r.ceph.pool_pg_num
+        assert ceph["ceph_device_class"] == r.ceph.device_class.name
+        assert ceph["ceph_failure_domain"] == r.ceph.failure_domain
+        ceph_cache = sim.lmcache.caches["ceph"][0] if sim.lmcache and "ceph" in sim.lmcache.caches else None
+        if ceph_cache is not None and isinstance(ceph_cache, TTL):
+            assert ceph["ceph_rgw_expiration_days"] * 86400 == ceph_cache.ttl
+        else:
+            assert ceph["ceph_rgw_expiration_days"] is None
+
+
+def test_every_shipped_example_but_the_invalid_one_is_deployable():
+    names = {p.stem for p in deployable()}
+    assert {"chat-llama2-13b", "codegen-70b", "mooncake-replay", "local"} <= names

@@ -1,0 +1,114 @@
+"""`kvplan render`: what it refuses, what it writes, and how it keeps secrets."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+import yaml
+
+from conftest import REPO, spec
+from kvplan.deploy import inventory as inventory_mod
+from kvplan.deploy.render import render
+from kvplan.deploy.secrets import Secrets, load_or_create
+from kvplan.errors import SpecError
+from kvplan.resolve import resolve
+
+KEYS = Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE00", ceph_rgw_secret_key="example-secret")
+LOCAL = inventory_mod.load(REPO / "inventories" / "local")
+
+
+def problems(exc: pytest.ExceptionInfo) -> dict[str, str]:
+    return {p.path: p.message for p in exc.value.problems}
+
+
+def test_every_rendered_file_names_the_spec_and_its_hash(tmp_path):
+    r = resolve(spec("local"))
+    root = render(r, LOCAL, tmp_path / "run", KEYS).root
+    for rel in ("project/site.yml", "project/group_vars/all/ceph.yml", "project/host_vars/localhost.yml",
+                "inventory/hosts.yml", "env/settings", "project/ansible.cfg"):
+        head = (root / rel).read_text().splitlines()[0]
+        assert f"spec 'local' (sha256 {r.spec_hash})" in head, rel
+    assert (root / "project" / "roles" / "ceph" / "tasks" / "main.yml").is_file()
+
+
+def test_secrets_are_owner_only_and_reused(tmp_path):
+    first = load_or_create(tmp_path, "local")
+    assert stat.S_IMODE((tmp_path / "secrets" / "local.yml").stat().st_mode) == 0o600
+    assert load_or_create(tmp_path, "local") == first
+    root = render(resolve(spec("local")), LOCAL, tmp_path / "run", first).root
+    secrets_file = root / "project" / "group_vars" / "all" / "secrets.yml"
+    assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
+    assert yaml.safe_load(secrets_file.read_text())["ceph_rgw_secret_key"] == first.ceph_rgw_secret_key
+    others = [p for p in root.rglob("*") if p.is_file() and p != secrets_file]
+    assert not [p for p in others if first.ceph_rgw_secret_key in p.read_text(errors="ignore")]
+
+
+def test_a_simulate_only_spec_is_refused_with_the_reason(tmp_path):
+    r = resolve(spec("local", simulate_only=True))
+    with pytest.raises(SpecError) as exc:
+        render(r, LOCAL, tmp_path / "run", KEYS)
+    assert "settings the real stack cannot honour" in problems(exc)["simulate_only"]
+
+
+def test_a_missing_inventory_group_is_named_before_ansible_starts(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu": {"hosts": {"g1": {"ansible_host": "10.0.0.1"}}}}}}))
+    with pytest.raises(SpecError) as exc:
+        render(resolve(spec("local")), inventory_mod.load(inv), tmp_path / "run", KEYS)
+    found = problems(exc)
+    assert "group missing or empty" in found["inventory.ceph"] and "inventory.monitoring" in found
+
+
+def test_the_bucket_host_needs_an_ip_to_map_in_etc_hosts(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    hosts = {"gpu": {"hosts": {"g1": None}}, "ceph": {"hosts": {"ceph-a.example": None}},
+             "monitoring": {"hosts": {"m1": None}}}
+    inv.write_text(yaml.safe_dump({"all": {"children": hosts}}))
+    with pytest.raises(SpecError) as exc:
+        render(resolve(spec("local")), inventory_mod.load(inv), tmp_path / "run", KEYS)
+    assert "ceph.rgw.address" in problems(exc)
+    ok = render(resolve(spec("local", ceph__rgw__address="10.0.1.5")), inventory_mod.load(inv), tmp_path / "ok", KEYS)
+    assert ok.stack.ceph.ceph_rgw_address == "10.0.1.5"
+
+
+def test_an_existing_directory_that_is_not_a_render_is_never_overwritten(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SpecError) as exc:
+        render(resolve(spec("local")), LOCAL, tmp_path, KEYS)
+    assert "will not overwrite" in problems(exc)["output"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_inventory_errors_say_how_to_fix_them(tmp_path):
+    (tmp_path / "hosts.ini").write_text("[gpu]\nlocalhost\n")
+    with pytest.raises(SpecError) as exc:
+        inventory_mod.load(tmp_path)
+    assert "holds no hosts.yml" in problems(exc)["inventory"]
+    bad = tmp_path / "bad.yml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(SpecError):
+        inventory_mod.load(bad)
+
+
+def test_instances_fill_nodes_in_order_with_their_own_devices_and_ports():
+    from kvplan.deploy.stack import build
+
+    r = resolve(spec("codegen-70b"))       # 4 instances of TP 4 on 8-GPU nodes
+    placed = build(r, ["gpu-1", "gpu-2"], ["10.0.1.1"]).instances
+    assert placed["gpu-1"] == [{"index": 0, "port": 8000, "devices": "0,1,2,3"},
+                               {"index": 1, "port": 8001, "devices": "4,5,6,7"}]
+    assert [i["index"] for i in placed["gpu-2"]] == [2, 3]
+
+
+def test_rules_refuse_what_the_deployment_cannot_honour():
+    with pytest.raises(SpecError) as exc:
+        spec("chat-llama2-13b", lmcache__nvme__eviction="LFU")
+    assert "one cache_policy for DRAM and disk" in problems(exc)["lmcache.nvme.eviction"]
+    with pytest.raises(SpecError) as exc:
+        spec("local", lmcache__ceph__ttl="12h")
+    assert "whole days" in problems(exc)["lmcache.ceph.ttl"]
+    with pytest.raises(SpecError) as exc:
+        spec("local", ceph__hosts=3, ceph__pool__size=1)
+    assert "single-node" in problems(exc)["ceph.hosts"]
+    assert spec("local", ceph__hosts=3, ceph__pool__size=1, simulate_only=True).simulate_only
