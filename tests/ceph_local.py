@@ -57,7 +57,8 @@ def wipe() -> None:
     _stop("ceph-osd.*.pid")
     _stop("ceph-mon.*.pid")
     # Daemons whose pid files are gone (an interrupted run) are found by name.
-    subprocess.run(["pkill", "-KILL", "-x", "radosgw|ceph-osd|ceph-mgr|ceph-mon"], check=False)
+    for name in ("radosgw", "ceph-osd", "ceph-mgr", "ceph-mon"):
+        subprocess.run(["pkill", "-KILL", "-x", name], check=False)
     for pattern in STATE:
         for path in glob.glob(pattern):
             if os.path.isdir(path) and not os.path.islink(path):

@@ -1,7 +1,7 @@
 """kvplan's own Ceph diff: the spec's pool, options, bucket and lifecycle against a live cluster.
 
 Ceph's Ansible modules (and kvplan's shell tasks) predict nothing in check mode, so
-`kvplan deploy --check` reads the cluster with the read-only `state:` tasks of the ceph role
+`kvplan deploy --check` reads the cluster with the read-only `State:` tasks of the ceph role
 (`ceph osd pool ls detail`, `ceph osd crush rule dump`, `ceph config dump`, `radosgw-admin
 bucket stats` and `lc get`) and compares them here with what a deploy would set.
 """
@@ -36,10 +36,10 @@ def _json(result: dict | None):
 
 
 def diff(want: CephVars, state: dict[str, dict]) -> list[Change]:
-    """Changes a deploy would make, from the `state: ...` task results of project/ceph-state.yml."""
+    """Changes a deploy would make, from the `State: ...` task results of project/ceph-state.yml."""
     changes: list[Change] = []
-    pools = _json(state.get("state: pools")) or []
-    rules = {r["rule_id"]: r["rule_name"] for r in _json(state.get("state: crush rules")) or []}
+    pools = _json(state.get("State: pools")) or []
+    rules = {r["rule_id"]: r["rule_name"] for r in _json(state.get("State: crush rules")) or []}
     pool = next((p for p in pools if p.get("pool_name") == want.ceph_pool_name), None)
     name = f"pool {want.ceph_pool_name}"
     if pool is None:
@@ -56,7 +56,7 @@ def diff(want: CephVars, state: dict[str, dict]) -> list[Change]:
         if want.ceph_pool_application not in (pool.get("application_metadata") or {}):
             changes.append(Change(f"{name} application", ",".join(pool.get("application_metadata") or {}) or "none",
                                   want.ceph_pool_application))
-    config = _json(state.get("state: config")) or []
+    config = _json(state.get("State: config")) or []
 
     def live_option(section: str, key: str) -> str:
         return next((str(c.get("value")) for c in config if c.get("section") == section and c.get("name") == key), "unset")
@@ -70,9 +70,9 @@ def diff(want: CephVars, state: dict[str, dict]) -> list[Change]:
             changes.append(Change(f"config {section} {key}", live, value))
     if want.ceph_access == "s3":
         bucket = f"bucket {want.ceph_rgw_bucket}"
-        if _json(state.get("state: bucket")) is None:
+        if _json(state.get("State: bucket")) is None:
             changes.append(Change(bucket, "absent", "created"))
-        days = _lifecycle_days(_json(state.get("state: lifecycle")))
+        days = _lifecycle_days(_json(state.get("State: lifecycle")))
         if days != want.ceph_rgw_expiration_days:
             changes.append(Change(f"{bucket} lifecycle expiration", f"{days} days" if days else "none",
                                   f"{want.ceph_rgw_expiration_days} days" if want.ceph_rgw_expiration_days else "none"))

@@ -40,7 +40,7 @@ class RunResult:
     """(host, task) of every task that changed something (or would, in check mode)."""
     failures: list[Failure] = field(default_factory=list)
     results: dict[str, dict] = field(default_factory=dict)
-    """task name -> its result, for tasks named `state: ...` (read by cephdiff)."""
+    """task name -> its result, for tasks named `State: ...` (read by cephdiff)."""
 
     @property
     def ok(self) -> bool:
@@ -98,14 +98,14 @@ def run(root: Path, playbook: str = "site.yml", tags: list[str] | None = None, s
             if kind == "runner_on_ok":
                 if res.get("changed"):
                     result.changed_tasks.append((host, task))
-                if task.startswith("state: "):
+                if task.startswith("State: "):
                     result.results[task] = res
             elif kind == "runner_on_failed" and not data.get("ignore_errors"):
                 result.failures.append(Failure(host, task, _message(res)))
             elif kind == "runner_on_unreachable":
                 result.failures.append(Failure(host, task, _message(res), unreachable=True))
             elif kind == "runner_on_skipped":
-                if task.startswith("state: "):
+                if task.startswith("State: "):
                     result.results[task] = {"skipped": True}
         return True
 
