@@ -165,7 +165,7 @@ class Engine:
             else:
                 new = 1
             holding = seq.holding
-            need = -(-(seq.computed + new) // bs) - len(holding.keys) - holding.anon
+            need = -(-(seq.computed + new) // bs) - holding.blocks
             if need > 0:
                 gave_up = False
                 while not hbm.grow(holding, need):
