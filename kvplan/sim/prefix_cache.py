@@ -137,6 +137,7 @@ class PrefixCache:
             return False
         self._take(blocks)
         holding.anon += blocks
+        holding.blocks += blocks
         return True
 
     def _take(self, n: int) -> None:
@@ -186,8 +187,7 @@ class PrefixCache:
                 else:
                     ranges.append([node.lo, node.lo + size])
         self._cached += new
-        holding.hashed += new
-        holding.anon -= new
+        holding.anon -= new                    # computed blocks stop being anonymous: holding.blocks stays
         holding.next = upto
 
     def release(self, holding: "Holding") -> None:
@@ -215,7 +215,7 @@ class PrefixCache:
             for node in reversed(freed):
                 self._append(node)
                 self._free_count += len(node.keys)
-        holding.ranges, holding.hashed, holding.anon = [], 0, 0
+        holding.ranges, holding.blocks, holding.anon = [], 0, 0
 
     # ---- the tree and the queue
     def _path(self, keys: Sequence[int], start: int, end: int) -> list:
@@ -276,15 +276,11 @@ def _unlink(entry: _Entry) -> None:
 class Holding:
     """The blocks one request holds: hashed ones (block position ranges of its chain) and anonymous ones."""
 
-    __slots__ = ("chain", "ranges", "hashed", "anon", "next")
+    __slots__ = ("chain", "ranges", "blocks", "anon", "next")
 
     def __init__(self, chain: Sequence[int], anon: int, next_index: int):
         self.chain = chain                     # the request's block keys
         self.ranges: list[list[int]] = []      # [start, end) positions it holds hashed, in order
-        self.hashed = next_index
+        self.blocks = next_index + anon        # all it holds, hashed and anonymous
         self.anon = anon
         self.next = next_index                 # blocks below this are hit or committed
-
-    @property
-    def blocks(self) -> int:
-        return self.hashed + self.anon
