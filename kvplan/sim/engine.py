@@ -30,6 +30,7 @@ stepping one iteration at a time.
 from __future__ import annotations
 
 from collections import deque
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,7 +48,8 @@ class Seq:
     """One request inside an engine."""
 
     __slots__ = ("req", "target", "computed", "generated", "holding", "blocks", "chunks", "saved",
-                 "tiers", "hbm_tokens", "admitted", "first_token", "preemptions", "pending_load", "record")
+                 "tiers", "hbm_tokens", "admitted", "first_token", "preemptions", "pending_load", "record",
+                 "prompt", "output")
 
     def __init__(self, req: "Request", record: bool):
         self.req = req
@@ -65,6 +67,8 @@ class Seq:
         self.preemptions = 0
         self.pending_load = None                 # a retrieve process to wait for before the forward pass
         self.record = record
+        self.prompt = req.prompt_tokens          # copies of the request's lengths, read every step
+        self.output = req.output_tokens
 
     @property
     def prefilling(self) -> bool:
@@ -73,7 +77,10 @@ class Seq:
     @property
     def length(self) -> int:
         """Tokens in the sequence so far (prompt and emitted output)."""
-        return self.req.prompt_tokens + self.generated
+        return self.prompt + self.generated
+
+
+_PROMPT, _GENERATED = attrgetter("prompt"), attrgetter("generated")
 
 
 class Engine:
@@ -154,19 +161,21 @@ class Engine:
         prefills: list[tuple[Seq, int]] = []
         decodes: list[Seq] = []
         preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            seq = running[i]
+        chunked = self.chunked
+        for seq in running:                      # a preemption pops from the end: the loop then stops short of it
+            if budget <= 0:
+                break
             remaining = seq.target - seq.computed
             if remaining > 0:
-                new = min(remaining, budget)
-                if new < remaining and not self.chunked:
+                new = remaining if remaining < budget else budget
+                if new < remaining and not chunked:
                     break
             else:
                 new = 1
             holding = seq.holding
-            need = -(-(seq.computed + new) // bs) - len(holding.keys) - holding.anon
-            if need > 0:
+            end = seq.computed + new
+            if end > holding.blocks * bs:        # its tokens spill past its blocks: grow
+                need = -(-end // bs) - holding.blocks
                 gave_up = False
                 while not hbm.grow(holding, need):
                     victim = running[-1]
@@ -182,7 +191,6 @@ class Engine:
                 prefills.append((seq, new))
             else:
                 decodes.append(seq)
-            i += 1
         loads = []
         if admit and not preempted:
             while self.waiting and len(self.running) < self.max_seqs and budget > 0:
@@ -269,7 +277,7 @@ class Engine:
         start = env.now
         if loads:
             yield simpy.AllOf(env, loads)
-        context = sum(s.req.prompt_tokens + s.generated for s in decodes)
+        context = sum(map(_PROMPT, decodes)) + sum(map(_GENERATED, decodes))
         yield env.timeout(self.steptime.step([(new, s.computed) for s, new in prefills], len(decodes), context))
         stores = []
         for seq, new in prefills:
@@ -292,7 +300,7 @@ class Engine:
         for seq in decodes:
             seq.generated += 1
             seq.computed += 1
-            if seq.generated >= seq.req.output_tokens:
+            if seq.generated >= seq.output:
                 finished.append(seq)
         stores += self._decode_stores(finished)
         if stores:

@@ -45,6 +45,8 @@ class Fabric:
             self.host_tx = [Link(env, f"nic-tx/ceph{h}", nic) for h in range(r.ceph.hosts)]
             per_host = r.ceph.osds // r.ceph.hosts
             self.osds = [Link(env, f"osds/ceph{h}", float(per_host)) for h in range(r.ceph.hosts)]
+            # placement depends only on key % osds: the hosts of each primary OSD's replicas, primary first
+            self.replica_hosts = [tuple(osd // per_host for osd in self.placement(p)) for p in range(r.ceph.osds)]
 
     def links(self) -> list[Link]:
         out = [*self.h2d, *self.d2h, *self.nvme]
@@ -83,12 +85,12 @@ class Fabric:
         """A SimPy process: read (from primaries) or write (to every replica) the objects of `keys`."""
         c, env = self.ceph, self.env
         dev = c.device_class
-        per_host = c.osds // c.hosts
         objects: dict[int, int] = defaultdict(int)     # OSD host -> objects it reads or writes
+        table, n_osds = self.replica_hosts, c.osds
         for key in keys:
-            osds = self.placement(key)
-            for osd in (osds if write else osds[:1]):
-                objects[osd // per_host] += 1
+            hosts = table[key % n_osds]
+            for host in (hosts if write else hosts[:1]):
+                objects[host] += 1
         total = len(keys) * object_bytes
         bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
                                     else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))
@@ -100,7 +102,7 @@ class Fabric:
         if write and c.pool_size > 1:   # primaries forward replicas over their hosts' NICs
             forwarded: dict[int, float] = defaultdict(float)
             for key in keys:
-                forwarded[self.placement(key)[0] // per_host] += (c.pool_size - 1) * object_bytes
+                forwarded[table[key % n_osds][0]] += (c.pool_size - 1) * object_bytes
             events += [self.host_tx[h].transfer(b) for h, b in forwarded.items()]
         start = env.now
         yield env.timeout(latency + 2 * c.network.latency)

@@ -165,7 +165,8 @@ class LMCacheModel:
             self._insert("ddr", instance, keys)
         for tier in ("nvme", "ceph"):
             if tier in self.caches:
-                fresh = [k for k in keys if k not in self.cache(tier, instance)]
+                cache = self.cache(tier, instance)
+                fresh = [k for k in keys if k not in cache]
                 if fresh:
                     env.process(self._write(instance, tier, fresh))
 

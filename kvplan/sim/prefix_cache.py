@@ -17,36 +17,84 @@ reference/lmcache-vllm.md §2):
 Never-used blocks sit at the head of the queue at start-up; they are counted, not listed.
 Blocks without a hash that were freed together (a request's partial tail, its duplicates) are
 one entry of the queue holding their count, so a long output costs one entry, not one per block.
+
+Representation (the behaviour above is per block; the bookkeeping is per run of blocks): block
+keys are prefix-chained, so the cached blocks form a tree of chains, kept here as a radix tree of
+`_Node`s. A node is a run of consecutive blocks of one chain that are all in the same state:
+held by the same number of requests, or free (then the whole run is one entry of the free queue,
+its deepest block first), or a ghost (not cached: evicted blocks that still have cached blocks
+deeper in their chain, which later requests can find again once the gap is recomputed). Nodes
+split where states diverge and are never merged. A request touching 750 blocks thus costs a
+walk over a few nodes plus C-level list comparisons, not 750 dictionary operations; eviction
+takes whole or partial runs from the head of the queue.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from operator import eq
 from typing import Sequence
 
 
+class _Entry:
+    """A link of the free queue (a doubly linked list with a sentinel)."""
+
+    __slots__ = ("prev", "next")
+
+
+class _Anon(_Entry):
+    """Free blocks without a hash, freed together: one queue entry holding their count."""
+
+    __slots__ = ("count",)
+
+    def __init__(self, count: int):
+        self.count = count
+
+
+class _Node(_Entry):
+    """Consecutive blocks `keys` of one chain, starting at block position `lo`, in one state.
+
+    refs > 0: held by that many requests; refs == 0 and not ghost: free, in the queue; ghost: not
+    cached (kept only as the parent of cached descendants). `children` maps the first key of each
+    deeper run to its node.
+    """
+
+    __slots__ = ("keys", "lo", "refs", "ghost", "parent", "children")
+
+    def __init__(self, keys: list, lo: int, parent: "_Node | None", refs: int = 0, ghost: bool = True):
+        self.keys, self.lo, self.parent = keys, lo, parent
+        self.refs, self.ghost = refs, ghost
+        self.children: dict = {}
+        self.prev = self.next = None
+
+
 class PrefixCache:
-    __slots__ = ("num_blocks", "_free", "_free_count", "_pristine", "_refs", "_anon_free", "evictions")
+    __slots__ = ("num_blocks", "_root", "_queue", "_free_count", "_pristine", "_anon_free", "_cached", "evictions")
 
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
-        self._free: OrderedDict = OrderedDict()   # head = next reused; hashed key -> None, anonymous run -> count
-        self._free_count = 0                      # blocks in _free
+        self._root = _Node([], 0, None, refs=1, ghost=False)   # the empty prefix, parent of every chain
+        self._queue = _Entry()                    # sentinel: next = head (reused first), prev = tail
+        self._queue.prev = self._queue.next = self._queue
+        self._free_count = 0                      # blocks in the queue
         self._pristine = num_blocks               # never-used blocks, logically at the head
-        self._refs: dict = {}                     # hashed blocks in use -> number of holders
         self._anon_free = 0                       # free blocks without a hash (partial tails, duplicates)
+        self._cached = 0                          # blocks holding a hash (in use or free)
         self.evictions = 0                        # cached blocks reused for other content
 
     # ---- queries
     def match(self, keys: Sequence[int]) -> int:
         """Leading blocks of `keys` that are cached (free or in use)."""
-        free, refs, n = self._free, self._refs, 0
-        for key in keys:
-            if key in free or key in refs:
-                n += 1
-            else:
-                break
-        return n
+        node, p, n = self._root, 0, len(keys)
+        while p < n:
+            child = node.children.get(keys[p])
+            if child is None or child.ghost:
+                return p
+            run = child.keys
+            stop = min(p + len(run), n)
+            if run[: stop - p] != keys[p:stop]:
+                return p + list(map(eq, run, keys[p:stop])).index(False)
+            node, p = child, stop
+        return p
 
     @property
     def free_blocks(self) -> int:
@@ -55,7 +103,7 @@ class PrefixCache:
     @property
     def cached_blocks(self) -> int:
         """Blocks holding a reusable hash (in use or free)."""
-        return len(self._refs) + self._free_count - self._anon_free
+        return self._cached
 
     @property
     def used_blocks(self) -> int:
@@ -65,22 +113,23 @@ class PrefixCache:
     def allocate(self, keys: Sequence[int], hit: int, total_blocks: int) -> "Holding | None":
         """Give a request `total_blocks` blocks: the first `hit` are the cached `keys[:hit]`, the rest new.
 
-        Returns None (and changes nothing) when the pool cannot supply them.
+        Returns None (and changes nothing but how runs are split) when the pool cannot supply them.
         """
         fresh = total_blocks - hit
-        free, refs = self._free, self._refs
-        hits = keys[:hit]
-        if fresh > self.free_blocks - sum(map(free.__contains__, hits)):
+        nodes = self._path(keys, 0, hit)
+        revived = sum(len(node.keys) for node in nodes if node.refs == 0)   # free cached blocks taken back
+        if fresh > self.free_blocks - revived:
             return None
-        for key in hits:
-            if key in refs:
-                refs[key] += 1
-            else:
-                del free[key]
-                self._free_count -= 1
-                refs[key] = 1
+        for node in nodes:
+            if node.refs == 0:
+                _unlink(node)
+            node.refs += 1
+        self._free_count -= revived
         self._take(fresh)
-        return Holding(list(keys[:hit]), fresh, hit)
+        holding = Holding(keys, fresh, hit)
+        if hit:
+            holding.ranges.append([0, hit])
+        return holding
 
     def grow(self, holding: "Holding", blocks: int) -> bool:
         """Give a running request `blocks` more new blocks (decode); False when the pool is out."""
@@ -88,6 +137,7 @@ class PrefixCache:
             return False
         self._take(blocks)
         holding.anon += blocks
+        holding.blocks += blocks
         return True
 
     def _take(self, n: int) -> None:
@@ -95,21 +145,28 @@ class PrefixCache:
         pristine = min(n, self._pristine)
         self._pristine -= pristine
         n -= pristine
-        free = self._free
+        queue = self._queue
         while n:
-            key, run = free.popitem(last=False)
-            if run is None:                    # a cached block: its content is evicted
-                self.evictions += 1
-                self._free_count -= 1
-                n -= 1
-            else:                              # a run of anonymous blocks
-                used = min(n, run)
-                n -= used
+            entry = queue.next
+            if type(entry) is _Anon:           # a run of anonymous blocks
+                used = min(n, entry.count)
+                entry.count -= used
                 self._anon_free -= used
-                self._free_count -= used
-                if run > used:
-                    free[key] = run - used
-                    free.move_to_end(key, last=False)
+                if not entry.count:
+                    _unlink(entry)
+            else:                              # cached blocks, deepest first: their contents are evicted
+                size = len(entry.keys)
+                used = min(n, size)
+                if used < size:                # the deepest `used` blocks split off, ahead of the rest
+                    self._split(entry, entry.lo + size - used)
+                    entry = queue.next
+                _unlink(entry)
+                entry.ghost = True
+                self._cached -= used
+                self.evictions += used
+                self._prune(entry)
+            self._free_count -= used
+            n -= used
 
     def commit(self, holding: "Holding", keys: Sequence[int], upto: int) -> None:
         """The request has computed its full blocks up to `upto`: they become cached (hashed).
@@ -117,46 +174,113 @@ class PrefixCache:
         A block whose hash another block already carries stays anonymous (vLLM keeps one copy
         findable; kvplan counts the duplicate as plain used memory).
         """
-        refs, free = self._refs, self._free
-        new = [key for key in keys[holding.next:upto] if key not in refs and key not in free]
-        refs.update(dict.fromkeys(new, 1))
-        holding.keys.extend(new)
-        holding.anon -= len(new)
-        holding.next = max(holding.next, upto)
+        if upto <= holding.next:
+            return
+        new, ranges = 0, holding.ranges
+        for node in self._path(keys, holding.next, upto):
+            if node.ghost:                     # not cached: this request's copy becomes the cached one
+                node.ghost, node.refs = False, 1
+                size = len(node.keys)
+                new += size
+                if ranges and ranges[-1][1] == node.lo:
+                    ranges[-1][1] += size
+                else:
+                    ranges.append([node.lo, node.lo + size])
+        self._cached += new
+        holding.anon -= new                    # computed blocks stop being anonymous: holding.blocks stays
+        holding.next = upto
 
     def release(self, holding: "Holding") -> None:
         """The request finished: its blocks join the free queue's tail, last block first.
 
         Hashed blocks another request still holds stay in use.
         """
-        free, refs = self._free, self._refs
         if holding.anon:                       # the unhashed tail goes first
-            free[object()] = holding.anon
+            self._append(_Anon(holding.anon))
             self._anon_free += holding.anon
             self._free_count += holding.anon
-        freed = 0
-        for key in reversed(holding.keys):
-            held = refs[key]
-            if held == 1:
-                del refs[key]
-                free[key] = None
-                freed += 1
-            else:
-                refs[key] = held - 1
-        self._free_count += freed
-        holding.keys, holding.anon = [], 0
+        if holding.ranges:
+            freed = []
+            keys, ranges, r = holding.chain, holding.ranges, 0
+            node, p, end = self._root, 0, holding.ranges[-1][1]
+            while p < end:
+                node = node.children[keys[p]]
+                if ranges[r][1] <= p:
+                    r += 1
+                if ranges[r][0] <= p:          # runs are split at the edges of what a request holds
+                    node.refs -= 1
+                    if not node.refs:
+                        freed.append(node)
+                p += len(node.keys)
+            for node in reversed(freed):
+                self._append(node)
+                self._free_count += len(node.keys)
+        holding.ranges, holding.blocks, holding.anon = [], 0, 0
+
+    # ---- the tree and the queue
+    def _path(self, keys: Sequence[int], start: int, end: int) -> list:
+        """The nodes holding blocks [start, end) of chain `keys`, split at start and end; absent
+        blocks on the way get ghost nodes."""
+        node, p, out = self._root, 0, []
+        while p < end:
+            child = node.children.get(keys[p])
+            if child is None:
+                child = node.children[keys[p]] = _Node(list(keys[p:end]), p, node)
+            run = child.keys
+            stop = min(p + len(run), end)
+            if run[: stop - p] != keys[p:stop]:    # the chains part inside this run
+                self._split(child, p + list(map(eq, run, keys[p:stop])).index(False))
+            elif stop < p + len(run):
+                self._split(child, stop)
+            if p < start < p + len(child.keys):
+                self._split(child, start)
+            if p >= start:
+                out.append(child)
+            node, p = child, p + len(child.keys)
+        return out
+
+    def _split(self, node: _Node, at: int) -> None:
+        """Cut `node` at block position `at`: the deeper part becomes its only child, same state
+        (ahead of it in the free queue when free: deeper blocks go first)."""
+        cut = at - node.lo
+        tail = _Node(node.keys[cut:], at, node, node.refs, node.ghost)
+        tail.children = node.children
+        for child in tail.children.values():
+            child.parent = tail
+        node.keys = node.keys[:cut]
+        node.children = {tail.keys[0]: tail}
+        if node.prev is not None:              # free: in the queue
+            tail.prev, tail.next = node.prev, node
+            node.prev.next = tail
+            node.prev = tail
+
+    def _prune(self, node: _Node) -> None:
+        """Drop ghost nodes that no longer lead to anything cached."""
+        while node.ghost and not node.children:
+            parent = node.parent
+            del parent.children[node.keys[0]]
+            node = parent
+
+    def _append(self, entry: _Entry) -> None:
+        tail = self._queue.prev
+        entry.prev, entry.next = tail, self._queue
+        tail.next = self._queue.prev = entry
+
+
+def _unlink(entry: _Entry) -> None:
+    entry.prev.next = entry.next
+    entry.next.prev = entry.prev
+    entry.prev = entry.next = None
 
 
 class Holding:
-    """The blocks one request holds: hashed ones (by key, in chain order) and anonymous ones."""
+    """The blocks one request holds: hashed ones (block position ranges of its chain) and anonymous ones."""
 
-    __slots__ = ("keys", "anon", "next")
+    __slots__ = ("chain", "ranges", "blocks", "anon", "next")
 
-    def __init__(self, keys: list, anon: int, next_index: int):
-        self.keys = keys
+    def __init__(self, chain: Sequence[int], anon: int, next_index: int):
+        self.chain = chain                     # the request's block keys
+        self.ranges: list[list[int]] = []      # [start, end) positions it holds hashed, in order
+        self.blocks = next_index + anon        # all it holds, hashed and anonymous
         self.anon = anon
-        self.next = next_index
-
-    @property
-    def blocks(self) -> int:
-        return len(self.keys) + self.anon
+        self.next = next_index                 # blocks below this are hit or committed

@@ -67,6 +67,7 @@ import json
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -255,9 +256,11 @@ class TraceBlocks:
         n_in = self.input_length // unit
         if unit == bs:
             keys = [hash((TRACE_TAG, h, bs)) for h in ids[:n_in]]
-        else:
-            keys = [hash((TRACE_TAG, ids[(e - 1) // bs], e - (e - 1) // bs * bs))
-                    for e in range(unit, n_in * unit + 1, unit)]
+        else:                                  # the same keys as a per-unit loop, hashed by map/zip in C
+            ends = np.arange(unit, n_in * unit + 1, unit)
+            block = (ends - 1) // bs
+            keys = list(map(hash, zip(repeat(TRACE_TAG), np.asarray(ids)[block].tolist(),
+                                      (ends - block * bs).tolist())))
         prev = keys[-1] if keys else TRACE_TAG
         for e in range((n_in + 1) * unit, self.length + 1, unit):
             prev = hash((prev, OUTPUT_TAG, self.request, e))
