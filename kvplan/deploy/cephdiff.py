@@ -38,6 +38,11 @@ def _json(result: dict | None):
 def diff(want: CephVars, state: dict[str, dict]) -> list[Change]:
     """Changes a deploy would make, from the `State: ...` task results of project/ceph-state.yml."""
     changes: list[Change] = []
+    reached = state.get("State: pools") or {}
+    if reached.get("rc", 0) != 0:
+        why = ((reached.get("stderr") or "").strip().splitlines() or ["no answer"])[-1]
+        built = "built by the deploy" if want.ceph_deploy != "external" else "reachable (check the admin host's ceph.conf and keyring)"
+        return [Change("cluster", f"not reachable ({why})", built)]
     pools = _json(state.get("State: pools")) or []
     rules = {r["rule_id"]: r["rule_name"] for r in _json(state.get("State: crush rules")) or []}
     pool = next((p for p in pools if p.get("pool_name") == want.ceph_pool_name), None)

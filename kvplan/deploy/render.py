@@ -50,15 +50,22 @@ class Rendered:
         return self.root / "project"
 
 
-def _yaml(value) -> str:
-    return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=1000).rstrip("\n")
+class _IndentedDumper(yaml.SafeDumper):
+    """Indents list items under their key, as yamllint (and so ansible-lint) expects."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False):
+        return super().increase_indent(flow, False)
+
+
+def to_yaml(value) -> str:
+    return yaml.dump(value, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=1000).rstrip("\n")
 
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_root() / "templates")),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
                              trim_blocks=True, lstrip_blocks=True)
-    env.filters["to_yaml"] = _yaml
+    env.filters["to_yaml"] = to_yaml
     return env
 
 
@@ -93,7 +100,8 @@ def render(r: Resolved, inv: inventory_mod.Inventory, out: Path, secrets: Secret
                                  str(out), fix="choose a new directory with -o")])
     if out.exists():
         shutil.rmtree(out)
-    stack = build(r, [h.name for h in inv.hosts("gpu")], [h.address for h in inv.hosts("ceph")])
+    gpu = inv.hosts("gpu")
+    stack = build(r, [h.name for h in gpu], [h.address for h in inv.hosts("ceph")], [h.address for h in gpu])
     header = (f"# Rendered by kvplan {__version__} from spec '{r.name}' (sha256 {r.spec_hash}).\n"
               "# Do not edit: change the spec and render again.\n")
     env = _env()
@@ -120,7 +128,7 @@ def render(r: Resolved, inv: inventory_mod.Inventory, out: Path, secrets: Secret
         if values is not None:
             template("project/role_vars.yml.j2", f"project/group_vars/all/{role}.yml", role=role,
                      values=values.model_dump())
-    write("project/group_vars/all/secrets.yml", header + _yaml(secrets.model_dump()) + "\n", private=True)
+    write("project/group_vars/all/secrets.yml", header + to_yaml(secrets.model_dump()) + "\n", private=True)
     for host, instances in stack.instances.items():
         template("project/role_vars.yml.j2", f"project/host_vars/{host}.yml", role="vllm (this host's instances)",
                  values={"vllm_instances": instances})

@@ -29,6 +29,9 @@ from typing import Any
 from ..resolve import GIB, Resolved, ResolvedTier
 from ..spec.base import SpecModel
 
+LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
+"""Where in-process LMCache's config lives on a GPU node (vLLM finds it through LMCACHE_CONFIG_FILE)."""
+
 PYTHONHASHSEED = "0"
 """Same chunk hashes on every vLLM and LMCache process, so shared and persistent tiers hit."""
 
@@ -79,6 +82,7 @@ class LMCacheVars(SpecModel):
     """The node is CPU-only: the MP server shares KV with vLLM through POSIX shared memory."""
     lmcache_config: dict[str, Any]
     """In-process: the lmcache.yaml LMCacheEngineConfig (empty in mp mode)."""
+    lmcache_config_file: str
     lmcache_server_args: list[str]
     """MP: the `lmcache server` arguments (empty in-process)."""
     lmcache_env: dict[str, str]
@@ -96,12 +100,17 @@ class VllmVars(SpecModel):
     vllm_env: dict[str, str]
     vllm_host: str
     vllm_tensor_parallel: int
+    vllm_cpu_host: bool
+    """CPU-only node: no CUDA_VISIBLE_DEVICES; the KV space comes from VLLM_CPU_KVCACHE_SPACE."""
+    vllm_s3_credentials: bool
+    """In-process LMCache runs inside vLLM, so vLLM gets the RGW keys (as AWS_* variables)."""
 
 
 class MonitoringVars(SpecModel):
     """Variables of the monitoring role."""
 
     monitoring_port: int
+    monitoring_listen_address: str
     monitoring_scrape_interval: str
     monitoring_rules: dict[str, Any]
     """Prometheus alert rules file content."""
@@ -120,10 +129,11 @@ class Stack(SpecModel):
     """GPU host -> its vLLM instances ({index, port, devices})."""
 
 
-def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str]) -> Stack:
-    """The stack for a resolved spec placed on these inventory hosts."""
+def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str], gpu_addresses: list[str] | None = None) -> Stack:
+    """The stack for a resolved spec placed on these inventory hosts (addresses: where Prometheus reaches them)."""
     instances = _placement(r, gpu_hosts)
-    ports = [f"{host}:{i['port']}" for host, items in instances.items() for i in items]
+    address = dict(zip(gpu_hosts, gpu_addresses or gpu_hosts))
+    ports = [f"{address[host]}:{i['port']}" for host, items in instances.items() for i in items]
     return Stack(ceph=_ceph(r, ceph_hosts) if r.ceph else None, lmcache=_lmcache(r) if r.lmcache else None, vllm=_vllm(r),
                  monitoring=_monitoring(r, ports, ceph_hosts), instances=instances)
 
@@ -175,8 +185,10 @@ def _lmcache(r: Resolved) -> LMCacheVars:
     s3_host = f"{r.ceph.rgw_bucket}.{r.ceph.rgw_dns_name}" if lm.tier("ceph") and r.ceph.access == "s3" else None
     if lm.mode == "inprocess":
         return LMCacheVars(lmcache_mode="inprocess", lmcache_cpu_host=cpu, lmcache_config=inprocess_config(r),
+                           lmcache_config_file=LMCACHE_CONFIG_FILE,
                            lmcache_server_args=[], lmcache_env=env, lmcache_nvme_path=lm.nvme_path, lmcache_s3_host=s3_host)
-    return LMCacheVars(lmcache_mode="mp", lmcache_cpu_host=cpu, lmcache_config={}, lmcache_server_args=server_args(r),
+    return LMCacheVars(lmcache_mode="mp", lmcache_cpu_host=cpu, lmcache_config={}, lmcache_config_file=LMCACHE_CONFIG_FILE,
+                       lmcache_server_args=server_args(r),
                        lmcache_env=env, lmcache_nvme_path=lm.nvme_path, lmcache_s3_host=s3_host)
 
 
@@ -216,7 +228,7 @@ def server_args(r: Resolved) -> list[str]:
     ddr, nvme, ceph = lm.tier("ddr"), lm.tier("nvme"), lm.tier("ceph")
     args = ["--host", "127.0.0.1", "--port", str(lm.port), "--chunk-size", str(lm.chunk_size),
             "--l1-size-gb", _num(ddr.configured_gb), "--eviction-policy", MP_POLICY.get(ddr.eviction, ddr.eviction),
-            "--http-host", r.monitoring.metrics_address, "--disable-metrics"]
+            "--http-host", r.monitoring.metrics_address, "--http-port", str(lm.port + 1), "--disable-metrics"]
     if nvme:
         adapter = {"type": "fs_native", "base_path": lm.nvme_path, "max_capacity_gb": nvme.configured_gb,
                    "eviction": _eviction(nvme)}
@@ -271,12 +283,14 @@ def vllm_args(r: Resolved) -> list[str]:
 def _vllm(r: Resolved) -> VllmVars:
     env = {"PYTHONHASHSEED": PYTHONHASHSEED, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false"}
     if r.lmcache is not None and r.lmcache.mode == "inprocess":
-        env["LMCACHE_CONFIG_FILE"] = "/etc/lmcache/lmcache.yaml"
+        env["LMCACHE_CONFIG_FILE"] = LMCACHE_CONFIG_FILE
     if r.device.kind == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(r.kv_cache_memory_bytes // GIB)
         env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "1"
+    s3_inside = (r.lmcache is not None and r.lmcache.mode == "inprocess" and r.lmcache.tier("ceph") is not None
+                 and r.ceph.access == "s3")
     return VllmVars(vllm_model=r.model_path or "", vllm_args=vllm_args(r), vllm_env=env, vllm_host=r.api_host,
-                    vllm_tensor_parallel=r.tensor_parallel)
+                    vllm_tensor_parallel=r.tensor_parallel, vllm_cpu_host=r.device.kind == "cpu", vllm_s3_credentials=s3_inside)
 
 
 def hit_ratio_expr(r: Resolved) -> str:
@@ -310,6 +324,7 @@ def _monitoring(r: Resolved, vllm_targets: list[str], ceph_hosts: list[str]) -> 
              "annotations": {"summary": f"Ceph OSD op latency above {ms:g} ms",
                              "description": "The ceph tier's reads slow down TTFT on misses of the local tiers."}})
     ceph_targets = [f"{ceph_hosts[0]}:9283"] if r.ceph is not None and r.ceph.deploy != "external" and ceph_hosts else []
-    return MonitoringVars(monitoring_port=m.prometheus_port, monitoring_scrape_interval=f"{round(m.scrape_interval)}s",
+    return MonitoringVars(monitoring_port=m.prometheus_port, monitoring_listen_address=m.metrics_address,
+                          monitoring_scrape_interval=f"{round(m.scrape_interval)}s",
                           monitoring_rules={"groups": [{"name": f"kvplan-{r.name}", "rules": rules}]},
                           monitoring_vllm_targets=vllm_targets, monitoring_ceph_targets=ceph_targets)

@@ -1,0 +1,317 @@
+"""The service roles, applied for real to this machine through ansible-runner.
+
+This machine has no systemd, so services run the way the daemon role runs them wherever systemd
+is not PID 1: `start-stop-daemon --background` with a pid file, in a session of their own. Every
+file the roles write goes under the test's temporary directory, and every process started is
+stopped at the end.
+
+- daemon: starts a harmless program, changes nothing on a second run, restarts it (new pid) when
+  its environment changes, and stops it.
+- lmcache (MP mode) and vllm, with the variables `kvplan render` writes for examples/local.yaml:
+  small stand-ins play `lmcache server` and `vllm serve` (neither is installed here). The services
+  run exactly the rendered arguments, the RGW keys reach the LMCache server through its
+  environment only, a second run changes nothing, and vLLM restarts when its LMCache server does.
+- lmcache in-process mode writes the lmcache.yaml vLLM reads and stops the MP server.
+- daemon's systemd unit (systemd is installed but not PID 1 here): systemd-analyze reads it
+  without complaint and with exactly the program's arguments, however they are quoted.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ansible_runner
+import pytest
+import yaml
+
+from kvplan.deploy import inventory
+from kvplan.deploy.render import render
+from kvplan.deploy.secrets import load_or_create
+from kvplan.deploy.stack import build
+from kvplan.resolve import resolve
+from kvplan.spec import load
+
+from conftest import REPO, spec
+
+ROLES = REPO / "templates" / "roles"
+BIN = Path(sys.executable).parent
+LOCALHOST = {"all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def daemon_dirs(root: Path) -> dict[str, str]:
+    """Where the daemon role keeps its files, moved under the test's directory."""
+    return {f"daemon_{d}_dir": str(root / d) for d in ("config", "state", "run", "log", "libexec")} | {
+        "daemon_init": "pidfile", "daemon_start_grace": 1}
+
+
+def run_play(project: Path, roles: list[str], hosts: str = "localhost", inventory_=LOCALHOST, ident: str | None = None):
+    """ansible-playbook over one play of these roles, from this virtual environment."""
+    (project / "test-play.yml").write_text(yaml.safe_dump(
+        [{"name": "Roles under test", "hosts": hosts, "gather_facts": False, "roles": roles}]))
+    r = ansible_runner.run(
+        private_data_dir=str(project.parent), project_dir=str(project), playbook="test-play.yml", inventory=inventory_,
+        ident=ident, quiet=True, suppress_env_files=True,
+        # ansible-runner runs whichever ansible-playbook is first on PATH: this virtual environment's
+        envvars={"ANSIBLE_ROLES_PATH": str(ROLES), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_PIPELINING": "1", "PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert r.rc == 0, r.stdout.read()
+    return r
+
+
+def pid_of(run_dir: Path, name: str) -> int:
+    return int((run_dir / f"{name}.pid").read_text())
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def environ(pid: int) -> dict[str, str]:
+    pairs = (item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in item)
+    return dict(pairs)
+
+
+def serves(port: int, patience: float = 30.0) -> bool:
+    """Something accepts connections on this loopback port (it may still be binding)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+
+
+def stop_all(root: Path) -> None:
+    """Stop whatever a test left running (daemonctl signals each service's whole session)."""
+    ctl, run_dir = root / "libexec" / "daemonctl", root / "run"
+    for pidfile in run_dir.glob("*.pid") if run_dir.is_dir() else []:
+        subprocess.run([str(ctl), "stop", str(pidfile), "5"], capture_output=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# daemon
+
+
+def test_daemon_starts_keeps_restarts_and_stops_a_program(tmp_path):
+    port = free_port()
+    project = tmp_path / "project"
+    (project / "group_vars" / "all").mkdir(parents=True)
+
+    def apply(generation: str, state: str = "started"):
+        variables = daemon_dirs(tmp_path) | {
+            "daemon_name": "kvplan-test-http",
+            "daemon_command": [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+            "daemon_env": {"KVPLAN_TEST_GENERATION": generation},
+            "daemon_env_private": {"KVPLAN_TEST_TOKEN": "not-on-the-command-line"},
+            "daemon_state": state}
+        (project / "group_vars" / "all" / "daemon.yml").write_text(yaml.safe_dump(variables))
+        return run_play(project, ["daemon"])
+
+    try:
+        first = apply("1")
+        pid = pid_of(tmp_path / "run", "kvplan-test-http")
+        assert first.stats["changed"], "the first run starts the program"
+        assert alive(pid)
+        assert cmdline(pid) == [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)]
+        assert environ(pid)["KVPLAN_TEST_GENERATION"] == "1"
+        assert environ(pid)["KVPLAN_TEST_TOKEN"] == "not-on-the-command-line"
+        secret_env = tmp_path / "config" / "kvplan-test-http.secret.env"
+        assert stat.S_IMODE(secret_env.stat().st_mode) == 0o600
+        assert serves(port)
+
+        again = apply("1")
+        assert again.stats["changed"] == {}, "nothing changed, so nothing is done"
+        assert pid_of(tmp_path / "run", "kvplan-test-http") == pid and alive(pid)
+
+        apply("2")
+        new_pid = pid_of(tmp_path / "run", "kvplan-test-http")
+        assert new_pid != pid and not alive(pid) and alive(new_pid), "a new environment restarts the program"
+        assert environ(new_pid)["KVPLAN_TEST_GENERATION"] == "2"
+
+        apply("2", state="stopped")
+        assert not alive(new_pid)
+        assert not (tmp_path / "run" / "kvplan-test-http.pid").exists()
+    finally:
+        stop_all(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# lmcache and vllm
+
+STAND_IN = '''#!{python}
+"""Stand-in for `lmcache server` and `vllm serve`: listens on --host/--port; GET /health answers 200."""
+import http.server
+import sys
+
+args = sys.argv[1:]
+host, port = args[args.index("--host") + 1], int(args[args.index("--port") + 1])
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer((host, port), Health).serve_forever()
+'''
+
+
+@pytest.fixture(scope="module")
+def gpu_node(tmp_path_factory):
+    """examples/local.yaml rendered for this machine (free ports), with the stand-ins as programs,
+    and applied once: (the render, the stand-in, the directory of the daemons' files, first run)."""
+    tmp_path = tmp_path_factory.mktemp("gpu-node")
+    r = resolve(spec("local", lmcache__port=free_port(), serving__port=free_port()))
+    rendered = render(r, inventory.load(REPO / "inventories" / "local"), tmp_path / "render",
+                      load_or_create(tmp_path / "state", r.name))
+    stand_in = tmp_path / "stand-in"
+    stand_in.write_text(STAND_IN.format(python=sys.executable))
+    stand_in.chmod(0o755)
+    overrides = daemon_dirs(tmp_path) | {
+        "ansible_python_interpreter": sys.executable,
+        "lmcache_command_prefix": [str(stand_in)],
+        "vllm_bin": str(stand_in),
+        "lmcache_nvme_path": str(tmp_path / "lmcache-disk"),
+        "vllm_health_timeout": 60,
+    }
+    # group_vars/gpu outranks the rendered group_vars/all
+    (rendered.project / "group_vars" / "gpu").mkdir()
+    (rendered.project / "group_vars" / "gpu" / "test.yml").write_text(yaml.safe_dump(overrides))
+    try:
+        yield rendered, stand_in, tmp_path, _apply_gpu_roles(rendered)
+    finally:
+        stop_all(tmp_path)
+
+
+def _apply_gpu_roles(rendered, roles=("lmcache", "vllm")):
+    return run_play(rendered.project, list(roles), hosts="gpu", inventory_=str(rendered.root / "inventory" / "hosts.yml"))
+
+
+# The three tests below share one deployment and run in this order: first run, second run and a
+# restart, then the switch to in-process mode.
+
+
+def test_lmcache_server_and_vllm_run_the_rendered_arguments(gpu_node):
+    rendered, stand_in, tmp_path, first = gpu_node
+    stack = rendered.stack
+    secrets = yaml.safe_load((rendered.project / "group_vars" / "all" / "secrets.yml").read_text())
+    assert first.stats["changed"]
+
+    server = pid_of(tmp_path / "run", "lmcache-server")
+    assert cmdline(server)[1:] == [str(stand_in), *stack.lmcache.lmcache_server_args]
+    env = environ(server)
+    assert {k: env[k] for k in stack.lmcache.lmcache_env} == stack.lmcache.lmcache_env
+    assert env["AWS_ACCESS_KEY_ID"] == secrets["ceph_rgw_access_key"]
+    assert env["AWS_SECRET_ACCESS_KEY"] == secrets["ceph_rgw_secret_key"]
+    assert not any(secrets["ceph_rgw_secret_key"] in arg for arg in cmdline(server)), "keys never on a command line"
+    assert secrets["ceph_rgw_secret_key"] not in (tmp_path / "config" / "lmcache-server.env").read_text()
+    assert stat.S_IMODE((tmp_path / "config" / "lmcache-server.secret.env").stat().st_mode) == 0o600
+    assert (tmp_path / "lmcache-disk").is_dir()
+
+    for instance in stack.instances["localhost"]:
+        vllm = pid_of(tmp_path / "run", f"vllm-{instance['index']}")
+        assert cmdline(vllm)[1:] == [str(stand_in), "serve", stack.vllm.vllm_model, "--host", stack.vllm.vllm_host,
+                                     "--port", str(instance["port"]), *stack.vllm.vllm_args]
+        env = environ(vllm)
+        assert {k: env[k] for k in stack.vllm.vllm_env} == stack.vllm.vllm_env
+        assert "CUDA_VISIBLE_DEVICES" not in env, "a CPU node has no CUDA devices to select"
+        assert "AWS_SECRET_ACCESS_KEY" not in env, "in MP mode only the LMCache server talks to RGW"
+
+
+def test_a_second_run_changes_nothing_and_vllm_restarts_with_its_lmcache_server(gpu_node):
+    rendered, _, tmp_path, _ = gpu_node
+    server, vllm = pid_of(tmp_path / "run", "lmcache-server"), pid_of(tmp_path / "run", "vllm-0")
+
+    assert _apply_gpu_roles(rendered).stats["changed"] == {}
+    assert (pid_of(tmp_path / "run", "lmcache-server"), pid_of(tmp_path / "run", "vllm-0")) == (server, vllm)
+
+    # A changed LMCache server environment restarts the server, and a vLLM attached to the old
+    # server would stop working (shared/reference/vllm-cpu-lmcache.md §4.3): it restarts too.
+    overrides = rendered.project / "group_vars" / "gpu" / "test.yml"
+    values = yaml.safe_load(overrides.read_text())
+    values["lmcache_env"] = rendered.stack.lmcache.lmcache_env | {"LMCACHE_LOG_LEVEL": "DEBUG"}
+    overrides.write_text(yaml.safe_dump(values))
+    _apply_gpu_roles(rendered)
+    new_server, new_vllm = pid_of(tmp_path / "run", "lmcache-server"), pid_of(tmp_path / "run", "vllm-0")
+    assert new_server != server and alive(new_server) and not alive(server)
+    assert new_vllm != vllm and alive(new_vllm) and not alive(vllm)
+
+
+def test_inprocess_mode_writes_lmcache_yaml_and_stops_the_mp_server(gpu_node):
+    rendered, _, tmp_path, _ = gpu_node
+    server = pid_of(tmp_path / "run", "lmcache-server")
+
+    chat = resolve(load(REPO / "examples" / "chat-llama2-13b.yaml"))
+    inprocess = build(chat, [f"gpu-{i}" for i in range(chat.nodes)], ["ceph-1"]).lmcache
+    config_file = tmp_path / "etc-lmcache" / "lmcache.yaml"
+    overrides = rendered.project / "group_vars" / "gpu" / "test.yml"
+    overrides.write_text(overrides.read_text() + yaml.safe_dump({
+        "lmcache_mode": "inprocess", "lmcache_config": inprocess.lmcache_config, "lmcache_server_args": [],
+        "lmcache_config_file": str(config_file)}))
+    _apply_gpu_roles(rendered, roles=["lmcache"])
+
+    assert yaml.safe_load(config_file.read_text()) == inprocess.lmcache_config
+    assert stat.S_IMODE(config_file.stat().st_mode) == 0o644
+    assert not alive(server), "in-process mode has no MP server"
+
+
+# ----------------------------------------------------------------------------------------------
+# daemon, systemd mode: the unit file (systemd is installed here but not running, so the unit is
+# checked with systemd-analyze rather than started)
+
+TRICKY_ARGV = ["/usr/bin/python3", "-c", "import sys; print(sys.argv)",
+               '{"type":"s3","note":"50% full","cost":"$y"}', "back\\slash", "it's", "two words"]
+
+
+def test_systemd_reads_the_unit_with_the_exact_arguments(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "unit.yml").write_text(yaml.safe_dump([{
+        "name": "Render the daemon role's unit", "hosts": "localhost", "gather_facts": False,
+        "vars": {"daemon_name": "kvplan-test", "daemon_command": TRICKY_ARGV, "daemon_chdir": "/", "daemon_user": "",
+                 "daemon_stop_timeout": 30, "daemon_envfile": "/etc/kvplan/kvplan-test.env",
+                 "daemon_secret_envfile": "/etc/kvplan/kvplan-test.secret.env"},
+        "tasks": [{"name": "Unit", "ansible.builtin.template": {
+            "src": str(ROLES / "daemon" / "templates" / "unit.j2"), "dest": str(tmp_path / "kvplan-test.service"),
+            "mode": "0644"}}]}]))
+    rendered = ansible_runner.run(private_data_dir=str(tmp_path), playbook="unit.yml", inventory=LOCALHOST, quiet=True,
+                                  suppress_env_files=True, envvars={"PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert rendered.rc == 0, rendered.stdout.read()
+
+    unit = str(tmp_path / "kvplan-test.service")
+    verify = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True)
+    assert verify.returncode == 0 and not verify.stdout + verify.stderr, verify.stdout + verify.stderr
+    dump = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True,
+                          env={**os.environ, "SYSTEMD_LOG_LEVEL": "debug"})
+    output = dump.stdout + dump.stderr
+    # The debug dump shows the parsed command line shell-quoted, before systemd's exec-time "$$" -> "$".
+    shown = next(line for line in output.splitlines() if "Command Line:" in line).split("Command Line:", 1)[1]
+    argv = [arg.replace("\\$", "$").replace("$$", "$") for arg in shlex.split(shown)]
+    assert argv == TRICKY_ARGV
