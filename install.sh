@@ -23,11 +23,13 @@ case "${1:-}" in
 esac
 
 # The tests deploy a real single-node Ceph and check Prometheus rules with promtool, so
-# `./install.sh test` installs Debian's ceph and prometheus packages (nothing is started here).
+# `./install.sh test` installs Debian's ceph and prometheus packages, and the tools the tests
+# use (procps, an ssh client, systemd-analyze); nothing is started here.
 if [ "${1:-}" = test ]; then
   need=""
   for cmd in ceph-mon:ceph-mon ceph-mgr:ceph-mgr ceph-osd:ceph-osd radosgw:radosgw ceph:ceph-common \
-             uuidgen:uuid-runtime promtool:prometheus start-stop-daemon:dpkg; do
+             uuidgen:uuid-runtime promtool:prometheus start-stop-daemon:dpkg pkill:procps ssh:openssh-client \
+             systemd-analyze:systemd; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need="$need ${cmd#*:}"
   done
   if [ -n "$need" ]; then
