@@ -1,0 +1,169 @@
+"""SweepResult: the metrics of every point of a sweep, as mean and 95 % confidence interval over seeds.
+
+A *point* is one variant of the spec (the values of the varied paths) run with each seed; its
+metrics are the headline numbers of those runs summarised as `Stat`s: the mean over seeds and
+the half-width of its 95 % Student-t confidence interval, computed by the same code as
+`kvplan simulate --seeds N` (`kvplan.report.sections.confidence`; 0 with one seed). A metric
+a point cannot have (the hit ratio of a tier it does not have) is null.
+
+Metrics, by key (latencies in seconds, shares and ratios between 0 and 1):
+
+- `requests_per_s`, `goodput_per_s`: completed requests per second, and those meeting every SLO target;
+- `ttft_p50` ... `e2e_p99`: percentiles over requests of time to first token, time per output
+  token and end-to-end latency (the same keys as the spec's `slo`);
+- `lmcache_hit`: LMCache's token hit ratio;
+- `<tier>_share` (hbm, ddr, nvme, ceph): the share of all prompt tokens the tier served, and
+  `recomputed`: the share recomputed (these add up to 1);
+- `<tier>_hit`: tokens the tier served over the tokens that reached it ("tok hit" in simulate);
+- `preemptions`: vLLM preemptions in the run.
+
+The JSON (`model_dump_json`) and the CSV (`to_csv`) hold the same numbers, and the same sweep
+always writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Callable
+
+from pydantic import BaseModel, ConfigDict
+
+from ..cost import CostBreakdown
+from ..report.sections import Section, confidence, pct
+from ..sim.result import SimResult
+from ..units import fmt_duration
+
+TIERS = ("hbm", "ddr", "nvme", "ceph")
+
+
+def _tier(name: str, attr: str) -> Callable[[SimResult], float | None]:
+    def get(r: SimResult) -> float | None:
+        tier = r.tier(name)
+        return None if tier is None else getattr(tier, attr)
+    return get
+
+
+def _share(tokens: int, r: SimResult) -> float:
+    return tokens / r.prompt_tokens if r.prompt_tokens else 0.0
+
+
+METRICS: dict[str, Callable[[SimResult], float | None]] = {
+    "requests_per_s": lambda r: r.requests_per_s,
+    "goodput_per_s": lambda r: r.goodput_per_s,
+    **{f"{d}_{p}": (lambda r, d=d, p=p: getattr(getattr(r, d), p))
+       for d in ("ttft", "tpot", "e2e") for p in ("p50", "p90", "p99")},
+    "lmcache_hit": lambda r: r.lmcache_hit_ratio,
+    **{f"{t}_share": _tier(t, "served_share") for t in TIERS},
+    "recomputed": lambda r: _share(r.recomputed_tokens, r),
+    **{f"{t}_hit": _tier(t, "token_hit_ratio") for t in TIERS},
+    "preemptions": lambda r: float(r.preemptions),
+}
+"""Every metric of a point, in output order: key -> how to read it from one run."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Stat(_Model):
+    mean: float
+    ci95: float
+    """Half-width of the 95 % confidence interval of the mean (0 with a single seed)."""
+
+
+def summarise(results: list[SimResult]) -> dict[str, Stat | None]:
+    """Mean and 95 % CI over `results` (one per seed) of every metric in METRICS."""
+    out: dict[str, Stat | None] = {}
+    for key, get in METRICS.items():
+        values = [get(r) for r in results]
+        if any(v is None for v in values):
+            out[key] = None
+            continue
+        mean, half = confidence(values)
+        out[key] = Stat(mean=mean, ci95=half)
+    return out
+
+
+class SweepPoint(_Model):
+    values: dict[str, str]
+    """The value of each varied path, as written on the command line."""
+    spec_hash: str
+    """Hash of this point's full spec (its runs' key in the run cache)."""
+    seeds: list[int]
+    metrics: dict[str, Stat | None]
+    cost: CostBreakdown | None = None
+    """The point's hourly bill and $ per 1M tokens (None when a price is missing from catalog and spec)."""
+
+
+class SweepResult(_Model):
+    name: str
+    """The swept spec's name."""
+    spec_hash: str
+    """Hash of the spec before any variation."""
+    varied: list[str]
+    """The varied dotted paths, in --vary order."""
+    zip: bool
+    """True: the values were paired position by position; False: every combination."""
+    points: list[SweepPoint]
+
+    def to_csv(self) -> str:
+        """One row per point: the varied values, spec hash, seeds, then <metric>_mean and <metric>_ci95."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow([*self.varied, "spec_hash", "seeds",
+                         *(f"{key}_{part}" for key in METRICS for part in ("mean", "ci95"))])
+        for point in self.points:
+            cells: list[str] = []
+            for key in METRICS:
+                stat = point.metrics.get(key)
+                cells += ["", ""] if stat is None else [repr(stat.mean), repr(stat.ci95)]
+            writer.writerow([*(point.values[p] for p in self.varied), point.spec_hash[:12],
+                             " ".join(map(str, point.seeds)), *cells])
+        return buffer.getvalue()
+
+    def section(self) -> Section:
+        """The sweep as one table: a row per point, the headline metrics (± 95 % CI over several seeds)."""
+        seeds = len(self.points[0].seeds) if self.points else 1
+        title = f"Sweep of {self.name} over {' x '.join(self.varied)}: {len(self.points)} point(s) x {seeds} seed(s)"
+        if seeds > 1:
+            title += ", mean ± 95 % CI"
+        section = Section(title, [*short_names(self.varied), *(label for _, label, _ in TABLE_COLUMNS)])
+        for point in self.points:
+            row, ci = [point.values[p] for p in self.varied], ["± 95 % CI", *([""] * (len(self.varied) - 1))]
+            for key, _, fmt in TABLE_COLUMNS:
+                stat = point.metrics.get(key)
+                row.append("-" if stat is None else fmt(stat.mean))
+                ci.append("" if stat is None else fmt(stat.ci95))
+            section.rows.append(row)
+            if seeds > 1:                          # the interval on a row of its own, under the means
+                section.rows.append(ci)
+        return section
+
+
+def short_names(paths: list[str]) -> list[str]:
+    """Column headers for dotted paths: the path without its top-level section (`ddr.size`,
+    `instances`), longer where two would look alike."""
+    names = []
+    for path in paths:
+        parts = path.split(".")
+        k = max(1, len(parts) - 1)
+        while k < len(parts) and sum(p.split(".")[-k:] == parts[-k:] for p in paths) > 1:
+            k += 1
+        names.append(".".join(parts[-k:]))
+    return names
+
+
+TABLE_COLUMNS: list[tuple[str, str, Callable[[float], str]]] = [
+    ("requests_per_s", "req/s", lambda x: f"{x:.2f}"),
+    ("goodput_per_s", "goodput", lambda x: f"{x:.2f}"),
+    ("ttft_p50", "TTFT p50", fmt_duration),
+    ("ttft_p99", "TTFT p99", fmt_duration),
+    ("tpot_p50", "TPOT p50", fmt_duration),
+    ("e2e_p99", "E2E p99", fmt_duration),
+    ("recomputed", "recomp.", pct),
+]
+"""The metrics the terminal table shows (the JSON and CSV have all of METRICS)."""
+
+
+__all__ = ["METRICS", "Stat", "SweepPoint", "SweepResult", "TABLE_COLUMNS", "summarise"]
