@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cost import HOURS_PER_MONTH, CostBreakdown
 from ..sim.result import SimResult
 from ..units import fmt_bytes, fmt_count, fmt_duration, fmt_si
 
@@ -111,4 +112,20 @@ def seeds_section(results: list[SimResult]) -> Section:
         values = [get(r) for r in results]
         mean, half = confidence(values)
         section.rows.append([name, fmt(mean), fmt(half), fmt(min(values)), fmt(max(values))])
+    return section
+
+
+def cost_section(cost: CostBreakdown) -> Section:
+    """The hourly bill per tier and, from the run's throughput, per million tokens (kvplan.cost)."""
+    section = Section("Cost (USD per hour; docs/planning.md)", ["tier", "what", "price", "$/hour"])
+    for t in cost.tiers:
+        price = (f"{t.usd_per_unit_hour:.4g}/GPU-h" if t.kind == "opex"
+                 else f"{t.usd_per_unit_hour * HOURS_PER_MONTH:.4g}/{t.unit}-month")
+        section.rows.append([t.tier, t.what, price, f"{t.usd_per_hour:,.4f}"])
+    section.rows.append(["total", f"rent {cost.opex_usd_per_hour:,.2f} + bought {cost.capex_usd_per_hour:,.2f}", "",
+                         f"{cost.usd_per_hour:,.4f}"])
+    for label, value in (("per 1M prompt tok", cost.usd_per_1m_prompt_tokens),
+                         ("per 1M generated tok", cost.usd_per_1m_generated_tokens)):
+        if value is not None:
+            section.rows.append([label, "at this run's rate", "", f"{value:,.4f}"])
     return section

@@ -7,9 +7,12 @@ LMCache hit ratio >= 0.8, vLLM block utilisation <= 0.7, Ceph op latency <= 5 ms
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from pydantic import Field
 
-from ..units import Duration
+from ..errors import Problem, SpecError, did_you_mean
+from ..units import Duration, parse_duration
 from .base import SpecModel
 
 
@@ -56,3 +59,27 @@ class Monitoring(SpecModel):
 
     scrape_interval: Duration = "15s"
     """How often Prometheus scrapes vLLM, LMCache and Ceph."""
+
+
+def parse_slo_flags(items: Sequence[str]) -> Slo:
+    """`--slo ttft_p99=500ms ...` flags (kvplan plan, capacity) -> Slo; every bad item is a Problem with a fix."""
+    keys = list(Slo.model_fields)
+    values: dict[str, float] = {}
+    problems = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in keys:
+            guess = did_you_mean(key, keys) if key else None
+            problems.append(Problem("--slo", f"unknown SLO key '{key}'" if sep else "expected KEY=DURATION", item,
+                                    ", ".join(keys), f"did you mean '{guess}={value or '500ms'}'?" if guess
+                                    else "write it like --slo ttft_p99=500ms"))
+            continue
+        try:
+            values[key] = parse_duration(value.strip())
+        except Exception:
+            problems.append(Problem(f"--slo {key}", "not a duration", value, "a duration such as 500ms or 2s",
+                                    f"write it like --slo {key}=500ms"))
+    if problems:
+        raise SpecError(problems)
+    return Slo(**values)

@@ -1,0 +1,521 @@
+"""The planner: the cheapest topology that meets a latency SLO at a request rate.
+
+Starting from a spec, `plan` varies what a buyer chooses (docs/planning.md, "Planner"):
+
+- the accelerator (every catalog accelerator of the spec's kind with a price, or those named),
+  tensor parallelism (1, 2, 4, 8 dividing gpus_per_node) and the number of instances;
+- ddr and nvme per node on a ladder around the spec's sizes (x 1/4, x 1, x 4; nvme also off,
+  ddr also off where the LMCache mode allows it);
+- the Ceph tier off, or on at the spec's pool size or 2 replicas (an owned cluster's OSD count
+  scales with the replicas, so replication is paid for);
+- one eviction policy for every LMCache tier, among those the spec's mode really has
+  (kvplan.spec.rules.REAL_POLICIES; IsolatedLRU is left out: without cache salts it is LRU).
+
+Only candidates that validate and resolve are kept. Before anything is simulated they are
+pruned with what needs no simulation: the exact hourly cost against the budget; a roofline
+bound on the engine time the workload needs (it cannot keep up when that exceeds the time the
+traffic spans); lower bounds on TTFT, TPOT and E2E percentiles from the never-cached prompt
+tokens and the cheapest possible step; and dominance (a candidate whose tiers never fill behaves
+exactly like a cheaper one with smaller tiers or another policy). The survivors are simulated
+in ascending cost, a few at a time, until the cheapest that meets the SLO and a few alternatives
+are known; every other candidate gets the reason it lost.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .catalog import Catalog, load_catalog
+from .cost import CostBreakdown, cost_of
+from .errors import Problem, SpecError, did_you_mean
+from .resolve import Resolved, resolve
+from .sim.result import SimResult
+from .spec import Topology, from_mapping
+from .spec.rules import REAL_POLICIES
+from .spec.slo import Slo
+from .units import fmt_bytes, fmt_duration, parse_rate
+
+TP_LADDER = (1, 2, 4, 8)
+SIZE_LADDER = (0.25, 1.0, 4.0)
+"""Multiples of the spec's ddr and nvme sizes that are tried."""
+ALTERNATIVES = 3
+"""Feasible candidates reported besides the winner."""
+BATCH = 4
+"""Candidates simulated per round (fixed, so that the result does not depend on --workers)."""
+NO_EVICTION_FILL = 0.8
+"""A cache whose whole working set is below this share of it never evicts (MP's L1 starts at 80 %)."""
+SKIPPED_POLICIES = ("IsolatedLRU",)
+SESSION_RATE_STEPS = 4
+"""Corrections of a session workload's arrival rate until its requests arrive within 2 % of the rate asked for."""
+
+
+@dataclass(eq=False)
+class Candidate:
+    """One topology the planner considered, and what became of it."""
+
+    index: int
+    topo: Topology
+    resolved: Resolved
+    cost: CostBreakdown
+    status: str = ""
+    """winner, alternative, meets SLO, missed SLO, pruned, over budget, dominated, not simulated."""
+    reason: str = ""
+    """Why it won or lost, in words."""
+    measured: dict[str, float] = field(default_factory=dict)
+    """SLO key -> the worst value over the seeds (simulated candidates only)."""
+    requests_per_s: float | None = None
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.cost.usd_per_hour
+
+    def describe(self) -> dict[str, str]:
+        """The candidate's choices, one word each (for tables)."""
+        r, lm, c = self.resolved, self.topo.lmcache, self.topo.ceph
+        tiers = {t.name: t for t in (r.lmcache.tiers if r.lmcache else [])}
+        policy = ", ".join(sorted({t.eviction for t in tiers.values() if t.name != "ceph" or lm.mode == "mp"})) or "-"
+        return {"accelerator": f"{r.instances} x {r.device.name}" + (f" TP{r.tensor_parallel}" if r.tensor_parallel > 1 else ""),
+                "ddr": _size(lm.ddr.size) if lm and lm.ddr else "-",
+                "nvme": _size(lm.nvme.size) if lm and lm.nvme else "-",
+                "ceph": f"{c.hosts * c.osds_per_host} OSD x{c.pool.size}" if c and lm and lm.ceph else "-",
+                "eviction": policy}
+
+
+def _size(n: int) -> str:
+    return fmt_bytes(n).replace(".0 ", "").replace(" ", "")
+
+
+@dataclass
+class Plan:
+    rate: float
+    """Requests per second asked for."""
+    offered_rate: float
+    """Requests per second the planned workload really offers (sessions make it differ from arrivals.rate)."""
+    slo: Slo
+    budget: float | None
+    seeds: list[int]
+    candidates: list[Candidate]
+    simulations: int
+    """Simulation runs made (candidates simulated x seeds)."""
+    invalid: int
+    """Combinations that did not validate or resolve (not candidates)."""
+
+    @property
+    def winner(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.status == "winner"), None)
+
+    @property
+    def alternatives(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.status == "alternative"]
+
+
+Simulate = Callable[[list[Topology], list[int], int], list[list[SimResult]]]
+
+
+def simulate_all(topos: list[Topology], seeds: list[int], workers: int) -> list[list[SimResult]]:
+    """Every topology under every seed (kvplan.sweep.executor), results in topology order, then seed order."""
+    from .sweep.executor import Task, run_tasks
+
+    flat = run_tasks([Task(spec=t, seed=s) for t in topos for s in seeds], workers=workers)
+    return [flat[i * len(seeds):(i + 1) * len(seeds)] for i in range(len(topos))]
+
+
+# ---- the user's targets ------------------------------------------------------------------------
+
+def parse_rate_arg(text: str) -> float:
+    """'40/s' -> 40.0; a SpecError naming --rate otherwise."""
+    try:
+        rate = parse_rate(text)
+    except Exception:
+        rate = None
+    if rate is None or not rate > 0:
+        raise SpecError([Problem("--rate", "not a positive request rate", text, "a rate such as 40/s or 600/min",
+                                 "write it like --rate 40/s")])
+    return rate
+
+
+def parse_budget_arg(text: str) -> float:
+    """'100/h' (USD per hour), '2000/day', '70000/month' or a bare number of USD per hour."""
+    m = re.fullmatch(r"\s*\$?([0-9]+(?:\.[0-9]*)?)\s*(?:/\s*(h|hour|day|month))?\s*", text)
+    if not m:
+        raise SpecError([Problem("--budget", "not a budget in USD per hour", text, "100/h, 2400/day, 70000/month",
+                                 "write it like --budget 100/h")])
+    per = {"h": 1.0, "hour": 1.0, "day": 24.0, "month": 730.0, None: 1.0}[m.group(2)]
+    return float(m.group(1)) / per
+
+
+# ---- the workload, once ------------------------------------------------------------------------
+
+@dataclass
+class WorkloadStats:
+    """What every candidate's bounds need from the planned workload (the same for all of them)."""
+
+    requests: int
+    span: float
+    """Seconds from the start to the last arrival."""
+    compulsory: np.ndarray
+    """Per request: prompt tokens no earlier request (or warm-up) had, which it must compute itself (>= 1)."""
+    output: np.ndarray
+    chunk_keys: int
+    """Distinct full LMCache chunks of all prompts (the KV working set, in chunks)."""
+
+
+def workload_stats(r: Resolved, seed: int) -> WorkloadStats:
+    from .sim import workload as wl
+
+    reqs = wl.requests(r, seed)
+    seen: set[int] = set()
+    chunks: set[int] = set()
+    chunk = r.lmcache.chunk_size if r.lmcache else None
+    for w in wl.warmup(r, seed):
+        seen.update(w.content.keys(r.block_size, w.prompt_tokens))
+        if chunk:
+            chunks.update(w.content.keys(chunk, w.prompt_tokens))
+    compulsory = np.empty(len(reqs), dtype=np.int64)
+    stored = (lambda q: q.prompt_tokens + q.output_tokens) if r.lmcache and r.lmcache.save_decode_cache \
+        else (lambda q: q.prompt_tokens)
+    for i, req in enumerate(reqs):
+        keys = req.content.keys(r.block_size, req.prompt_tokens)
+        hit = next((j for j, k in enumerate(keys) if k not in seen), len(keys))
+        compulsory[i] = max(1, req.prompt_tokens - hit * r.block_size)
+        # vLLM also caches full blocks of generated tokens: a later turn may hit them
+        seen.update(req.content.keys(r.block_size, req.prompt_tokens + req.output_tokens))
+        if chunk:
+            chunks.update(req.content.keys(chunk, stored(req)))
+    return WorkloadStats(requests=len(reqs), span=reqs[-1].arrival if reqs else 0.0, compulsory=compulsory,
+                         output=np.fromiter((q.output_tokens for q in reqs), np.int64, len(reqs)), chunk_keys=len(chunks))
+
+
+# ---- candidates --------------------------------------------------------------------------------
+
+def _variants(base: dict, topo: Topology, catalog: Catalog, gpus: Sequence[str] | None,
+              max_instances: int) -> list[dict]:
+    """Every combination of the planner's axes, as spec mappings, the spec's own choices first."""
+    s = base["serving"]
+    device = next(d for k, d in catalog.devices.items() if k.lower() == s["gpu"].lower())
+    priced = {p.name.lower() for p in catalog.prices.gpu_hour}
+    if gpus:
+        names = list(gpus)
+    else:
+        names = [device.name] + [d.name for d in catalog.devices.values()
+                                 if d.kind == device.kind and d.name != device.name
+                                 and (d.name.lower() in priced or topo.cost.gpu_hour is not None)]
+    tps = [t for t in TP_LADDER if s["gpus_per_node"] % t == 0]
+    tps = [s["tensor_parallel"]] + [t for t in tps if t != s["tensor_parallel"]]
+
+    lm = base.get("lmcache")
+    tier_options: list[dict | None] = [lm]
+    if lm is not None:
+        mode = lm["mode"]
+        ddrs = [None] if lm.get("ddr") is None else [_scaled(lm["ddr"], f) for f in SIZE_LADDER]
+        if mode == "inprocess" and lm.get("ddr") is not None:
+            ddrs.append(None)
+        nvmes = [None] if lm.get("nvme") is None else [_scaled(lm["nvme"], f) for f in SIZE_LADDER] + [None]
+        spec_policy = (lm.get("ddr") or lm.get("nvme") or {}).get("eviction", "LRU")
+        policies = [spec_policy] + [p for p in REAL_POLICIES[mode]["ddr"] if p != spec_policy and p not in SKIPPED_POLICIES]
+        cephs = [lm.get("ceph")] + ([None] if lm.get("ceph") is not None else [])
+        tier_options = []
+        for ddr in _ordered(ddrs, lm.get("ddr")):
+            for nvme in _ordered(nvmes, lm.get("nvme")):
+                for ceph in cephs:
+                    if ddr is None and nvme is None and ceph is None:
+                        continue
+                    for policy in policies:
+                        new = {**lm, "ddr": _policy(ddr, policy), "nvme": _policy(nvme, policy)}
+                        new["ceph"] = _policy(ceph, policy) if ceph is not None and mode == "mp" else ceph
+                        tier_options.append(new)
+    ceph_options = _ceph_options(base.get("ceph"), lm)
+
+    out = []
+    for name in names:
+        for tp in tps:
+            for tiers in tier_options:
+                cephs = ceph_options if tiers is not None and tiers.get("ceph") is not None else [None]
+                for cluster in cephs:
+                    for n in range(1, max_instances + 1):
+                        spec = {**base, "serving": {**s, "gpu": name, "tensor_parallel": tp, "instances": n}}
+                        if tiers is not None:
+                            spec["lmcache"] = tiers
+                        spec["ceph"] = cluster if cluster is not None else (base.get("ceph") if tiers is None else None)
+                        out.append(spec)
+    return out
+
+
+def _ordered(options: list, first) -> list:
+    """`options` with the spec's own value first (the ladder's x 1 entry)."""
+    return sorted(options, key=lambda o: 0 if (o is not None and first is not None and o["size"] == first["size"]) else 1)
+
+
+def _scaled(tier: dict, factor: float) -> dict:
+    return {**tier, "size": max(1, int(tier["size"] * factor))}
+
+
+def _policy(tier: dict | None, policy: str) -> dict | None:
+    return None if tier is None else {**tier, "eviction": policy}
+
+
+def _ceph_options(cluster: dict | None, lm: dict | None) -> list[dict]:
+    """The spec's cluster at its pool size, and at 2 replicas; an owned cluster's OSDs scale with replicas."""
+    if cluster is None:
+        return []
+    size = cluster["pool"]["size"]
+    out = [cluster]
+    if size > 2 and not cluster.get("osd_devices"):
+        pool = {**cluster["pool"], "size": 2, "min_size": min(cluster["pool"]["min_size"], 1)}
+        new = {**cluster, "pool": pool}
+        if cluster["deploy"] != "external":
+            new["osds_per_host"] = max(1, math.ceil(cluster["osds_per_host"] * 2 / size))
+        out.append(new)
+    return out
+
+
+# ---- bounds ------------------------------------------------------------------------------------
+
+@dataclass
+class Floors:
+    """What no simulation of a candidate can beat."""
+
+    load: float
+    """Engine seconds the workload needs per second of traffic, per instance, at best (> 1: it cannot keep up)."""
+    latency: dict[str, float]
+    """SLO key -> lower bound of that percentile."""
+
+
+def floors(r: Resolved, stats: WorkloadStats, slo: Slo) -> Floors:
+    """Roofline bounds (docs/planning.md, "Planner"): perfect balance over instances, full batches, no context."""
+    from .sim.steptime import StepTime
+
+    st = StepTime(r)
+    per_token = st.linear_flops / st.flops_rate            # compute seconds per new token, attention left out
+    memory = st.weight_bytes / st.bytes_rate               # every step reads the weights once
+    fixed = st.overhead + st.allreduce_fixed
+    batch = max(1, min(r.max_num_seqs, r.hbm_blocks))
+    decode = np.maximum(stats.output - 1, 0)
+    tokens = float(stats.compulsory.sum() + decode.sum()) / r.instances
+    steps = max(float(decode.sum()) / r.instances / batch, tokens / r.max_num_batched_tokens)
+    busy = max(tokens * per_token, steps * memory) + steps * fixed + tokens * st.allreduce_per_token
+    load = busy / stats.span if stats.span > 0 else 0.0
+
+    k = np.ceil(stats.compulsory / r.max_num_batched_tokens)
+    ttft = np.maximum(stats.compulsory * per_token, k * memory) + k * fixed + stats.compulsory * st.allreduce_per_token
+    step_floor = memory + fixed + st.allreduce_per_token
+    tpot = np.full(int((stats.output > 1).sum()), step_floor)
+    e2e = ttft + decode * step_floor
+    dists = {"ttft": ttft, "tpot": tpot, "e2e": e2e}
+    latency = {}
+    for key in slo.targets():
+        metric, pct = key.rsplit("_", 1)
+        a = dists[metric]
+        latency[key] = float(np.percentile(a, int(pct[1:]))) if a.size else 0.0
+    return Floors(load=load, latency=latency)
+
+
+def _behaviour(c: Candidate, stats: WorkloadStats) -> str:
+    """The candidate with every tier that never fills written as 'holds everything': equal keys, equal runs."""
+    data = c.topo.model_dump(mode="json")
+    r = c.resolved
+    if r.lmcache is not None:
+        working_set = stats.chunk_keys * r.lmcache.chunk_bytes
+        for t in r.lmcache.tiers:
+            if working_set <= NO_EVICTION_FILL * t.capacity_bytes:
+                data["lmcache"][t.name]["size"] = "holds everything"
+                data["lmcache"][t.name]["eviction"] = "never evicts"
+    return repr(data)
+
+
+# ---- the search --------------------------------------------------------------------------------
+
+def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | None = None, seeds: int = 1,
+         workers: int = 1, gpus: Sequence[str] | None = None, max_instances: int = 8, max_runs: int = 200,
+         catalog: Catalog | None = None, simulate: Simulate = simulate_all) -> Plan:
+    """The cheapest candidate that meets `slo` (default: the spec's) at `rate` requests/s, and why the others lost."""
+    catalog = catalog or load_catalog()
+    slo = slo if slo is not None and slo.targets() else topo.slo
+    if not slo.targets():
+        raise SpecError([Problem("--slo", "no latency target to plan for", None, ", ".join(Slo.model_fields),
+                                 "give --slo ttft_p99=500ms (repeatable), or add an slo: section to the spec")])
+    if topo.workload.kind == "trace":
+        raise SpecError([Problem("workload.kind", "a trace replays its own timestamps, so the planner cannot set its rate",
+                                 "trace", "chat, codegen, rag", "plan with a synthetic workload shaped like the trace "
+                                 "(or scale the trace with workload.trace.time_scale and simulate it)")])
+    if gpus:
+        problems = []
+        for name in gpus:
+            if not any(k.lower() == name.lower() for k in catalog.devices):
+                guess = did_you_mean(name, catalog.devices)
+                problems.append(Problem("--gpu", f"unknown accelerator '{name}'", name, ", ".join(sorted(catalog.devices)),
+                                        f"did you mean '{guess}'?" if guess else "pick one that `kvplan catalog` lists"))
+        if problems:
+            raise SpecError(problems)
+    seed_list = [topo.workload.seed + i for i in range(seeds)]
+
+    base, offered, stats = _at_rate(topo, rate, slo, seed_list[0])
+    variants = _variants(base, topo, catalog, gpus, max_instances)
+    candidates, invalid = [], 0
+    for spec in variants:
+        try:
+            t = from_mapping(spec)
+            r = resolve(t, catalog)
+            cost = cost_of(t, r, catalog=catalog)
+        except SpecError:
+            invalid += 1
+            continue
+        candidates.append(Candidate(index=len(candidates), topo=t, resolved=r, cost=cost))
+    candidates.sort(key=lambda c: (c.usd_per_hour, c.index))
+
+    # ---- prune without simulating
+    targets = slo.targets()
+    kept: dict[str, Candidate] = {}
+    floor_cache: dict[tuple, Floors] = {}
+    for c in candidates:
+        if budget is not None and c.usd_per_hour > budget:
+            c.status, c.reason = "over budget", f"over budget: ${c.usd_per_hour:,.2f}/h > ${budget:,.2f}/h"
+            continue
+        r = c.resolved
+        key = (r.device.name, r.tensor_parallel, r.instances, r.hbm_blocks, r.max_num_seqs, r.max_num_batched_tokens)
+        f = floor_cache.get(key) or floor_cache.setdefault(key, floors(r, stats, slo))
+        if f.load > 1:
+            c.status = "pruned"
+            c.reason = (f"pruned: cannot reach {offered:.3g} req/s even at full batch (needs {f.load:.2f} s of engine "
+                        f"time per second on each of {r.instances} instance(s))")
+            continue
+        missed = [k for k, v in f.latency.items() if v > targets[k]]
+        if missed:
+            k = missed[0]
+            c.status = "pruned"
+            c.reason = (f"pruned: {_label(k)} cannot go below {fmt_duration(f.latency[k])} on {r.device.name} "
+                        f"(> {fmt_duration(targets[k])})")
+            continue
+        behaviour = _behaviour(c, stats)
+        same = kept.get(behaviour)
+        if same is not None:
+            c.status = "dominated"
+            c.reason = f"dominated by #{same.index}: its tiers never fill either, so it runs the same for less"
+            continue
+        kept[behaviour] = c
+
+    # ---- simulate the survivors, cheapest first; each hardware is first tried with its richest tiers
+    survivors = [c for c in candidates if not c.status]
+    richest: dict[tuple, Candidate] = {}
+    for c in survivors:
+        best = richest.get(_hardware(c))
+        if best is None or _capacity(c) > _capacity(best):
+            richest[_hardware(c)] = c
+    feasible: list[Candidate] = []
+    simulations = 0
+
+    def run_batch(batch: list[Candidate]) -> None:
+        nonlocal simulations
+        runs = simulate([c.topo for c in batch], seed_list, workers)
+        simulations += len(batch) * len(seed_list)
+        for c, results in zip(batch, runs):
+            _judge(c, results, targets)
+
+    for pos, c in enumerate(survivors):
+        if c.status and c is not richest[_hardware(c)]:
+            continue
+        if c.measured:           # simulated ahead of its turn, as its hardware's probe
+            if c.status == "meets SLO" and len(feasible) <= ALTERNATIVES:
+                feasible.append(c)
+            continue
+        if len(feasible) > ALTERNATIVES:
+            c.status = "not simulated"
+            c.reason = f"not simulated: {len(feasible)} cheaper candidates already meet the SLO"
+            continue
+        if simulations + len(seed_list) > max_runs:
+            c.status = "not simulated"
+            c.reason = f"not simulated: the planner's {max_runs} runs (--max-runs) are spent"
+            continue
+        probe = richest[_hardware(c)]
+        if not probe.status:   # probe this hardware, and the next few unprobed ones, together
+            later = [richest[_hardware(x)] for x in survivors[pos:]]
+            batch = list(dict.fromkeys(p for p in later if not p.status))[:BATCH]
+            run_batch(batch)
+        if probe is not c and probe.status == "missed SLO":
+            c.status = "pruned"
+            c.reason = f"pruned: the same accelerators miss the SLO even with the largest tiers (#{probe.index})"
+            continue
+        if not c.status:
+            run_batch([c])
+        if c.status == "meets SLO":
+            feasible.append(c)
+    feasible.sort(key=lambda c: (c.usd_per_hour, c.index))
+    if feasible:
+        winner = feasible[0]
+        winner.status, winner.reason = "winner", "cheapest that meets the SLO"
+        for c in feasible[1:1 + ALTERNATIVES]:
+            c.status = "alternative"
+            c.reason = f"meets the SLO; +${c.usd_per_hour - winner.usd_per_hour:,.2f}/h"
+        for c in candidates:
+            if c.status == "missed SLO" and c.usd_per_hour <= winner.usd_per_hour:
+                c.reason = "cheaper, but " + c.reason
+    candidates.sort(key=lambda c: c.index)
+    return Plan(rate=rate, offered_rate=offered, slo=slo, budget=budget, seeds=seed_list, candidates=candidates,
+                simulations=simulations, invalid=invalid)
+
+
+def _hardware(c: Candidate) -> tuple:
+    r = c.resolved
+    return (r.device.name, r.tensor_parallel, r.instances)
+
+
+def _capacity(c: Candidate) -> tuple:
+    """Bytes of every LMCache tier together, then the earliest candidate (the spec's own policy)."""
+    tiers = c.resolved.lmcache.tiers if c.resolved.lmcache else []
+    return (sum(t.capacity_bytes * t.caches for t in tiers), -c.index)
+
+
+def _judge(c: Candidate, results: list[SimResult], targets: dict[str, float]) -> None:
+    """Worst value over the seeds of each SLO metric against its target."""
+    for key in targets:
+        metric, pct = key.rsplit("_", 1)
+        c.measured[key] = max(getattr(getattr(res, metric), pct) for res in results)
+    c.requests_per_s = sum(res.requests_per_s for res in results) / len(results)
+    missed = [k for k in targets if c.measured[k] > targets[k]]
+    if missed:
+        c.status = "missed SLO"
+        c.reason = ", ".join(f"{_label(k)} {fmt_duration(c.measured[k])} > {fmt_duration(targets[k])}" for k in missed)
+    else:
+        c.status = "meets SLO"
+        c.reason = "meets the SLO"
+
+
+def _label(key: str) -> str:
+    metric, pct = key.rsplit("_", 1)
+    return f"{pct} {metric.upper()}"
+
+
+def _at_rate(topo: Topology, rate: float, slo: Slo, seed: int) -> tuple[dict, float, WorkloadStats]:
+    """The spec as a mapping with the planned SLO and an arrival rate that offers `rate` requests/s.
+
+    With sessions, arrivals.rate counts new sessions; it is set so that the generated requests
+    arrive at `rate` on average over the run (measured on the workload itself, so it is exact for the seed)."""
+    base = topo.model_dump(mode="json")
+    base["slo"] = slo.model_dump(mode="json", exclude_none=True)
+    base["workload"]["arrivals"]["rate"] = rate
+    t = from_mapping(base)
+    r = resolve(t)
+    stats = workload_stats(r, seed)
+    for _ in range(SESSION_RATE_STEPS if topo.workload.sessions is not None else 0):
+        offered = stats.requests / stats.span if stats.span > 0 else rate
+        if abs(offered / rate - 1) < 0.02:
+            break
+        base["workload"]["arrivals"]["rate"] *= rate / offered     # requests/s grow with sessions/s
+        stats = workload_stats(resolve(from_mapping(base)), seed)
+    offered = stats.requests / stats.span if stats.span > 0 else rate
+    return base, offered, stats
+
+
+def winner_yaml(c: Candidate) -> str:
+    """The winner as a spec file for `kvplan deploy` (defaults left out, no comments)."""
+    import yaml
+
+    data = c.topo.model_dump(mode="json", exclude_defaults=True)
+    header = f"# written by kvplan plan: ${c.usd_per_hour:,.2f}/h; " + ", ".join(
+        f"{_label(k)} {fmt_duration(v)}" for k, v in c.measured.items()) + "\n"
+    return header + yaml.safe_dump(data, sort_keys=False)

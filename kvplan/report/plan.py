@@ -1,0 +1,69 @@
+"""A plan as tables: the candidates simulated (winner marked), then what was left out and why."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ..plan import Candidate, Plan
+from ..units import fmt_duration
+from .sections import Section
+from .terminal import tables
+
+def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
+    keys = list(plan.slo.targets())
+    head = Section("Plan", None, [
+        ["target", f"{plan.rate:g} req/s (offered {plan.offered_rate:.3g} req/s), "
+                   + ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in plan.slo.targets().items())
+                   + (f", at most ${plan.budget:,.2f}/h" if plan.budget is not None else "")],
+        ["considered", f"{len(plan.candidates)} candidates ({plan.invalid} other combinations did not validate)"],
+        ["simulated", f"{sum(1 for c in plan.candidates if c.measured)} candidates x {len(plan.seeds)} seed(s) = "
+                      f"{plan.simulations} runs"]])
+    winner = plan.winner
+    head.rows.append(["winner", _short(winner) + f", ${winner.usd_per_hour:,.2f}/h" if winner else "none"])
+
+    shown = plan.candidates if show_all else [c for c in plan.candidates if c.measured]
+    shown = sorted(shown, key=lambda c: (c.usd_per_hour, c.index))
+    table = Section("Candidates simulated, cheapest first" if not show_all else "Every candidate, cheapest first",
+                    ["#", "instances", "tiers", "eviction", "$/h", *[_label(k) for k in keys], "verdict"])
+    for c in shown:
+        d = c.describe()
+        table.rows.append([str(c.index), d["accelerator"], _tiers(d) or "-", d["eviction"],
+                           f"{c.usd_per_hour:,.2f}", *[fmt_duration(c.measured[k]) if k in c.measured else "-" for k in keys],
+                           _verdict(c)])
+    sections = [head, table]
+    if not show_all:
+        left = Section("Not simulated (--all lists each)", ["why", "candidates", "cheapest", "e.g."])
+        for status in ("over budget", "pruned", "dominated", "not simulated"):
+            group = sorted((c for c in plan.candidates if c.status == status), key=lambda c: (c.usd_per_hour, c.index))
+            if group:
+                left.rows.append([status, str(len(group)), f"${group[0].usd_per_hour:,.2f}/h",
+                                  f"{_short(group[0])}: {group[0].reason}"])
+        sections.append(left)
+    return sections
+
+
+def plan_tables(plan: Plan, show_all: bool = False) -> list[Table]:
+    return tables(plan_sections(plan, show_all))
+
+
+def _short(c: Candidate) -> str:
+    d = c.describe()
+    tiers = _tiers(d)
+    return f"#{c.index} {d['accelerator']}" + (f", {tiers}" if tiers else "")
+
+
+def _tiers(d: dict[str, str]) -> str:
+    return ", ".join(f"{k} {d[k]}" for k in ("ddr", "nvme", "ceph") if d[k] != "-")
+
+
+def _label(key: str) -> str:
+    metric, pct = key.rsplit("_", 1)
+    return f"{metric.upper()} {pct}"
+
+
+def _verdict(c: Candidate) -> str:
+    if c.status == "winner":
+        return "WINNER"
+    if c.status == "alternative":
+        return "alternative: " + c.reason.split("; ", 1)[-1]
+    return c.reason
