@@ -1,0 +1,176 @@
+"""A report document: the parts of `kvplan report`, renderer-neutral (HTML in html.py, Markdown here).
+
+A document is a title and a list of parts; each part has tables (`Section`s, the same ones
+`kvplan simulate` prints) and figures (`figures.py`). What goes in depends on the input:
+
+- one simulation: the summary, latency CDFs, where the KV came from, links, utilisation over
+  time, and the cost when the file carries one;
+- several seeds: the mean ± CI table, the seeds' CDFs overlaid, then the first seed in detail;
+- an ablation: the comparison table and its plots, then the spec as written in detail (both
+  parts, seeds first, for `--seeds N --ablate`);
+- a sweep: the points' table, heat maps (two varied paths) or per-point lines, and the cost vs
+  p99 TTFT Pareto frontier when the points carry a cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..sim.result import SimResult
+from . import figures as fig
+from .figures import Figure, Ids
+from .inputs import ReportInput
+from .markdown import markdown
+from .sections import Section, ablation_section, result_sections, seeds_section
+
+
+@dataclass
+class Part:
+    title: str
+    intro: str = ""
+    tables: list[Section] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Document:
+    title: str
+    subtitle: str
+    parts: list[Part]
+
+    @property
+    def figures(self) -> list[Figure]:
+        return [f for p in self.parts for f in p.figures]
+
+    @property
+    def tables(self) -> list[Section]:
+        return [t for p in self.parts for t in p.tables]
+
+
+def build(data: ReportInput) -> Document:
+    """The document for a loaded result file."""
+    ids = Ids()
+    if data.kind == "sweep":
+        return _sweep_document(data, ids)
+    first = data.results[0]
+    subtitle = f"spec {first.spec_hash[:12]}, {data.path.name}"
+    parts: list[Part] = []
+    what = []
+    if len(data.results) > 1:
+        what.append(f"{len(data.results)} seeds ({data.results[0].seed}..{data.results[-1].seed})")
+        parts.append(_seeds_part(data.results, ids))
+    if data.ablation:
+        what.append(f"ablation (seed {data.ablation[0][1].seed})")
+        parts.append(_ablation_part(data.ablation, ids))
+    title = f"{first.name}: " + (", ".join(what) if what else f"simulation, seed {first.seed}")
+    parts += _result_parts(first, ids, detail=data.kind != "result")
+    if data.cost is not None:
+        parts.append(_cost_part(data.cost, ids))
+    else:
+        parts.append(Part("Cost", notes=["This result file carries no cost: it was written before kvplan priced runs, "
+                                         "or a price was missing. Run `kvplan simulate SPEC --out FILE` again to "
+                                         "include one."]))
+    return Document(title, subtitle, parts)
+
+
+def _result_parts(res: SimResult, ids: Ids, *, detail: bool) -> list[Part]:
+    one = [("this run", res)]
+    heading = f"Seed {res.seed} in detail" if detail else "Summary"
+    summary = Part(heading, tables=result_sections(res))
+    latency = Part("Latency", "Time to first token (TTFT) and time per output token (TPOT) of every request.",
+                   figures=[fig.latency_cdf(ids, "ttft", one, what="this run"),
+                            fig.latency_cdf(ids, "tpot", one, what="this run")])
+    kv = Part("Where the KV came from", figures=[fig.kv_sources(ids, one, what="run"), fig.hit_ratios(ids, res),
+                                                 fig.tier_bytes(ids, res)])
+    links = Part("Links", figures=[f for f in (fig.link_utilisation(ids, res), fig.link_bytes(ids, res)) if f])
+    time = Part("Over time", figures=[fig.block_utilisation(ids, res), fig.tier_fill(ids, res)])
+    return [summary, latency, kv, links, time]
+
+
+def _seeds_part(results: list[SimResult], ids: Ids) -> Part:
+    runs = [(f"seed {r.seed}", r) for r in results]
+    return Part("Across seeds", "The same spec run with each seed: the spread is the run-to-run noise.",
+                tables=[seeds_section(results)],
+                figures=[fig.latency_cdf(ids, "ttft", runs, what="seed"), fig.latency_cdf(ids, "tpot", runs, what="seed"),
+                         fig.kv_sources(ids, runs, what="seed")])
+
+
+def _ablation_part(ablation: list[tuple[str, SimResult]], ids: Ids) -> Part:
+    return Part("Ablation", "The same workload and seed with the cache hierarchy built up one tier at a time: "
+                            "each row adds one tier to the row above.",
+                tables=[ablation_section(ablation)],
+                figures=[fig.latency_cdf(ids, "ttft", ablation, what="setup"),
+                         fig.latency_bars(ids, ablation, "ttft", what="setup"),
+                         fig.latency_cdf(ids, "tpot", ablation, what="setup"),
+                         fig.kv_sources(ids, ablation, what="setup")])
+
+
+def _cost_part(cost: Any, ids: Ids) -> Part:
+    from .sections import cost_section
+
+    return Part("Cost", "What the topology costs per hour (rented accelerators plus amortised hardware for the "
+                        "KV tiers) and per million tokens at the simulated throughput.",
+                tables=[cost_section(cost)], figures=[fig.cost_breakdown(ids, cost)])
+
+
+def _sweep_document(data: ReportInput, ids: Ids) -> Document:
+    sweep = data.sweep
+    seeds = max((len(p.seeds) for p in sweep.points), default=0)
+    title = f"{sweep.name}: sweep of {len(sweep.points)} point(s) x {seeds} seed(s)"
+    subtitle = f"spec {sweep.spec_hash[:12]}, {data.path.name}; varied: {', '.join(sweep.varied)}"
+    table = Part("Points", "Every point of the sweep" + (", mean ± 95 % CI over seeds." if seeds > 1 else "."),
+                 tables=[sweep.section()])
+    grid = len(sweep.varied) == 2 and not sweep.zip and _is_grid(sweep)
+    plots = Part("Heat maps" if grid else "Metrics per point",
+                 "One cell per combination of the two varied paths." if grid else
+                 "Each metric at every point, in sweep order.")
+    for metric in fig.SWEEP_METRICS:
+        figure = fig.sweep_heat_map(ids, sweep, metric) if grid else fig.sweep_line(ids, sweep, metric)
+        if figure is not None:
+            plots.figures.append(figure)
+    parts = [table, plots]
+    cost = fig.point_cost(sweep)
+    frontier = Part("Cost against p99 TTFT", "Each point's cost per hour against its p99 TTFT; the frontier is "
+                                             "the set of points no other point beats on both.")
+    figure = fig.pareto(ids, sweep, cost) if cost else None
+    if figure is not None:
+        if grid:
+            heat = fig.sweep_heat_map(ids, sweep, fig.Metric("usd_per_hour", "cost ($/h)", fig.svg.fmt_dollars, True),
+                                      cost=cost)
+            frontier.figures += [heat] if heat else []
+        frontier.figures.insert(0, figure)
+    else:
+        frontier.notes.append("The sweep's points carry no cost, so there is no cost frontier: this sweep file was "
+                              "written by a kvplan that does not price sweep points.")
+    parts.append(frontier)
+    return Document(title, subtitle, parts)
+
+
+def _is_grid(sweep) -> bool:
+    a, b = sweep.varied
+    cells = {(p.values[a], p.values[b]) for p in sweep.points}
+    return len(cells) == len(sweep.points)
+
+
+def to_markdown(doc: Document) -> str:
+    """The document as Markdown: every table; each plot named, pointing to the HTML report."""
+    lines = [f"# {doc.title}", "", f"_{doc.subtitle}_", ""]
+    for part in doc.parts:
+        lines += [f"## {part.title}", ""]
+        if part.intro:
+            lines += [part.intro, ""]
+        if part.tables:
+            lines.append(markdown(part.tables))
+        for note in part.notes:
+            lines += [f"> {note}", ""]
+        if part.figures:
+            lines.append("Plots (in the HTML report, `kvplan report FILE -o report.html`):")
+            lines.append("")
+            lines += [f"- {f.title}: {f.caption}" for f in part.figures]
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+__all__ = ["Document", "Part", "build", "to_markdown"]

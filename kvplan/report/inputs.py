@@ -1,0 +1,133 @@
+"""What `kvplan report` can read, recognised by shape, with an error naming the fix otherwise.
+
+- `kvplan simulate SPEC --out FILE`: one SimResult object (keys `spec_hash`, `per_request`, ...);
+- `kvplan simulate SPEC --seeds N --out FILE` and/or `--ablate`: `{"results": [SimResult, ...],
+  "ablation": [{"setup": NAME, "result": SimResult}, ...]}` (`ablation` only with `--ablate`);
+- `kvplan sweep ... --out FILE`: a SweepResult object (keys `varied`, `points`, ...).
+
+Anything else (a missing file, broken JSON, another tool's JSON, a result written by an
+incompatible kvplan) is a `SpecError` naming the file, what is wrong and how to get a good file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import Problem, SpecError
+from ..sim.result import SimResult
+
+WRITE_ONE = ("write one with `kvplan simulate SPEC --out result.json` (or --seeds N / --ablate), "
+             "or `kvplan sweep SPEC --vary PATH=V1,V2 --out sweep.json`")
+
+
+@dataclass
+class ReportInput:
+    """A loaded result file: simulation results (one per seed), an ablation, or a sweep."""
+
+    path: Path
+    kind: str
+    """'result', 'seeds', 'ablation' or 'sweep'."""
+    results: list[SimResult] = field(default_factory=list)
+    ablation: list[tuple[str, SimResult]] = field(default_factory=list)
+    sweep: Any = None
+    """A kvplan.sweep.result.SweepResult when kind == 'sweep'."""
+    cost: Any = None
+    """The kvplan.cost.CostBreakdown of the spec as written, when the file carries one."""
+
+
+def _problem(path: Path, message: str, fix: str, where: str = "(file)", value: Any = None) -> SpecError:
+    return SpecError([Problem(where, message, value=value, fix=fix)], source=str(path))
+
+
+def _validated(path: Path, model, data: Any, where: str):
+    """`model.model_validate(data)`, its errors reported with their JSON location."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors()[:5]:
+            loc = ".".join([where, *(str(part) for part in error["loc"])]) if where else \
+                ".".join(str(part) for part in error["loc"]) or "(file)"
+            problems.append(Problem(loc, error["msg"],
+                                    fix="the file does not match this kvplan's result format (written by another "
+                                        "version?); run the simulation again with this kvplan to rewrite it"))
+        if exc.error_count() > 5:
+            problems.append(Problem("(file)", f"... and {exc.error_count() - 5} more problems like these"))
+        raise SpecError(problems, source=str(path)) from None
+
+
+def load(path: str | Path) -> ReportInput:
+    """Read and recognise a result file (see the module docstring for the shapes)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise _problem(path, "no such file", f"check the path; {WRITE_ONE}") from None
+    except IsADirectoryError:
+        raise _problem(path, "is a directory, not a result file", f"pass the JSON file itself; {WRITE_ONE}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _problem(path, f"cannot be read as text ({exc.__class__.__name__}: {exc})",
+                       f"pass the JSON file kvplan wrote; {WRITE_ONE}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _problem(path, f"is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
+                       f"pass the JSON file kvplan wrote (a truncated file means the run was interrupted); "
+                       f"{WRITE_ONE}") from None
+    if not isinstance(data, dict):
+        raise _problem(path, f"holds a JSON {type(data).__name__}, not a kvplan result object",
+                       WRITE_ONE, value=_preview(data))
+    if "per_request" in data and "spec_hash" in data:
+        cost = _cost(path, data.pop("cost", None))
+        return ReportInput(path, "result", results=[_validated(path, SimResult, data, "")], cost=cost)
+    if isinstance(data.get("results"), list):
+        return _simulate_payload(path, data)
+    if "points" in data and "varied" in data:
+        from ..sweep.result import SweepResult
+
+        return ReportInput(path, "sweep", sweep=_validated(path, SweepResult, data, ""))
+    raise _problem(path, "is JSON but not a kvplan result: expected a simulation result (keys spec_hash, "
+                         "per_request), `{\"results\": [...]}` from --seeds/--ablate, or a sweep (keys varied, points)",
+                   WRITE_ONE, value=sorted(data)[:8])
+
+
+def _simulate_payload(path: Path, data: dict) -> ReportInput:
+    extra = sorted(set(data) - {"results", "ablation", "cost"})
+    if extra:
+        raise _problem(path, f"has keys kvplan simulate never writes: {', '.join(extra)}", WRITE_ONE)
+    if not data["results"]:
+        raise _problem(path, "holds no results (`results` is empty)", WRITE_ONE, where="results")
+    results = [_validated(path, SimResult, r, f"results.{i}") for i, r in enumerate(data["results"])]
+    ablation_data = data.get("ablation") or []
+    if not isinstance(ablation_data, list):
+        raise _problem(path, "`ablation` is not a list", WRITE_ONE, where="ablation")
+    ablation = []
+    for i, entry in enumerate(ablation_data):
+        if not isinstance(entry, dict) or set(entry) != {"setup", "result"}:
+            raise _problem(path, "each ablation entry is {\"setup\": NAME, \"result\": {...}}", WRITE_ONE,
+                           where=f"ablation.{i}", value=_preview(entry))
+        ablation.append((str(entry["setup"]), _validated(path, SimResult, entry["result"], f"ablation.{i}.result")))
+    kind = "ablation" if ablation else "seeds" if len(results) > 1 else "result"
+    return ReportInput(path, kind, results=results, ablation=ablation, cost=_cost(path, data.get("cost")))
+
+
+def _cost(path: Path, data: Any):
+    """The bill `kvplan simulate --out` writes beside the results (key `cost`), if there is one."""
+    if data is None:
+        return None
+    from ..cost import CostBreakdown
+
+    return _validated(path, CostBreakdown, data, "cost")
+
+
+def _preview(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+__all__ = ["ReportInput", "load"]

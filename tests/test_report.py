@@ -1,0 +1,305 @@
+"""`kvplan report`: a simulation or sweep result as one self-contained HTML page, or as Markdown.
+
+The inputs are the files the other commands write (`kvplan simulate --out`, with `--seeds` and
+`--ablate`, and `kvplan sweep --out`), made here from the local example cut down to a few dozen
+requests. The page is then opened in a real browser (Debian's `chromium`, headless): every plot
+must be drawn, nothing may be loaded from elsewhere and nothing may log an error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+from kvplan.report import svg
+from kvplan.report.figures import cdf
+
+from conftest import REPO, example_data, with_changes
+
+SMALL = {"workload__requests": 40}
+
+
+def kvplan(*args: str):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    """Result files as the commands write them: one run, one run with --ablate and --seeds 2, sweeps."""
+    tmp = tmp_path_factory.mktemp("report")
+    spec = tmp / "small.yaml"
+    spec.write_text(yaml.safe_dump(with_changes(example_data("local"), **SMALL)))
+    made = {"result": tmp / "result.json", "ablation": tmp / "ablation.json", "grid": tmp / "grid.json",
+            "line": tmp / "line.json"}
+    commands = [("simulate", spec, "--out", made["result"]),
+                ("simulate", spec, "--ablate", "--seeds", "2", "--out", made["ablation"]),
+                ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,4/s", "--vary", "lmcache.ddr.size=256MiB,1GiB",
+                 "--no-cache", "--out", made["grid"]),
+                ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,2/s,4/s", "--no-cache", "--out", made["line"])]
+    for command in commands:
+        result = kvplan(*command)
+        assert result.exit_code == 0, result.output
+    return made
+
+
+def report(source: Path, out: Path) -> str:
+    result = kvplan("report", source, "-o", out)
+    assert result.exit_code == 0, result.output
+    return out.read_text()
+
+
+# --- what the page holds --------------------------------------------------------------------------
+
+def test_a_run_becomes_one_page_with_its_tables_and_plots(files, tmp_path):
+    page = report(files["result"], tmp_path / "report.html")
+    for heading in ("Summary", "Latency", "Where the KV came from", "Links", "Over time", "Cost"):
+        assert f"<h2>{heading}</h2>" in page
+    for title in ("TTFT: share of requests within x", "TPOT: share of requests within x", "Where prompt KV came from",
+                  "Hit ratio per tier", "Link and device utilisation", "Bytes moved per link",
+                  "HBM KV block utilisation over time", "Cost per hour by tier"):
+        assert re.search(rf'<title id="fig-\d+-title">{re.escape(title)}</title>', page), title
+    assert "<caption>Where prompt KV came from</caption>" in page      # the same tables kvplan simulate prints
+
+
+def test_a_result_without_a_cost_says_so(files, tmp_path):
+    data = json.loads(files["result"].read_text())
+    data.pop("cost", None)
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(data))
+    page = report(older, tmp_path / "report.html")
+    assert "This result file carries no cost" in page and "Cost per hour by tier" not in page
+
+
+def test_the_page_is_self_contained(files, tmp_path):
+    """No scripts, no stylesheets or images from elsewhere, and a policy that forbids loading any."""
+    page = report(files["ablation"], tmp_path / "report.html")
+    assert "<script" not in page and "<link" not in page and "url(" not in page
+    assert not re.search(r"""(src|href)=["'](?!#)""", page)
+    assert re.findall(r"https?://[^\s\"'<>]+", page) == ["http://www.w3.org/2000/svg"] * page.count("<svg ")
+    assert "default-src 'none'" in page
+
+
+def test_the_same_input_gives_the_same_bytes(files, tmp_path):
+    first = report(files["ablation"], tmp_path / "a.html")
+    assert report(files["ablation"], tmp_path / "b.html") == first
+
+
+def test_every_plot_has_axes_and_an_accessible_title(files, tmp_path):
+    page = report(files["result"], tmp_path / "report.html")
+    plots = re.findall(r"<svg class=\"plot\".*?</svg>", page, re.S)
+    assert plots
+    for plot in plots:
+        ident = re.search(r'id="(fig-\d+)"', plot)[1]
+        assert f'aria-labelledby="{ident}-title {ident}-desc"' in plot
+        assert '<g class="axes"' in plot and "<text" in plot
+
+
+def test_latency_cdfs_come_from_every_request(files, tmp_path):
+    """The CDF is drawn from the per-request table, and the caption says so."""
+    page = report(files["result"], tmp_path / "report.html")
+    assert "Empirical CDF over 40 requests" in page
+
+
+def test_seeds_and_ablation_are_compared_line_by_line(files, tmp_path):
+    """--seeds 2 --ablate: the seeds' table and CDFs, then the ablation's, each run one line."""
+    page = report(files["ablation"], tmp_path / "report.html")
+    assert "<caption>Across 2 seeds (1..2): mean ± 95 % CI</caption>" in page
+    assert "<caption>Ablation: the same workload, one tier at a time</caption>" in page
+    ttft = re.findall(r"<svg[^>]*>\s*<title[^>]*>TTFT: share of requests within x</title>.*?</svg>", page, re.S)
+    lines = [re.findall(r'<g class="series"><title>([^<]*)</title>', plot) for plot in ttft]
+    assert lines == [["seed 1", "seed 2"], ["no reuse", "hbm only", "+ ddr", "+ nvme", "+ ceph"], ["this run"]]
+
+
+def test_a_two_path_sweep_becomes_heat_maps(files, tmp_path):
+    page = report(files["grid"], tmp_path / "sweep.html")
+    assert "<h2>Heat maps</h2>" in page
+    assert ">TTFT p99 over workload.arrivals.rate and lmcache.ddr.size</title>" in page
+    assert page.count('<g class="cells"') >= 5
+
+
+def test_a_one_path_sweep_becomes_lines_over_its_values(files, tmp_path):
+    page = report(files["line"], tmp_path / "sweep.html")
+    assert "<h2>Metrics per point</h2>" in page
+    assert all(f">{v}</text>" in page for v in ("1/s", "2/s", "4/s"))
+
+
+def test_a_sweep_without_cost_says_why_there_is_no_frontier(files, tmp_path):
+    """A point carries no cost when a price is in neither the catalog nor the spec."""
+    sweep = json.loads(files["grid"].read_text())
+    for point in sweep["points"]:
+        point["cost"] = None
+    unpriced = tmp_path / "unpriced.json"
+    unpriced.write_text(json.dumps(sweep))
+    page = report(unpriced, tmp_path / "sweep.html")
+    assert "carry no cost, so there is no cost frontier" in page
+
+
+def test_the_pareto_frontier_keeps_the_points_nothing_beats_on_both():
+    points = [svg.Point(1.0, 9.0, "a"), svg.Point(2.0, 5.0, "b"), svg.Point(3.0, 6.0, "c"),
+              svg.Point(4.0, 1.0, "d"), svg.Point(4.0, 2.0, "e")]
+    assert [p.label for p in svg.pareto_frontier(points)] == ["a", "b", "d"]
+    chart = svg.scatter_frontier("fig-1", "cost vs TTFT", points, x_label="$/h", y_label="TTFT",
+                                 x_format=svg.fmt_dollars, y_format=svg.fmt_seconds)
+    assert chart.count("<circle") == 5 and chart.count("(on the frontier)") == 3
+    assert 'class="frontier"' in chart
+
+
+def test_a_sweep_with_cost_per_point_draws_the_frontier(files, tmp_path):
+    """Sweep points carry their cost (kvplan.cost), so the page plots cost against p99 TTFT and a cost heat map."""
+    assert all(p["cost"]["usd_per_hour"] > 0 for p in json.loads(files["grid"].read_text())["points"])
+    page = report(files["grid"], tmp_path / "sweep.html")
+    assert ">Cost against p99 TTFT: the Pareto frontier</title>" in page and 'class="frontier"' in page
+    assert ">cost ($/h) over workload.arrivals.rate and lmcache.ddr.size</title>" in page
+
+
+# --- Markdown --------------------------------------------------------------------------------------
+
+def test_markdown_has_the_same_tables_and_names_the_plots(files, tmp_path):
+    md = report(files["ablation"], tmp_path / "report.md")
+    assert md.startswith("# local: 2 seeds (1..2), ablation (seed 1)\n")
+    assert "| setup | req/s | TTFT p50 | TTFT p99 | TPOT p50 | E2E p50 | recomputed | HBM blocks |" in md
+    assert "| tier | tokens | share | tok hit | chunk hit | read | written | evicted | peak fill |" in md
+    assert "- TTFT: share of requests within x: Empirical CDF" in md
+    assert "<svg" not in md
+
+
+# --- plotting pieces -------------------------------------------------------------------------------
+
+def test_a_cdf_keeps_real_sample_values_and_ends_at_one():
+    values = np.random.default_rng(0).lognormal(size=10_000)
+    xs, ys = cdf(values, max_points=400)
+    assert len(xs) <= 401 and ys[0] == 0.0 and ys[-1] == 1.0
+    assert set(xs) <= set(values.tolist()) and xs == sorted(xs)
+
+
+def test_ticks_are_round_numbers_covering_the_data():
+    scale = svg.Scale.fit([0.013, 0.87], 0, 100)
+    assert scale.lo == 0.0 and scale.hi == 1.0 and scale.ticks() == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    log = svg.Scale.fit([0.004, 2.5], 0, 100, log=True)
+    assert (log.lo, log.hi) == (0.001, 10.0) and log.ticks() == [0.001, 0.01, 0.1, 1.0, 10.0]
+
+
+# --- bad input -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content, says", [
+    (None, "no such file"),
+    ('{"name": "x", "per_request"', "is not JSON"),
+    ("[1, 2]", "holds a JSON list"),
+    ('{"requests": 3}', "is JSON but not a kvplan result"),
+    ('{"results": []}', "holds no results"),
+    ('{"name": "x", "spec_hash": "ab", "per_request": {}}', "Field required"),
+])
+def test_a_bad_input_names_the_file_the_problem_and_a_fix(tmp_path, content, says):
+    source = tmp_path / "input.json"
+    if content is not None:
+        source.write_text(content)
+    result = kvplan("report", source, "-o", tmp_path / "r.html")
+    assert result.exit_code == 1
+    assert str(source) in result.output and says in result.output and "fix:" in result.output
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_an_unknown_report_format_is_a_usage_error(files, tmp_path):
+    result = kvplan("report", files["result"], "-o", tmp_path / "report.pdf")
+    assert result.exit_code == 2 and "neither .html nor .md" in result.output
+
+
+def test_simulate_does_not_load_the_report_renderer():
+    """The plotting and page code is imported by `kvplan report` only."""
+    code = ("import sys; from typer.testing import CliRunner; from kvplan.cli import app; "
+            "r = CliRunner().invoke(app, ['simulate', 'examples/local.yaml', '--format', 'md']); assert r.exit_code == 0; "
+            "print(sorted(m for m in sys.modules if m.startswith('kvplan.report')))")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert not {"kvplan.report.svg", "kvplan.report.html", "kvplan.report.figures"} & set(eval(loaded.stdout))
+
+
+# --- in a real browser -----------------------------------------------------------------------------
+
+CHECK = """<script>
+/* Injected by the test, before the page's own policy: records every error and, once loaded,
+   which plots have a box and drawn marks, into the element #kvplan-check. */
+(function () {
+  var errors = [];
+  window.addEventListener("error", function (e) {
+    errors.push("error: " + (e.message || (e.target && (e.target.src || e.target.href)) || "a resource failed"));
+  }, true);
+  window.addEventListener("unhandledrejection", function (e) { errors.push("rejection: " + e.reason); });
+  document.addEventListener("securitypolicyviolation", function (e) {
+    errors.push("blocked: " + e.violatedDirective + " " + e.blockedURI);
+  });
+  var consoleError = console.error;
+  console.error = function () {
+    errors.push("console.error: " + Array.prototype.join.call(arguments, " "));
+    consoleError.apply(console, arguments);
+  };
+  window.addEventListener("load", function () {
+    var plots = Array.prototype.slice.call(document.querySelectorAll("svg.plot"));
+    var drawn = plots.filter(function (plot) {
+      var box = plot.getBoundingClientRect();
+      var marks = Array.prototype.slice.call(plot.querySelectorAll("path, rect, circle, line")).filter(function (m) {
+        var b = m.getBBox();
+        return b.width > 0 || b.height > 0;
+      });
+      return box.width > 0 && box.height > 0 && marks.length > 0;
+    });
+    var out = document.createElement("pre");
+    out.id = "kvplan-check";
+    out.textContent = JSON.stringify({plots: plots.length, drawn: drawn.map(function (p) { return p.id; }),
+                                      errors: errors, resources: performance.getEntriesByType("resource").length});
+    document.body.appendChild(out);
+  });
+})();
+</script>"""
+
+
+def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("chromium")
+    assert exe, "Debian's chromium is missing: apt-get install -y chromium (./install.sh test installs it)"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+             "--hide-scrollbars", f"--user-data-dir={profile}"]
+    return subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=90)
+
+
+def browser_check(page: Path, tmp_path: Path) -> dict:
+    """Open a copy of `page` with CHECK injected first in <head>; return what CHECK found."""
+    checked = tmp_path / f"checked-{page.name}"
+    checked.write_text(page.read_text().replace("<head>", "<head>\n" + CHECK, 1))
+    result = chromium("--virtual-time-budget=10000", "--dump-dom", checked.as_uri(), profile=tmp_path / "profile")
+    found = re.search(r'<pre id="kvplan-check">(.*?)</pre>', result.stdout, re.S)
+    assert found, f"chromium printed no check result (exit {result.returncode}):\n{result.stderr[-2000:]}"
+    return json.loads(found[1].replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.mark.parametrize("which", ["ablation", "grid"])
+def test_chromium_draws_every_plot_without_errors(files, tmp_path, which):
+    page = tmp_path / "report.html"
+    text = report(files[which], page)
+    found = browser_check(page, tmp_path)
+    assert found["errors"] == []
+    assert found["resources"] == 0                              # nothing fetched: the page is all there is
+    assert found["plots"] == text.count('<svg class="plot"') > 0
+    assert found["drawn"] == [f"fig-{i}" for i in range(1, found["plots"] + 1)]
+
+    shot = tmp_path / "report.png"
+    result = chromium("--window-size=1280,2400", f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "profile")
+    assert shot.exists(), result.stderr[-2000:]
+    assert png_size(shot) == (1280, 2400)
+    assert shot.stat().st_size > 60_000, "the screenshot is nearly blank"
