@@ -24,12 +24,12 @@ esac
 
 # The tests deploy a real single-node Ceph and check Prometheus rules with promtool, so
 # `./install.sh test` installs Debian's ceph and prometheus packages, and the tools the tests
-# use (procps, an ssh client, systemd-analyze); nothing is started here.
+# use (procps, an ssh client, systemd-analyze, chromium for the HTML report); nothing is started here.
 if [ "${1:-}" = test ]; then
   need=""
   for cmd in ceph-mon:ceph-mon ceph-mgr:ceph-mgr ceph-osd:ceph-osd radosgw:radosgw ceph:ceph-common \
              uuidgen:uuid-runtime promtool:prometheus start-stop-daemon:dpkg pkill:procps ssh:openssh-client \
-             systemd-analyze:systemd; do
+             systemd-analyze:systemd chromium:chromium; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need="$need ${cmd#*:}"
   done
   if [ -n "$need" ]; then

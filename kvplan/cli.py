@@ -69,6 +69,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result(s) as JSON to this file."),
              fmt: str = typer.Option("table", "--format", help="table (terminal) or md (Markdown).")) -> None:
     """Simulate the spec: where each prompt's KV came from, and what users feel (TTFT, TPOT, throughput)."""
+    from .cost import cost_of
     from .report import markdown, sections, terminal
     from .resolve import resolve
     from .sim.ablation import ablate as run_ablation
@@ -87,6 +88,12 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     report = sections.result_sections(results[0]) if seeds == 1 else [sections.seeds_section(results)]
+    try:
+        cost = cost_of(topo, resolved, results)
+        report.append(sections.cost_section(cost))
+    except SpecError as exc:   # a price neither the catalog nor the spec gives: the run stands, the bill is skipped
+        cost = None
+        err.print(f"no cost section: {exc.render()}")
     if ablation:
         report.append(sections.ablation_section(ablation))
     if out_file:
@@ -96,7 +103,14 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         payload = {"results": [r.model_dump(mode="json") for r in results]}
         if ablation:
             payload["ablation"] = [{"setup": name, "result": r.model_dump(mode="json")} for name, r in ablation]
-        data = results[0].model_dump_json(indent=1) if seeds == 1 and not ablation else json.dumps(payload, indent=1)
+        if cost is not None:
+            payload["cost"] = cost.model_dump(mode="json")
+        if seeds == 1 and not ablation:   # the SimResult's own keys, with "cost" beside them as the last key
+            data = results[0].model_dump_json(indent=1)
+            if cost is not None:
+                data = data[:data.rindex("}")].rstrip() + ',\n "cost": ' + cost.model_dump_json() + "\n}"
+        else:
+            data = json.dumps(payload, indent=1)
         Path(out_file).write_text(data + "\n")
     if fmt == "md":
         typer.echo(markdown.markdown(report), nl=False)
@@ -276,6 +290,56 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         raise typer.Exit(EXIT_DEPLOY_FAILED)
 
 
+EXIT_NO_PLAN = 4
+
+
+@app.command()
+def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start from."),
+         rate: str = typer.Option(..., "--rate", help="Requests per second to serve, e.g. 40/s."),
+         slo: list[str] = typer.Option([], "--slo", help="Latency target KEY=DURATION, e.g. ttft_p99=500ms (repeatable; "
+                                                          "default: the spec's slo)."),
+         budget: Optional[str] = typer.Option(None, "--budget", help="Most it may cost, USD per hour, e.g. 100/h."),
+         seeds: int = typer.Option(1, "--seeds", min=1, max=100, help="Simulate each candidate under N seeds; the worst counts."),
+         workers: int = typer.Option(1, "--workers", min=1, help="Simulations run in parallel."),
+         gpus: list[str] = typer.Option([], "--gpu", help="Only these accelerators (repeatable; default: every priced one "
+                                                           "of the spec's kind)."),
+         max_instances: int = typer.Option(8, "--max-instances", min=1, max=4096, help="Most vLLM instances tried."),
+         max_runs: int = typer.Option(200, "--max-runs", min=1, help="Most simulation runs the search may make."),
+         show_all: bool = typer.Option(False, "--all", help="List every candidate, not only the simulated ones."),
+         out_file: Optional[str] = typer.Option(None, "--out", help="Write the winner as a spec YAML (ready for kvplan deploy).")) -> None:
+    """Find the cheapest topology that meets the SLO at the rate: enumerate, prune, simulate, explain."""
+    from pathlib import Path
+
+    from .plan import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
+    from .report.plan import plan_tables
+    from .spec import load
+    from .spec.slo import parse_slo_flags
+
+    try:
+        wanted = parse_rate_arg(rate)
+        targets = parse_slo_flags(slo)
+        limit = parse_budget_arg(budget) if budget is not None else None
+    except SpecError as exc:       # the flags, not the spec
+        _fail(exc)
+    try:
+        topo = load(spec)
+        with _progress():
+            result = run_plan(topo, wanted, targets, budget=limit, seeds=seeds, workers=workers, gpus=gpus,
+                              max_instances=max_instances, max_runs=max_runs)
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+    for table in plan_tables(result, show_all=show_all):
+        out.print(table)
+    winner = result.winner
+    if winner is None:
+        err.print("no candidate meets the SLO at this rate" + (" within the budget" if limit is not None else "")
+                  + "; raise --max-instances or --budget, add --gpu choices, or relax --slo")
+        raise typer.Exit(EXIT_NO_PLAN)
+    if out_file:
+        Path(out_file).write_text(winner_yaml(winner))
+        out.print(f"winner written to {out_file}: kvplan deploy {out_file} -i INVENTORY")
+
+
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the spec (point your editor's YAML support at it)."""
@@ -296,6 +360,178 @@ def catalog() -> None:
         _fail(exc)
     for table in catalog_tables(cat):
         out.print(table)
+
+
+def _executor_options(workers: int, ray: Optional[str]) -> None:
+    if ray is not None and workers != 1:
+        raise typer.BadParameter("--workers runs local processes and --ray a Ray cluster; give one of them",
+                                 param_hint="--workers/--ray")
+
+
+def _run_cache(cache_dir: str, no_cache: bool):
+    from .sweep.cache import RunCache
+
+    return None if no_cache else RunCache(cache_dir)
+
+
+def _runs_line(total: int, simulated: int, cache) -> None:
+    if cache is None:
+        err.print(f"{total} run(s) simulated (cache off)")
+    else:
+        err.print(f"{total} run(s): {simulated} simulated, {total - simulated} from the cache ({cache.root})")
+
+
+@app.command("sweep")
+def sweep_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
+              vary: list[str] = typer.Option(..., "--vary", help="PATH=V1,V2,...: a dotted spec path and the values "
+                                                                 "to try (YAML scalars, units allowed); repeatable."),
+              zip_: bool = typer.Option(False, "--zip", help="Pair the --vary lists position by position instead of "
+                                                             "running every combination."),
+              seeds: int = typer.Option(1, "--seeds", min=1, max=1000, help="Run each point with N seeds and report "
+                                                                            "mean and 95 % confidence intervals."),
+              seed: Optional[int] = typer.Option(None, "--seed", help="First seed (default: workload.seed)."),
+              workers: int = typer.Option(1, "--workers", min=1, max=1024, help="Local worker processes."),
+              ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: auto (the cluster RAY_ADDRESS or "
+                                                                     "`ray start` names) or a cluster address."),
+              out_file: Optional[str] = typer.Option(None, "--out", help="Write the sweep as JSON to this file."),
+              csv_file: Optional[str] = typer.Option(None, "--csv", help="Write the sweep as CSV to this file."),
+              cache_dir: str = typer.Option(".kvplan/cache", "--cache-dir", help="Where finished runs are kept."),
+              no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+    """Simulate variants of a spec (--vary PATH=V1,V2,...) and compare them in one table."""
+    from pathlib import Path
+
+    from .report import terminal
+    from .sweep.sweep import sweep
+    from .sweep.variants import VaryUsageError, parse_vary
+
+    _executor_options(workers, ray)
+    try:
+        varies = [parse_vary(v) for v in vary]
+    except VaryUsageError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--vary") from None
+    cache = _run_cache(cache_dir, no_cache)
+    try:
+        with _progress() as progress:
+            result, simulated = sweep(spec, varies, zip_=zip_, seeds=seeds, first_seed=seed, workers=workers, ray=ray,
+                                      cache=cache, on_done=lambda done, total: progress(done / total))
+    except VaryUsageError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--vary/--zip") from None
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+    for table in terminal.tables([result.section()]):
+        out.print(table)
+    _runs_line(len(result.points) * seeds, simulated, cache)
+    if out_file:
+        Path(out_file).write_text(result.model_dump_json(indent=1) + "\n")
+        err.print(f"sweep written to {out_file}")
+    if csv_file:
+        Path(csv_file).write_text(result.to_csv())
+        err.print(f"CSV written to {csv_file}")
+
+
+@app.command("capacity")
+def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
+                 slo: Optional[list[str]] = typer.Option(None, "--slo", help="KEY=VALUE target, e.g. ttft_p99=500ms "
+                                                                             "(keys as in the spec's slo); repeatable. "
+                                                                             "Default: the spec's slo."),
+                 seeds: int = typer.Option(1, "--seeds", min=1, max=1000, help="Seeds per probe; the SLO must hold at "
+                                                                               "the mean over them."),
+                 seed: Optional[int] = typer.Option(None, "--seed", help="First seed (default: workload.seed)."),
+                 low: Optional[str] = typer.Option(None, "--low", help="Lowest rate to try (e.g. 1/s; a replay "
+                                                                       "speed such as 0.5 for traces)."),
+                 high: Optional[str] = typer.Option(None, "--high", help="Highest rate to try."),
+                 tolerance: float = typer.Option(0.05, "--tolerance", help="Stop when the met and missed rates are "
+                                                                           "this close (a share of the rate)."),
+                 workers: int = typer.Option(1, "--workers", min=1, max=1024, help="Local worker processes (seeds of "
+                                                                                   "a probe run in parallel)."),
+                 ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: auto or a cluster address."),
+                 out_file: Optional[str] = typer.Option(None, "--out", help="Write the search as JSON to this file."),
+                 cache_dir: str = typer.Option(".kvplan/cache", "--cache-dir", help="Where finished runs are kept."),
+                 no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+    """Find the highest arrival rate at which the spec still meets its SLO (bisection over simulations)."""
+    from pathlib import Path
+
+    from .report import terminal
+    from .report.sections import Section
+    from .spec.slo import parse_slo_flags
+    from .sweep.capacity import SloUsageError, search
+    from .sweep.result import TABLE_COLUMNS
+    from .units import fmt_duration
+
+    _executor_options(workers, ray)
+    cache = _run_cache(cache_dir, no_cache)
+    state = {"n": 0}
+
+    def verdict(p) -> str:
+        return "  ".join(f"{key} {fmt_duration(p.metrics[key].mean):>9}" for key in targets)
+
+    def show(p, fresh: int) -> None:
+        state["n"] += 1
+        out.print(f"probe {state['n']:>2}  {fmt(p.rate):>10}  {verdict(p)}  {'met' if p.met else 'MISSED'}")
+
+    try:
+        targets = parse_slo_flags(slo or []).targets()
+        from .spec import load
+        from .sweep.capacity import Knob
+
+        topo = load(spec)
+        knob, fmt = Knob.of(topo), Knob.of(topo).fmt
+        targets = targets or topo.slo.targets()
+        goal = ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in targets.items())
+        if targets:
+            what = knob.meaning
+            out.print(f"Capacity of {spec}: the highest {knob.path} ({what}) meeting {goal} "
+                      f"at the mean over {seeds} seed(s)")
+        result, simulated = search(spec, targets, seeds=seeds, first_seed=seed, low=low, high=high,
+                                   tolerance=tolerance, workers=workers, ray=ray, cache=cache, on_probe=show)
+    except SloUsageError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--slo/--low/--high/--tolerance") from None
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+    if result.outcome == "found":
+        out.print(f"highest sustainable rate: {fmt(result.rate)} (met at {fmt(result.met.rate)}, missed at "
+                  f"{fmt(result.missed.rate)}; tolerance {result.tolerance:.0%})")
+    elif result.outcome == "above_high":
+        out.print(f"the SLO is still met at {fmt(result.rate)}, the highest rate probed: raise --high to search further")
+    else:
+        out.print(f"the SLO is missed even at {fmt(result.missed.rate)}, the lowest rate probed: lower --low, "
+                  "relax the SLO or add capacity")
+    section = Section("Bracketing probes", ["", "rate", *(label for _, label, _ in TABLE_COLUMNS)])
+    for name, p in (("met", result.met), ("missed", result.missed)):
+        if p is not None:
+            section.rows.append([name, fmt(p.rate), *("-" if p.metrics.get(key) is None else f(p.metrics[key].mean)
+                                                      for key, _, f in TABLE_COLUMNS)])
+    for table in terminal.tables([section]):
+        out.print(table)
+    _runs_line(len(result.probes) * seeds, simulated, cache)
+    if out_file:
+        Path(out_file).write_text(result.model_dump_json(indent=1) + "\n")
+        err.print(f"search written to {out_file}")
+
+
+@app.command("report")
+def report_cmd(result_or_sweep: str = typer.Argument(..., help="JSON from `kvplan simulate --out` (one run, --seeds, --ablate) "
+                                                      "or `kvplan sweep --out`."),
+               out_file: str = typer.Option(..., "-o", "--out", help="The report: .html (one self-contained page "
+                                                                      "with plots) or .md (the tables as Markdown).")) -> None:
+    """Turn a simulation or sweep result into a report: plots and tables in one offline HTML page, or Markdown."""
+    from .errors import Problem
+    from .report import document, html, inputs
+
+    if html.output_format(out_file) is None:
+        raise typer.BadParameter(f"'{out_file}' is neither .html nor .md; name the report report.html or report.md",
+                                 param_hint="-o/--out")
+    try:
+        doc = document.build(inputs.load(result_or_sweep))
+    except SpecError as exc:
+        _fail(exc)
+    try:
+        fmt = html.write(doc, out_file)
+    except OSError as exc:
+        _fail(SpecError([Problem("-o/--out", f"cannot write the report: {exc.strerror or exc}",
+                                 fix="write it into an existing folder you may write to")], source=out_file))
+    plots = f"{len(doc.figures)} plots" if fmt == "html" else f"{len(doc.figures)} plots listed"
+    out.print(f"report written to {out_file}: {doc.title}; {len(doc.parts)} parts, {len(doc.tables)} tables, {plots}")
 
 
 def main() -> None:
