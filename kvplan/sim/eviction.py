@@ -604,18 +604,25 @@ class TTL:
         """`Cache.store`: a present key is touched (its clock not restarted), an absent one inserted."""
         if self._queue and self._queue[0][0] <= now:
             self.expire(now)
-        inner = self.inner
-        sizes, hit = inner._sizes, inner._hit
+        inner, live, expiry = self.inner, self._live, now + self.ttl
+        sizes, hit, insert = inner._sizes, inner._hit, inner.insert
         stored = refused = 0
-        for k in keys:
+        for k in keys:                   # `insert` written out: nothing expires at `now` any more
             if k in sizes:
                 hit(k)
+                continue
+            for gone in insert(k, size, now):
+                live.pop(gone, None)
+            if k in sizes:
+                stored += 1
+                self._seq += 1
+                live[k] = self._seq
+                q = self._queue
+                q.append((expiry, self._seq, k))
+                if len(q) > 2 * len(live) + 64:
+                    self._queue = deque(e for e in q if live.get(e[2]) == e[1])
             else:
-                self.insert(k, size, now)
-                if k in sizes:
-                    stored += 1
-                else:
-                    refused += 1
+                refused += 1
         return stored, refused
 
     def remove(self, key) -> bool:
