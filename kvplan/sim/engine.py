@@ -24,8 +24,10 @@ Decoding requests are not visited one by one each step: they are members of a `D
 (decoding.py), which advances them all with one clock and tells the scheduler which of them
 need a new block, and the step which of them emitted their last token. The scheduler visits
 only the requests still prefilling and those members, in the running order, so a step costs
-O(changes) rather than O(running). When the step's token budget would run out inside the batch
-(some requests are then not scheduled at all), it falls back to visiting every request.
+O(changes) rather than O(running). Should the step's token budget run out inside the batch (some
+requests then not scheduled at all), it falls back to visiting every request; the scheduler
+never lets that happen (a request is admitted only while budget is left, and a prefill cut to
+the budget is always the last running request), but the fallback keeps the rule exact.
 
 Decode fast-forward: while every running request is decoding and nothing can be admitted, the
 batch does not change until a request finishes, a block boundary needs memory that is not there,
