@@ -591,3 +591,39 @@ def test_lru_is_a_stack_algorithm(seq, small, extra):
         hits_b += len(replay(b, [key])[0])
         assert set(a.keys()) <= set(b.keys())
         assert hits_a <= hits_b
+
+
+# ---------------------------------------------------------------- store: a batch of touch-or-insert
+
+def state(cache) -> tuple:
+    """What a cache holds and has counted, in its own order where it keeps one."""
+    inner = getattr(cache, "inner", cache)
+    return (list(inner._sizes.items()), inner.used, inner.evictions, inner.evicted_bytes, inner.rejected,
+            getattr(cache, "expired", 0), sorted(getattr(cache, "_live", {}).items()))
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("mode", [{}, {"watermark": 0.8, "ratio": 0.2}, {"ttl": 5.0}])
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(st.lists(st.integers(0, 30), max_size=12), max_size=12),
+       size=st.sampled_from([1, 2, 50]))
+def test_store_is_touch_or_insert_key_by_key(policy, mode, batches, size):
+    one, bulk = make(policy, 20, **mode), make(policy, 20, **mode)
+    for t, keys in enumerate(batches):
+        now = float(t)
+        one.expire(now)
+        stored = refused = 0
+        for key in keys:
+            if key in one:
+                one.touch([key], now)
+                continue
+            one.insert(key, size, now)
+            if key in one:
+                stored += 1
+            else:
+                refused += 1
+        bulk.expire(now)
+        absent = [k for k in keys if k not in bulk]
+        assert bulk.absent(keys) == absent
+        assert bulk.store(keys, size, now) == (stored, refused)
+        assert state(bulk) == state(one)

@@ -20,6 +20,15 @@ Each engine step (vllm/v1/core/sched/scheduler.py, simplified to what decides ti
    requests emit one token per step; a finished request's blocks return to the free queue with
    their hashes, last block first.
 
+Decoding requests are not visited one by one each step: they are members of a `DecodeSet`
+(decoding.py), which advances them all with one clock and tells the scheduler which of them
+need a new block, and the step which of them emitted their last token. The scheduler visits
+only the requests still prefilling and those members, in the running order, so a step costs
+O(changes) rather than O(running). Should the step's token budget run out inside the batch (some
+requests then not scheduled at all), it falls back to visiting every request; the scheduler
+never lets that happen (a request is admitted only while budget is left, and a prefill cut to
+the budget is always the last running request), but the fallback keeps the rule exact.
+
 Decode fast-forward: while every running request is decoding and nothing can be admitted, the
 batch does not change until a request finishes, a block boundary needs memory that is not there,
 or (with a free slot) a new request arrives. The engine then advances many decode steps in one
@@ -30,12 +39,13 @@ stepping one iteration at a time.
 from __future__ import annotations
 
 from collections import deque
-from operator import attrgetter
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
+from .decoding import DecodeSet
 from .prefix_cache import Holding, PrefixCache
 from .steptime import StepTime
 
@@ -49,7 +59,7 @@ class Seq:
 
     __slots__ = ("req", "target", "computed", "generated", "holding", "blocks", "chunks", "saved",
                  "tiers", "hbm_tokens", "admitted", "first_token", "preemptions", "pending_load", "record",
-                 "prompt", "output")
+                 "prompt", "output", "since", "ticket")
 
     def __init__(self, req: "Request", record: bool):
         self.req = req
@@ -69,6 +79,8 @@ class Seq:
         self.record = record
         self.prompt = req.prompt_tokens          # copies of the request's lengths, read every step
         self.output = req.output_tokens
+        self.since = -1                          # DecodeSet clock its counters were written at; -1: not decoding there
+        self.ticket = 0                          # its DecodeSet membership (heap entries of older ones are stale)
 
     @property
     def prefilling(self) -> bool:
@@ -78,9 +90,6 @@ class Seq:
     def length(self) -> int:
         """Tokens in the sequence so far (prompt and emitted output)."""
         return self.prompt + self.generated
-
-
-_PROMPT, _GENERATED = attrgetter("prompt"), attrgetter("generated")
 
 
 class Engine:
@@ -97,6 +106,9 @@ class Engine:
         self.lm = sim.lmcache
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
+        self.prefilling: list[Seq] = []          # the running requests still prefilling, in running order
+        self.decoding = DecodeSet(self.bs)       # the running requests decoding (all others, but `idle`)
+        self.idle: list[Seq] = []                # decoding requests a step left out: they rejoin after it
         self.wakeup: simpy.Event | None = None
         self.steps = 0
         self.preemptions = 0
@@ -136,11 +148,11 @@ class Engine:
                 yield self.wakeup
                 continue
             if self.on_step is not None:
-                self.on_step(self, sum(new for _, new in prefills) + len(decodes))
+                self.on_step(self, sum(new for _, new in prefills) + decodes)
             if self.fast_forward and not prefills and not loads and self._can_fast_forward():
-                yield from self._fast_forward(decodes)
+                yield from self._fast_forward()
                 continue
-            yield from self._step(prefills, decodes, loads)
+            yield from self._step(prefills, loads)
 
     def _merge_hold(self) -> float:
         """Seconds to keep holding waiting requests for the design note's request merging (0 = go)."""
@@ -157,6 +169,75 @@ class Engine:
         return -(-tokens // self.bs)
 
     def _schedule(self, admit: bool):
+        """One step's batch: (prefills as (seq, new tokens), how many members of `decoding` decode, loads).
+
+        vLLM's loop visits the running requests in order; here only those that do something
+        besides taking one token are visited (the prefilling ones and the decoding ones at a block
+        boundary), in the same order, which is the same as long as the budget lasts for all of them.
+        """
+        running, decoding = self.running, self.decoding
+        if self.idle:                            # left out of the last step: decoding again from now
+            for seq in self.idle:
+                decoding.join(seq)
+            self.idle.clear()
+        budget, bs, chunked = self.budget, self.bs, self.chunked
+        plan = []                                # (position in running, seq, new tokens) of prefilling ones
+        done = 0                                 # running requests before this one accounted for
+        for seq in self.prefilling:
+            pos = running.index(seq)
+            budget -= pos - done                 # the decoding requests before it take a token each
+            if budget <= 0:
+                return self._schedule_each(admit)
+            remaining = seq.target - seq.computed
+            new = remaining if remaining < budget else budget
+            if new < remaining and not chunked:
+                return self._schedule_each(admit)
+            budget -= new
+            plan.append((pos, seq, new))
+            done = pos + 1
+        tail = len(running) - done               # decoding requests after the last prefilling one
+        if tail > budget:
+            return self._schedule_each(admit)
+        budget -= tail
+        # the budget lasts for every running request: what remains is growth (and preemption) in running order
+        grow = [(pos, seq, -(-(seq.computed + new) // bs) - seq.holding.blocks)
+                for pos, seq, new in plan if seq.computed + new > seq.holding.blocks * bs]
+        due = decoding.due(decoding.clock)
+        if due:
+            grow += [(running.index(seq), seq, 1) for seq in due]
+            grow.sort(key=itemgetter(0))
+        preempted = False
+        if grow:
+            hbm = self.hbm
+            for pos, seq, need in grow:
+                if pos >= len(running):          # preempted, with everything after it
+                    break
+                holding = seq.holding
+                gave_up = False
+                while not hbm.grow(holding, need):
+                    victim = running[-1]
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is seq:            # it had to preempt itself
+                        gave_up = True
+                        break
+                if gave_up:
+                    break
+                if seq.since >= 0:
+                    decoding.grew(seq)
+        if preempted:                            # no admissions; the victims' tokens are not scheduled
+            kept = len(running)
+            return [(seq, new) for pos, seq, new in plan if pos < kept], decoding.members, []
+        prefills = [(seq, new) for _, seq, new in plan]
+        loads = self._admit_waiting(admit, budget, prefills)
+        return prefills, decoding.members, loads
+
+    def _schedule_each(self, admit: bool):
+        """vLLM's loop over every running request, for steps whose budget runs out inside the batch."""
+        decoding = self.decoding
+        for seq in self.running:                 # every decoding request's counters written out
+            if seq.since >= 0:
+                decoding.leave(seq)
         budget, bs, hbm, running = self.budget, self.bs, self.hbm, self.running
         prefills: list[tuple[Seq, int]] = []
         decodes: list[Seq] = []
@@ -191,8 +272,16 @@ class Engine:
                 prefills.append((seq, new))
             else:
                 decodes.append(seq)
+        for seq in decodes:
+            decoding.join(seq)
+        self.idle = [seq for seq in running if seq.since < 0 and seq.computed >= seq.target]
+        loads = [] if preempted else self._admit_waiting(admit, budget, prefills)
+        return prefills, decoding.members, loads
+
+    def _admit_waiting(self, admit: bool, budget: int, prefills: list) -> list:
+        """Admit waiting requests first come first served while they fit; returns their loads."""
         loads = []
-        if admit and not preempted:
+        if admit:
             while self.waiting and len(self.running) < self.max_seqs and budget > 0:
                 seq = self.waiting[0]
                 new = self._admit(seq, budget)
@@ -200,12 +289,13 @@ class Engine:
                     break
                 self.waiting.popleft()
                 self.running.append(seq)
+                self.prefilling.append(seq)
                 budget -= new
                 prefills.append((seq, new))
                 if seq.pending_load is not None:
                     loads.append(seq.pending_load)
                     seq.pending_load = None
-        return prefills, decodes, loads
+        return loads
 
     def _admit(self, seq: Seq, budget: int) -> int:
         """Try to give `seq` its blocks; returns the tokens it prefills this step (0 = not admitted)."""
@@ -258,6 +348,12 @@ class Engine:
             self.running.pop()
         else:
             self.running.remove(seq)
+        if seq.since >= 0:
+            self.decoding.leave(seq)
+        elif seq.computed < seq.target:
+            self.prefilling.remove(seq)
+        elif seq in self.idle:
+            self.idle.remove(seq)
         self.hbm.release(seq.holding)
         seq.holding = None
         seq.preemptions += 1
@@ -272,13 +368,13 @@ class Engine:
         return len(self.running) >= self.max_seqs
 
     # ---- one step
-    def _step(self, prefills, decodes, loads):
-        env = self.env
+    def _step(self, prefills, loads):
+        env, decoding = self.env, self.decoding
         start = env.now
         if loads:
             yield simpy.AllOf(env, loads)
-        context = sum(map(_PROMPT, decodes)) + sum(map(_GENERATED, decodes))
-        yield env.timeout(self.steptime.step([(new, s.computed) for s, new in prefills], len(decodes), context))
+        yield env.timeout(self.steptime.step([(new, s.computed) for s, new in prefills], decoding.members,
+                                             decoding.context))
         stores = []
         for seq, new in prefills:
             seq.computed += new
@@ -289,19 +385,24 @@ class Engine:
                 if full > seq.saved:
                     stores += seq.chunks[seq.saved:full]
                     seq.saved = full
-        finished = []
+        finished, started = [], []
         for seq, _ in prefills:
             if not seq.prefilling:               # the prompt (or its recomputation) is done: a token is sampled
+                self.prefilling.remove(seq)
                 if seq.first_token < 0:
                     seq.first_token = env.now
                 seq.generated += 1
                 if seq.generated >= seq.req.output_tokens:
                     finished.append(seq)
-        for seq in decodes:
-            seq.generated += 1
-            seq.computed += 1
-            if seq.generated >= seq.output:
-                finished.append(seq)
+                else:
+                    started.append(seq)
+        ended = decoding.advance()               # every decoding request emits a token
+        if ended:
+            if len(ended) > 1:
+                ended.sort(key=self.running.index)
+            finished += ended
+        for seq in started:                      # decoding from the next step on
+            decoding.join(seq)
         stores += self._decode_stores(finished)
         if stores:
             yield env.process(self.lm.store(self.index, stores))
@@ -322,17 +423,18 @@ class Engine:
         return keys
 
     # ---- many decode steps at once
-    def _fast_forward(self, decodes: list[Seq]):
-        env, bs, n = self.env, self.bs, len(decodes)
-        remaining = np.array([s.req.output_tokens - s.generated for s in decodes])
-        horizon = int(remaining.min())
+    def _fast_forward(self):
+        env, bs, decoding = self.env, self.bs, self.decoding
+        decodes = [s for s in self.running if s.since >= 0]      # the members, in running order
+        for seq in decodes:
+            decoding.sync(seq)
+        horizon = decoding.next_end()
         room = np.array([s.holding.blocks * bs - s.computed for s in decodes])   # decode steps before a new block
         horizon = min(horizon, self._steps_within_free_blocks(room, horizon))
         if horizon < 1:                      # the next step needs a block that is not free: step it
-            yield from self._step([], decodes, [])
+            yield from self._step([], [])
             return
-        context = sum(s.length for s in decodes)
-        ends = self.steptime.decode_run(n, context, horizon)
+        ends = self.steptime.decode_run(len(decodes), decoding.context, horizon)
         start = env.now
         steps = horizon
         if len(self.running) < self.max_seqs:      # an arrival may join at the next step boundary
@@ -346,14 +448,17 @@ class Engine:
         else:
             yield env.timeout(float(ends[-1]))
         grow = np.maximum(0, -(-(steps - room) // bs))
+        grown = decoding.due(decoding.clock + steps - 1)        # exactly those with grow > 0
         for seq, extra in zip(decodes, grow.tolist()):
             if extra and not self.hbm.grow(seq.holding, extra):
                 raise AssertionError("fast-forward planned blocks that are not free")
-            seq.generated += steps
-            seq.computed += steps
+        for seq in grown:
+            decoding.grew(seq)
+        finished = decoding.advance(steps)
+        if len(finished) > 1:
+            finished.sort(key=self.running.index)
         self.steps += steps
         self.busy += env.now - start
-        finished = [s for s in decodes if s.generated >= s.req.output_tokens]
         stores = self._decode_stores(finished)
         if stores:
             yield env.process(self.lm.store(self.index, stores))

@@ -110,6 +110,11 @@ class Cache(abc.ABC):
             n += 1
         return n
 
+    def absent(self, keys: Iterable) -> list:
+        """The keys that are not present, in order (no side effects)."""
+        d = self._sizes
+        return [k for k in keys if k not in d]
+
     # ---- updates
     def touch(self, keys: Iterable, now: float = 0.0) -> None:
         """Record an access (hit) to each present key, in order (updates recency/frequency). Absent keys are ignored."""
@@ -117,6 +122,22 @@ class Cache(abc.ABC):
         for k in keys:
             if k in d:
                 hit(k)
+
+    def store(self, keys: Iterable, size: int, now: float = 0.0) -> tuple[int, int]:
+        """Write `keys` (each `size` bytes) in order, as a cache tier takes a store: a present key is
+        touched (`touch`), an absent one inserted (`insert`). Returns (keys newly stored, keys refused)."""
+        d, hit, insert = self._sizes, self._hit, self.insert
+        stored = refused = 0
+        for k in keys:
+            if k in d:
+                hit(k)
+                continue
+            insert(k, size, now)
+            if k in d:
+                stored += 1
+            else:
+                refused += 1
+        return stored, refused
 
     def insert(self, key: Hashable, size: int, now: float = 0.0) -> list:
         """Store key (size bytes). If already present: counts as an access (touch), size unchanged, returns [].
@@ -205,6 +226,25 @@ class LRU(Cache):
         for k in keys:
             if k in d:
                 move(k)
+
+    def store(self, keys: Iterable, size: int, now: float = 0.0) -> tuple[int, int]:
+        """`Cache.store` with `insert` written out: eviction runs only when the new key needs room."""
+        if size > self.capacity or size <= 0:
+            return Cache.store(self, keys, size, now)
+        d, hit, cap = self._d, self._hit, self.capacity
+        high = self._high if self.watermark is not None else None
+        stored = 0
+        for k in keys:
+            if k in d:
+                hit(k)
+                continue
+            after = self.used + size
+            if after > cap or (high is not None and after >= high):
+                self._make_room(k, size)
+            d[k] = size
+            self.used += size
+            stored += 1
+        return stored, 0
 
     def _add(self, key, size: int) -> None:
         self._d[key] = size
@@ -517,6 +557,9 @@ class TTL:
     def prefix(self, keys: Sequence, start: int = 0) -> int:
         return self.inner.prefix(keys, start)
 
+    def absent(self, keys: Iterable) -> list:
+        return self.inner.absent(keys)
+
     def expire(self, now: float) -> list:
         """Remove every entry expired by `now` (expiry <= now); return their keys, oldest first."""
         q = self._queue
@@ -556,6 +599,31 @@ class TTL:
             if len(q) > 2 * len(live) + 64:
                 self._queue = deque(e for e in q if live.get(e[2]) == e[1])
         return evicted
+
+    def store(self, keys: Iterable, size: int, now: float = 0.0) -> tuple[int, int]:
+        """`Cache.store`: a present key is touched (its clock not restarted), an absent one inserted."""
+        if self._queue and self._queue[0][0] <= now:
+            self.expire(now)
+        inner, live, expiry = self.inner, self._live, now + self.ttl
+        sizes, hit, insert = inner._sizes, inner._hit, inner.insert
+        stored = refused = 0
+        for k in keys:                   # `insert` written out: nothing expires at `now` any more
+            if k in sizes:
+                hit(k)
+                continue
+            for gone in insert(k, size, now):
+                live.pop(gone, None)
+            if k in sizes:
+                stored += 1
+                self._seq += 1
+                live[k] = self._seq
+                q = self._queue
+                q.append((expiry, self._seq, k))
+                if len(q) > 2 * len(live) + 64:
+                    self._queue = deque(e for e in q if live.get(e[2]) == e[1])
+            else:
+                refused += 1
+        return stored, refused
 
     def remove(self, key) -> bool:
         self._live.pop(key, None)

@@ -18,7 +18,8 @@ down. Paths, as the real stack moves KV (reference/lmcache-vllm.md §6):
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter
+from itertools import chain
 from typing import Sequence
 
 import simpy
@@ -81,16 +82,15 @@ class Fabric:
         host, slot = divmod(primary, per_host)
         return [((host + r) % c.hosts) * per_host + slot for r in range(c.pool_size)]
 
-    def ceph_io(self, node: int, keys: Sequence[int], object_bytes: float, objects_per_key: int, write: bool):
-        """A SimPy process: read (from primaries) or write (to every replica) the objects of `keys`."""
+    def ceph_io(self, node: int, keys: Sequence[int], object_bytes: int, objects_per_key: int, write: bool):
+        """A SimPy process: read (from primaries) or write (to every replica) the objects of `keys`, each
+        `object_bytes` (whole bytes) per key."""
         c, env = self.ceph, self.env
         dev = c.device_class
-        objects: dict[int, int] = defaultdict(int)     # OSD host -> objects it reads or writes
         table, n_osds = self.replica_hosts, c.osds
-        for key in keys:
-            hosts = table[key % n_osds]
-            for host in (hosts if write else hosts[:1]):
-                objects[host] += 1
+        primaries = Counter([table[key % n_osds][0] for key in keys])   # host -> objects, first seen first
+        # OSD host -> objects it reads or writes, hosts in the order the keys first name them
+        objects = Counter(chain.from_iterable([table[key % n_osds] for key in keys])) if write else primaries
         total = len(keys) * object_bytes
         bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
                                     else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))
@@ -100,10 +100,8 @@ class Fabric:
             events.append(self.osds[host].transfer(max(nbytes / bandwidth, count * objects_per_key / iops)))
             events.append((self.host_rx if write else self.host_tx)[host].transfer(nbytes))
         if write and c.pool_size > 1:   # primaries forward replicas over their hosts' NICs
-            forwarded: dict[int, float] = defaultdict(float)
-            for key in keys:
-                forwarded[table[key % n_osds][0]] += (c.pool_size - 1) * object_bytes
-            events += [self.host_tx[h].transfer(b) for h, b in forwarded.items()]
+            each = float((c.pool_size - 1) * object_bytes)      # whole bytes: count * each is exact
+            events += [self.host_tx[h].transfer(count * each) for h, count in primaries.items()]
         start = env.now
         yield env.timeout(latency + 2 * c.network.latency)
         yield simpy.AllOf(env, events)

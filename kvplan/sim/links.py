@@ -13,9 +13,11 @@ read, a Ceph op, a network hop) is a pure delay added by the caller, not shared 
 
 from __future__ import annotations
 
-import heapq
+from functools import partial
+from heapq import heappop, heappush
 
 import simpy
+from simpy.events import Event, Timeout
 
 _EPS = 1e-12
 
@@ -44,14 +46,21 @@ class Link:
 
     def transfer(self, work: float) -> simpy.Event:
         """An event that succeeds when `work` has been served, sharing the link with others."""
-        done = self.env.event()
+        env = self.env
+        done = Event(env)
         self.transfers += 1
         if work <= 0:
             done.succeed()
             return done
-        self._advance()
+        heap = self._heap
+        if heap:                                  # _advance, written out: this is the hot path
+            elapsed = env.now - self._last
+            if elapsed > 0:
+                self._virtual += elapsed * self.rate / len(heap)
+                self.busy_time += elapsed
+        self._last = env.now
         self._seq += 1
-        heapq.heappush(self._heap, (self._virtual + work, self._seq, done))
+        heappush(heap, (self._virtual + work, self._seq, done))
         self.work_done += work
         self._plan()
         return done
@@ -70,17 +79,16 @@ class Link:
         if not self._heap:
             return
         delay = max(self._heap[0][0] - self._virtual, 0.0) * len(self._heap) / self.rate
-        generation = self._generation
-        self.env.timeout(delay).callbacks.append(lambda _event: self._wake(generation))
+        Timeout(self.env, delay).callbacks.append(partial(self._wake, self._generation))
 
-    def _wake(self, generation: int) -> None:
+    def _wake(self, generation: int, _event=None) -> None:
         if generation != self._generation:
             return
         self._advance()
         heap, slack = self._heap, _EPS * max(1.0, abs(self._virtual))
-        heapq.heappop(heap)[2].succeed()          # the one this wake-up was planned for
+        heappop(heap)[2].succeed()                # the one this wake-up was planned for
         while heap and heap[0][0] <= self._virtual + slack:
-            heapq.heappop(heap)[2].succeed()
+            heappop(heap)[2].succeed()
         self._plan()
 
     def utilisation(self, duration: float) -> float:

@@ -166,7 +166,7 @@ class LMCacheModel:
         for tier in ("nvme", "ceph"):
             if tier in self.caches:
                 cache = self.cache(tier, instance)
-                fresh = [k for k in keys if k not in cache]
+                fresh = cache.absent(keys)
                 if fresh:
                     env.process(self._write(instance, tier, fresh))
 
@@ -182,17 +182,12 @@ class LMCacheModel:
     def _insert(self, tier: str, instance: int, keys: list[int], promoted: bool = False) -> None:
         cache, c, size, now = self.cache(tier, instance), self.counters[tier], self.r.lmcache.chunk_bytes, self.env.now
         cache.expire(now)
-        for key in keys:
-            if key in cache:
-                cache.touch((key,), now)
-                continue
-            cache.insert(key, size, now)
-            if key in cache:
-                c.stored_chunks += 1
-                c.bytes_written += size
-                c.promoted_chunks += promoted
-            else:
-                c.refused_chunks += 1
+        stored, refused = cache.store(keys, size, now)
+        c.stored_chunks += stored
+        c.bytes_written += stored * size
+        if promoted:
+            c.promoted_chunks += stored
+        c.refused_chunks += refused
 
     # ---- state
     def used_bytes(self, tier: str) -> int:

@@ -157,14 +157,19 @@ class PrefixCache:
             else:                              # cached blocks, deepest first: their contents are evicted
                 size = len(entry.keys)
                 used = min(n, size)
-                if used < size:                # the deepest `used` blocks split off, ahead of the rest
-                    self._split(entry, entry.lo + size - used)
-                    entry = queue.next
-                _unlink(entry)
-                entry.ghost = True
+                if used < size and not entry.children:
+                    # the deepest `used` blocks lead nowhere: split off as a ghost they would be
+                    # pruned at once, so they are just cut off (a decode takes one block at a time)
+                    del entry.keys[size - used:]
+                else:
+                    if used < size:            # the deepest `used` blocks split off, ahead of the rest
+                        self._split(entry, entry.lo + size - used)
+                        entry = queue.next
+                    _unlink(entry)
+                    entry.ghost = True
+                    self._prune(entry)
                 self._cached -= used
                 self.evictions += used
-                self._prune(entry)
             self._free_count -= used
             n -= used
 

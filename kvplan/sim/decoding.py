@@ -1,0 +1,113 @@
+"""The decoding requests of one engine, advanced together without visiting each of them.
+
+In every step of vLLM's batch each decoding request gets one token: its output and its KV grow
+by one. Rather than add one to a hundred counters a step, a `DecodeSet` keeps one `clock` (the
+decode steps its members have taken together) and each member remembers the clock at which its
+own counters (`Seq.computed`, `Seq.generated`) were last written, `Seq.since`; its true counts
+are the stored ones plus `clock - since` (`sync` writes them). What does need a member's
+attention is kept in two heaps keyed by clock:
+
+- growth: the clock at which the member's next token no longer fits its KV blocks (its
+  computed tokens fill them), so the scheduler must give it a block (or preempt) first;
+- ends: the clock after whose step the member has emitted its last token.
+
+The sum of the members' lengths (prompt + output so far), which the step-time model needs, is
+kept incrementally: while a request decodes, its length minus the clock does not change.
+
+A member leaves when it finishes or is preempted; heap entries carry the `Seq.ticket` of the
+membership that pushed them, so entries of a former membership are recognised and dropped.
+A step thus costs O(members that change) instead of O(members).
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from itertools import count
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .engine import Seq
+
+
+class DecodeSet:
+    """The decoding `Seq`s of one engine (see the module docstring). `members` counts them."""
+
+    __slots__ = ("block_size", "clock", "members", "_offsets", "_growth", "_ends", "_tickets")
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.clock = 0                      # decode steps taken by the members together
+        self.members = 0
+        self._offsets = 0                   # sum over members of (length - clock): constant while they decode
+        self._growth: list = []             # (clock at which it needs a new block, ticket, seq)
+        self._ends: list = []               # (clock at which it has emitted its last token, ticket, seq)
+        self._tickets = count(1)
+
+    @property
+    def context(self) -> int:
+        """Tokens in all members' sequences (prompt and output so far), as of now."""
+        return self._offsets + self.members * self.clock
+
+    def join(self, seq: "Seq") -> None:
+        """`seq` (explicit counters up to date, holding its blocks, not finished) starts decoding."""
+        clock = self.clock
+        seq.since = clock
+        seq.ticket = ticket = next(self._tickets)
+        self.members += 1
+        self._offsets += seq.prompt + seq.generated - clock
+        heappush(self._growth, (clock + seq.holding.blocks * self.block_size - seq.computed, ticket, seq))
+        heappush(self._ends, (clock + seq.output - seq.generated, ticket, seq))
+
+    def sync(self, seq: "Seq") -> None:
+        """Write a member's true counters into it (it stays a member)."""
+        steps = self.clock - seq.since
+        if steps:
+            seq.computed += steps
+            seq.generated += steps
+            seq.since = self.clock
+
+    def leave(self, seq: "Seq") -> None:
+        """A member stops decoding here (finished or preempted); its counters are written first."""
+        self.sync(seq)
+        seq.since = -1
+        seq.ticket = 0
+        self.members -= 1
+        self._offsets -= seq.prompt + seq.generated - self.clock
+        if not self.members:                # every entry left is stale
+            self._growth.clear()
+            self._ends.clear()
+
+    def due(self, last: int) -> list["Seq"]:
+        """Members that need a new block at some step up to clock `last` (taken off the growth heap:
+        call `grew` for each once its blocks are given)."""
+        heap, out = self._growth, []
+        while heap and heap[0][0] <= last:
+            _, ticket, seq = heappop(heap)
+            if seq.ticket == ticket:
+                out.append(seq)
+        return out
+
+    def grew(self, seq: "Seq") -> None:
+        """A member got blocks (after `due`): note when it next needs one."""
+        key = seq.since + seq.holding.blocks * self.block_size - seq.computed
+        heappush(self._growth, (key, seq.ticket, seq))
+
+    def next_end(self) -> int:
+        """Decode steps until the first member emits its last token (members must not be empty)."""
+        heap = self._ends
+        while heap[0][2].ticket != heap[0][1]:
+            heappop(heap)
+        return heap[0][0] - self.clock
+
+    def advance(self, steps: int = 1) -> list["Seq"]:
+        """Every member decodes `steps` tokens; returns those that emitted their last one (they leave,
+        counters written), in no particular order."""
+        self.clock += steps
+        heap, clock, out = self._ends, self.clock, []
+        while heap and heap[0][0] <= clock:
+            _, ticket, seq = heappop(heap)
+            if seq.ticket == ticket:
+                out.append(seq)
+        for seq in out:
+            self.leave(seq)
+        return out
