@@ -208,20 +208,12 @@ class Engine:
             grow.sort(key=itemgetter(0))
         preempted = False
         if grow:
-            hbm = self.hbm
             for pos, seq, need in grow:
                 if pos >= len(running):          # preempted, with everything after it
                     break
-                holding = seq.holding
-                gave_up = False
-                while not hbm.grow(holding, need):
-                    victim = running[-1]
-                    self._preempt(victim)
-                    preempted = True
-                    if victim is seq:            # it had to preempt itself
-                        gave_up = True
-                        break
-                if gave_up:
+                grown, hit = self._grow(seq, need)
+                preempted = preempted or hit
+                if not grown:
                     break
                 if seq.since >= 0:
                     decoding.grew(seq)
@@ -232,13 +224,26 @@ class Engine:
         loads = self._admit_waiting(admit, budget, prefills)
         return prefills, decoding.members, loads
 
+    def _grow(self, seq: Seq, need: int) -> tuple[bool, bool]:
+        """Give `seq` `need` more HBM blocks, preempting from the back of the running queue until they
+        fit (vLLM's recompute preemption). Returns (whether it got them, whether anyone was preempted)."""
+        holding, running = seq.holding, self.running
+        preempted = False
+        while not self.hbm.grow(holding, need):
+            victim = running[-1]
+            self._preempt(victim)
+            preempted = True
+            if victim is seq:                    # it had to preempt itself
+                return False, True
+        return True, preempted
+
     def _schedule_each(self, admit: bool):
         """vLLM's loop over every running request, for steps whose budget runs out inside the batch."""
         decoding = self.decoding
         for seq in self.running:                 # every decoding request's counters written out
             if seq.since >= 0:
                 decoding.leave(seq)
-        budget, bs, hbm, running = self.budget, self.bs, self.hbm, self.running
+        budget, bs, running = self.budget, self.bs, self.running
         prefills: list[tuple[Seq, int]] = []
         decodes: list[Seq] = []
         preempted = False
@@ -256,16 +261,9 @@ class Engine:
             holding = seq.holding
             end = seq.computed + new
             if end > holding.blocks * bs:        # its tokens spill past its blocks: grow
-                need = -(-end // bs) - holding.blocks
-                gave_up = False
-                while not hbm.grow(holding, need):
-                    victim = running[-1]
-                    self._preempt(victim)
-                    preempted = True
-                    if victim is seq:            # it had to preempt itself
-                        gave_up = True
-                        break
-                if gave_up:
+                grown, hit = self._grow(seq, -(-end // bs) - holding.blocks)
+                preempted = preempted or hit
+                if not grown:
                     break
             budget -= new
             if remaining > 0:
