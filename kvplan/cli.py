@@ -226,6 +226,9 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                              "(kvplan's Ceph diff plus Ansible's check mode)."),
            tags: Optional[str] = typer.Option(None, "--tags", help="Only these components, comma-separated: "
                                                                     "ceph, lmcache, vllm, monitoring."),
+           down: bool = typer.Option(False, "--down", help="Stop every component instead (Prometheus, vLLM, LMCache, "
+                                                            "then Ceph's daemons) by pid file and process group; "
+                                                            "nothing is deleted, and a deploy starts them again."),
            state_dir: str = typer.Option(".kvplan", "--state-dir", help="Where runs and generated keys are kept.")) -> None:
     """Render the spec into a fresh run directory and apply it with Ansible (ansible-runner)."""
     import sys
@@ -237,6 +240,8 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     if unknown:
         raise typer.BadParameter(f"unknown component(s) {', '.join(unknown)}; use ceph, lmcache, vllm, monitoring",
                                  param_hint="--tags")
+    if down and check:
+        raise typer.BadParameter("--down and --check cannot be combined", param_hint="--down")
     from .resolve import resolve
     from .spec import load
 
@@ -269,6 +274,8 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             others = [t for t in (wanted or ["lmcache", "vllm", "monitoring"]) if t != "ceph"]
             if others:
                 results.append(runner.run(rendered.root, tags=others, check=True, on_event=progress, ident="check"))
+        elif down:
+            results.append(runner.run(rendered.root, "down.yml", tags=wanted, on_event=progress, ident="down"))
         else:
             results.append(runner.run(rendered.root, tags=wanted, on_event=progress, ident="apply"))
     except SpecError as exc:

