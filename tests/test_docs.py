@@ -69,7 +69,9 @@ def test_every_command_has_a_tested_example():
     from kvplan.cli import app
 
     commands = [m["cmd"] for m in CONSOLE.finditer((DOCS / "commands.md").read_text())]
-    for command in app.registered_commands:
-        name = command.name or command.callback.__name__
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]
+    names += [f"{group.name} {c.name or c.callback.__name__}" for group in app.registered_groups
+              for c in group.typer_instance.registered_commands]
+    for name in names:
         assert any(re.search(rf"(^|[;&|] *)kvplan {name}\b", cmd) for cmd in commands), \
             f"kvplan {name} has no tested example in docs/commands.md"
