@@ -150,8 +150,9 @@ class _progress:
             self._bar.stop()
 
 
-def _rendered(spec: str, inventory: str, out_dir, state_dir: str):
-    """Load, resolve and render a spec for an inventory (errors name the field and the fix)."""
+def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str):
+    """Load, resolve and render a spec for an inventory (errors name the field and the fix); without
+    `out_dir`, into a fresh run directory under the state directory."""
     from pathlib import Path
 
     from .deploy import inventory as inventory_mod
@@ -166,7 +167,8 @@ def _rendered(spec: str, inventory: str, out_dir, state_dir: str):
         _fail(exc if exc.source else exc.with_source(spec))
     try:
         inv = inventory_mod.load(inventory)
-        return render(resolved, inv, Path(out_dir), load_or_create(Path(state_dir), resolved.name))
+        target = Path(out_dir) if out_dir else _run_dir(state_dir, resolved.name)
+        return render(resolved, inv, target, load_or_create(Path(state_dir), resolved.name))
     except SpecError as exc:
         _fail(exc.with_source(spec))
 
@@ -242,14 +244,7 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                  param_hint="--tags")
     if down and check:
         raise typer.BadParameter("--down and --check cannot be combined", param_hint="--down")
-    from .resolve import resolve
-    from .spec import load
-
-    try:
-        name = resolve(load(spec)).name
-    except SpecError as exc:
-        _fail(exc if exc.source else exc.with_source(spec))
-    rendered = _rendered(spec, inventory, _run_dir(state_dir, name), state_dir)
+    rendered = _rendered(spec, inventory, None, state_dir)
     out.print(f"run directory: {rendered.root}")
     status = err.status("starting ansible-playbook") if sys.stderr.isatty() else None
 

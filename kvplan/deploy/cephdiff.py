@@ -51,11 +51,10 @@ def diff(want: CephVars, state: dict[str, dict]) -> list[Change]:
         changes.append(Change(name, "absent", f"created (size {want.ceph_pool_size}, min_size {want.ceph_pool_min_size}, "
                                               f"pg_num {want.ceph_pool_pg_num})"))
     else:
-        rule = f"kvplan-{want.ceph_device_class}-{want.ceph_failure_domain}"
         for key, desired, live in (("size", want.ceph_pool_size, pool.get("size")),
                                    ("min_size", want.ceph_pool_min_size, pool.get("min_size")),
                                    ("pg_num", want.ceph_pool_pg_num, pool.get("pg_num")),
-                                   ("crush_rule", rule, rules.get(pool.get("crush_rule"), pool.get("crush_rule")))):
+                                   ("crush_rule", want.ceph_crush_rule, rules.get(pool.get("crush_rule"), pool.get("crush_rule")))):
             if str(live) != str(desired):
                 changes.append(Change(f"{name} {key}", str(live), str(desired)))
         if want.ceph_pool_application not in (pool.get("application_metadata") or {}):

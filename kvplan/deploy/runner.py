@@ -46,10 +46,6 @@ class RunResult:
     def ok(self) -> bool:
         return self.status == "successful" and self.rc == 0
 
-    @property
-    def changed(self) -> int:
-        return sum(h.get("changed", 0) for h in self.hosts.values())
-
 
 def _message(res: dict) -> str:
     if "censored" in res:

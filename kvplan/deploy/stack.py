@@ -54,6 +54,8 @@ class CephVars(SpecModel):
     ceph_osd_devices: list[str]
     ceph_device_class: str
     ceph_failure_domain: str
+    ceph_crush_rule: str
+    """Replicated CRUSH rule of the KV pool, on ceph_device_class across ceph_failure_domain."""
     ceph_pool_name: str
     ceph_pool_size: int
     ceph_pool_min_size: int
@@ -156,6 +158,7 @@ def _ceph(r: Resolved, ceph_hosts: list[str]) -> CephVars:
     return CephVars(
         ceph_deploy=c.deploy, ceph_osds_per_host=c.osds // c.hosts, ceph_osd_size=c.osd_size,
         ceph_osd_devices=c.osd_devices, ceph_device_class=c.device_class.name, ceph_failure_domain=c.failure_domain,
+        ceph_crush_rule=f"kvplan-{c.device_class.name}-{c.failure_domain}",
         ceph_pool_name=c.pool_name, ceph_pool_size=c.pool_size, ceph_pool_min_size=c.pool_min_size,
         ceph_pool_pg_num=c.pool_pg_num, ceph_pool_application="rgw" if c.access == "s3" else "cephfs",
         ceph_options={k: _ceph_value(v) for k, v in c.options.items()}, ceph_access=c.access,
