@@ -41,6 +41,9 @@ class DeviceEfficiency(SpecModel):
     """Fixed cost of every engine step outside the roofline (scheduling, input preparation, launch, sampling)."""
     allreduce_latency: Duration
     """Fixed cost of one tensor-parallel all-reduce, on top of its bytes over the link."""
+    request_overhead: Duration = 0.0
+    """Latency of each request outside engine steps (the API server's HTTP handling and streaming), added to
+    its TTFT and E2E; 0 unless measured (kvplan calibrate fits it)."""
     sources: list[Source] = Field(min_length=1)
     """Public sources that support the numbers (at least one)."""
     note: str | None = None

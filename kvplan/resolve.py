@@ -136,6 +136,8 @@ class StepCoefficients(SpecModel):
     """Seconds every engine step costs besides the roofline and the all-reduces."""
     allreduce_latency: float
     """Seconds one tensor-parallel all-reduce costs besides its bytes over the link."""
+    request_overhead: float
+    """Seconds of each request outside engine steps (HTTP, streaming), added to its TTFT and E2E."""
     allreduce_bandwidth: float
     """Bytes/s one direction of the link the all-reduce ring uses: NVLink, else PCIe, else host memory."""
     overridden: list[str] = []
@@ -373,14 +375,14 @@ def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype) -
                    s.tensor_parallel, None, f"{fix}, weights_dtype: fp8, or a larger accelerator")
 
 
-STEP_FIELDS = ("compute_efficiency", "memory_efficiency", "step_overhead", "allreduce_latency")
+STEP_FIELDS = ("compute_efficiency", "memory_efficiency", "step_overhead", "allreduce_latency", "request_overhead")
 
 
 def _step_coefficients(device: Device, overrides: StepModel | None, problems: list[Problem]) -> StepCoefficients | None:
     """The catalog's efficiency block for `device`, with the spec's serving.step_model on top."""
     given = {k: v for k, v in (overrides.model_dump() if overrides else {}).items() if v is not None}
     default = device.efficiency.model_dump(include=set(STEP_FIELDS)) if device.efficiency else {}
-    values = {**default, **given}
+    values = {"request_overhead": 0.0, **default, **given}     # unmeasured HTTP overhead: none
     missing = [k for k in STEP_FIELDS if k not in values]
     if missing:
         problems.append(Problem("serving.gpu", f"the catalog has no efficiency block for {device.name}, so the step-time model "

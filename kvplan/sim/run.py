@@ -62,6 +62,7 @@ class Simulation:
         self.r = r
         self.seed = r.workload.seed if seed is None else seed
         self.progress = progress
+        self.request_overhead = r.step.request_overhead     # HTTP and streaming: a pure delay, outside the engine
         self.env = simpy.Environment()
         self.fabric = Fabric(self.env, r)
         self.hbm = [PrefixCache(r.hbm_blocks) for _ in range(r.instances)]
@@ -104,7 +105,8 @@ class Simulation:
             id=req.id, instance=instance, arrival=req.arrival, prompt_tokens=req.prompt_tokens,
             output_tokens=req.output_tokens, hbm_tokens=seq.hbm_tokens, ddr_tokens=seq.tiers["ddr"],
             nvme_tokens=seq.tiers["nvme"], ceph_tokens=seq.tiers["ceph"], recomputed_tokens=req.prompt_tokens - served,
-            queue=seq.admitted - arrival, ttft=seq.first_token - arrival, e2e=now - arrival,
+            queue=seq.admitted - arrival, ttft=seq.first_token - arrival + self.request_overhead,
+            e2e=now - arrival + self.request_overhead,
             tpot=(now - seq.first_token) / (req.output_tokens - 1) if req.output_tokens > 1 else 0.0,
             preemptions=seq.preemptions)
         for column, value in zip(self.columns.values(), row):

@@ -34,6 +34,9 @@ class StepModel(SpecModel):
     allreduce_latency: Duration | None = None
     """Fixed cost of one tensor-parallel all-reduce besides its bytes over the link, e.g. '8us'."""
 
+    request_overhead: Duration | None = None
+    """Latency of each request outside engine steps (HTTP handling, streaming), added to TTFT and E2E, e.g. '9ms'."""
+
 
 class Serving(SpecModel):
     gpu: str
