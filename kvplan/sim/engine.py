@@ -219,10 +219,20 @@ class Engine:
                     decoding.grew(seq)
         if preempted:                            # no admissions; the victims' tokens are not scheduled
             kept = len(running)
-            return [(seq, new) for pos, seq, new in plan if pos < kept], decoding.members, []
+            prefills = [(seq, new) for pos, seq, new in plan if pos < kept]
+            self._cache_scheduled(prefills)
+            return prefills, decoding.members, []
         prefills = [(seq, new) for _, seq, new in plan]
+        self._cache_scheduled(prefills)
         loads = self._admit_waiting(admit, budget, prefills)
         return prefills, decoding.members, loads
+
+    def _cache_scheduled(self, prefills) -> None:
+        """vLLM caches a block when the step that computes it is scheduled (allocate_slots caches every
+        token scheduled in the step), so a request admitted later in the same step already hits it."""
+        if self.prefix_caching:
+            for seq, new in prefills:
+                self.hbm.commit(seq.holding, seq.blocks, min(seq.computed + new, len(seq.blocks) * self.bs) // self.bs)
 
     def _grow(self, seq: Seq, need: int) -> tuple[bool, bool]:
         """Give `seq` `need` more HBM blocks, preempting from the back of the running queue until they
@@ -273,6 +283,7 @@ class Engine:
         for seq in decodes:
             decoding.join(seq)
         self.idle = [seq for seq in running if seq.since < 0 and seq.computed >= seq.target]
+        self._cache_scheduled(prefills)
         loads = [] if preempted else self._admit_waiting(admit, budget, prefills)
         return prefills, decoding.members, loads
 
@@ -338,6 +349,7 @@ class Engine:
                         seq.tiers[tier] += tokens
                 seq.pending_load = self.env.process(self.lm.retrieve(self.index, seq.chunks, spans, local, external))
         self.hbm.commit(holding, seq.blocks, computed // bs)
+        self._cache_scheduled(((seq, new),))
         return new
 
     def _preempt(self, seq: Seq) -> None:
@@ -376,8 +388,6 @@ class Engine:
         stores = []
         for seq, new in prefills:
             seq.computed += new
-            if self.prefix_caching:
-                self.hbm.commit(seq.holding, seq.blocks, min(seq.computed, len(seq.blocks) * self.bs) // self.bs)
             if self.lm is not None:
                 full = min(seq.computed, seq.req.prompt_tokens) // self.sim.r.lmcache.chunk_size
                 if full > seq.saved:
