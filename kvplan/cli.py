@@ -1,7 +1,8 @@
 """The `kvplan` command: thin Typer wrappers that parse, call the library and print with rich.
 
 Exit codes: 0 success; 1 invalid input (a spec or catalog problem, printed with its field and
-fix); 2 usage error (unknown command or option, missing argument).
+fix); 2 usage error (unknown command or option, missing argument); 3 a deploy failed; 4 no plan
+meets the SLO; 5 the live stack misbehaved (cli_live.py).
 """
 
 from __future__ import annotations
@@ -578,6 +579,9 @@ def report_cmd(result_or_sweep: str = typer.Argument(..., help="JSON from `kvpla
                                  fix="write it into an existing folder you may write to")], source=out_file))
     plots = f"{len(doc.figures)} plots" if fmt == "html" else f"{len(doc.figures)} plots listed"
     out.print(f"report written to {out_file}: {doc.title}; {len(doc.parts)} parts, {len(doc.tables)} tables, {plots}")
+
+
+from . import cli_live  # noqa: E402,F401  (registers bench, observe, compare, calibrate on app)
 
 
 def main() -> None:

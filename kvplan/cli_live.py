@@ -1,0 +1,217 @@
+"""The live-stack commands: `kvplan bench`, `observe`, `compare`, `calibrate` (registered on cli.app).
+
+Exit codes besides cli.py's: 5 when the live stack misbehaved (a bench request failed, a
+component is down).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .cli import _fail, app, err, out
+from .errors import SpecError
+
+EXIT_LIVE = 5
+
+
+def _spec(spec: str, profile: str | None = None):
+    """(topology, resolved, resolved with the profile applied) of a spec file; exits on bad input."""
+    from .resolve import resolve
+    from .spec import load
+
+    try:
+        topo = load(spec)
+        base = resolve(topo)
+        if profile is None:
+            return topo, base, base
+        from .live.calibrate import apply_profile, read_profile
+
+        return topo, base, resolve(apply_profile(topo, read_profile(profile)))
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+
+
+def _targets(urls: list[str]):
+    from .live.bench import Target
+
+    try:
+        return [Target.parse(u) for u in urls]
+    except SpecError as exc:
+        _fail(exc)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def _components(components) -> None:
+    for c in components:
+        state = "[green]up[/]" if c.up else f"[bold red]down[/] ({c.detail})"
+        out.print(f"  {c.name}: {state}", markup=True)
+
+
+@app.command()
+def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workload is replayed."),
+          target: List[str] = typer.Option(..., "--target", help="vLLM's OpenAI endpoint, e.g. http://127.0.0.1:8000 "
+                                                                 "(repeat for several instances: round robin)."),
+          out_dir: Optional[str] = typer.Option(None, "--out", help="Run directory (default: STATE_DIR/bench/<time>-<name>)."),
+          state_dir: str = typer.Option(".kvplan", "--state-dir", help="Where bench runs are kept."),
+          seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed (default: workload.seed)."),
+          salt: Optional[int] = typer.Option(None, "--salt", help="Token salt (default: a fresh one, so caches start cold "
+                                                                  "for this run; reuse one to replay the same tokens)."),
+          timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds a request may go without data."),
+          lmcache_log: str = typer.Option("/var/log/kvplan/lmcache-server.log", "--lmcache-log",
+                                          help="The LMCache server's log on this host (for hits per tier).")) -> None:
+    """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""
+    from .live.bench import BenchError, new_salt
+    from .live.runner import bench as run_bench, default_run_dir
+
+    topo, resolved, _ = _spec(spec)
+    targets = _targets(target)
+    directory = Path(out_dir) if out_dir else default_run_dir(resolved, Path(state_dir))
+    last = [0]
+
+    def progress(done: int, failed: int, in_flight: int, total: int) -> None:
+        if err.is_terminal or done == total or done - last[0] >= max(total // 10, 1):
+            last[0] = done
+            err.print(f"bench: {done}/{total} done, {failed} failed, {in_flight} in flight")
+
+    try:
+        run = run_bench(resolved, Path(spec).read_text(), targets, directory, salt=new_salt() if salt is None else salt,
+                        seed=seed, timeout=timeout, lmcache_log=Path(lmcache_log), progress=progress)
+    except BenchError as exc:
+        err.print(f"[bold red]bench failed:[/] {exc.render()}", markup=True)
+        raise typer.Exit(EXIT_LIVE)
+    _print_observed(run)
+    out.print(f"run written to {directory}")
+    if run.observed.failed or run.observed.components_down:
+        raise typer.Exit(EXIT_LIVE)
+
+
+def _print_observed(run) -> None:
+    from rich.table import Table
+
+    o = run.observed
+    out.print(f"{run.name}: {o.ok}/{o.requests} requests succeeded in {o.duration:.1f} s"
+              + (f", {o.waited} chat turns waited for the previous reply" if o.waited else ""))
+    table = Table(title="observed", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for label, value in (("TTFT p50 / p90", f"{_ms(o.ttft.p50)} / {_ms(o.ttft.p90)}"),
+                         ("TPOT p50", _ms(o.tpot.p50)), ("E2E p50", _ms(o.e2e.p50)),
+                         ("throughput", f"{o.requests_per_s:.2f} req/s, {o.generated_tokens_per_s:.0f} tok/s"),
+                         ("prompt tokens", f"{o.prompt_tokens:,}")):
+        table.add_row(label, value)
+    for tier, tokens in o.served_tokens.items():
+        table.add_row(f"  from {tier}", f"{tokens:,} ({o.served_share(tier):.1%})")
+    if o.ceph_bytes_written is not None:
+        table.add_row("bytes written to Ceph", f"{o.ceph_bytes_written:,}")
+        table.add_row("Ceph pool objects / RGW objects", f"{o.ceph_objects} / {o.rgw_objects}")
+    out.print(table)
+    if o.tier_split != "exact":
+        out.print(f"LMCache's tokens split over its tiers: {o.tier_split} (see docs/fidelity.md)")
+    for message, n in o.errors.items():
+        out.print(f"[bold red]failed:[/] {n} x {message}", markup=True)
+    if o.components_down:
+        out.print("[bold red]components down during the run:[/]", markup=True)
+        _components(o.components_down)
+
+
+@app.command()
+def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the live stack."),
+            target: List[str] = typer.Option(..., "--target", help="vLLM's endpoint(s), e.g. http://127.0.0.1:8000."),
+            lmcache_log: str = typer.Option("/var/log/kvplan/lmcache-server.log", "--lmcache-log",
+                                            help="The LMCache server's log on this host."),
+            as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:
+    """Read the live stack once: which components are up, and their counters since they started."""
+    from .live.observe import snapshot
+
+    _, resolved, _ = _spec(spec)
+    log = Path(lmcache_log)
+    snap = snapshot(resolved, _targets(target), lmcache_log=log if log.is_file() else None)
+    if as_json:
+        out.print_json(snap.model_dump_json())
+    else:
+        out.print(f"{resolved.name}: {sum(c.up for c in snap.components)}/{len(snap.components)} components up")
+        _components(snap.components)
+        for url, values in snap.vllm.items():
+            out.print(f"vLLM {url}: " + ", ".join(f"{k} {v:g}" for k, v in sorted(values.items())))
+        for label, values in (("LMCache", snap.lmcache), ("Ceph", snap.ceph)):
+            if values:
+                out.print(f"{label}: " + ", ".join(f"{k} {v:g}" for k, v in sorted(values.items())))
+    if snap.down():
+        raise typer.Exit(EXIT_LIVE)
+
+
+@app.command()
+def compare(spec: str = typer.Argument(..., help="The spec the run benched."),
+            observed: str = typer.Option(..., "--observed", help="Bench run directory (from kvplan bench)."),
+            profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate."),
+            as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON.")) -> None:
+    """Predicted against observed, metric by metric, with the error."""
+    from rich.table import Table
+
+    from .live.compare import check_same_spec, predict, rows
+    from .live.observed import read_run
+
+    _, base, resolved = _spec(spec, profile)
+    try:
+        run = read_run(observed)
+        check_same_spec(base, run, observed)
+    except SpecError as exc:
+        _fail(exc)
+    table_rows = rows(predict(resolved, run), run)
+    if as_json:
+        import json
+
+        out.print_json(json.dumps([{"metric": r.metric, "unit": r.unit, "predicted": r.predicted, "observed": r.observed,
+                                    "error": r.error} for r in table_rows]))
+        return
+    table = Table(title=f"{run.name}: predicted vs observed ({run.observed.ok} requests"
+                        + (f", profile {profile})" if profile else ")"), title_justify="left")
+    for column in ("metric", "predicted", "observed", "error"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for r in table_rows:
+        table.add_row(r.metric, _value(r.unit, r.predicted), _value(r.unit, r.observed), r.error_text)
+    out.print(table)
+
+
+def _value(unit: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if unit == "s":
+        return _ms(v)
+    if unit == "share":
+        return f"{v:.1%}"
+    if unit == "bytes":
+        return f"{v:,.0f}"
+    return f"{v:.2f} {unit}"
+
+
+@app.command()
+def calibrate(spec: str = typer.Argument(..., help="The spec the runs benched."),
+              observed: List[str] = typer.Option(..., "--observed", help="Bench run directory (repeat to fit several)."),
+              out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML).")) -> None:
+    """Fit the step-time coefficients to bench runs and write them as a device profile."""
+    from .live.calibrate import fit, write_profile
+    from .live.compare import check_same_spec, predict
+    from .live.observed import read_run
+
+    _, resolved, _ = _spec(spec)
+    try:
+        runs = [(path, read_run(path)) for path in observed]
+        for path, run in runs:
+            check_same_spec(resolved, run, path)
+        profile = fit(resolved, runs, [predict(resolved, run) for _, run in runs])
+    except SpecError as exc:
+        _fail(exc)
+    write_profile(profile, Path(out_file))
+    s, f = profile.step_model, profile.fit
+    out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
+    out.print(f"  compute_efficiency {s.compute_efficiency:.3f}, step_overhead {_ms(s.step_overhead)}, "
+              f"request_overhead {_ms(s.request_overhead)}")
+    out.print(f"  fitted to {f['requests']:.0f} requests ({f['outliers_dropped']:.0f} outliers left out); "
+              f"median TTFT error of the line {f['ttft_median_abs_error']:.1%}")

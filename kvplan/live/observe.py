@@ -1,0 +1,247 @@
+"""Observe: what the live stack says about itself, read at one moment into a `Snapshot`.
+
+- vLLM, per instance, from its Prometheus `/metrics`: prompt tokens by source (local_cache_hit
+  = vLLM's prefix cache, external_kv_transfer = LMCache, local_compute = recomputed), prefix-cache
+  and external-prefix-cache queries and hits, generated tokens, preemptions, finished requests,
+  the TTFT histogram's sum and count, and KV usage; `/health` says whether it is up.
+- LMCache, from its HTTP API (`/healthcheck`, `/status`: L1 bytes in use) and, where its log is
+  readable on this host, the log's per-lookup lines "N/M retained keys (a L1, b L2)" and
+  "Stored N tokens", counted from a byte offset so that a run counts only its own lines.
+- Ceph, with the `ceph` CLI where this host has it: the KV pool's objects, stored bytes and
+  cumulative bytes read and written (`rados df`), OSD commit/apply latency (`ceph osd perf`) and
+  the RGW bucket's object count (`radosgw-admin bucket stats`).
+
+A component that does not answer is recorded as down with the reason; observing never raises
+for it. `Observed` (observed.py) is the difference of two snapshots plus the client's view.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from ..resolve import Resolved
+from .bench import Target
+
+VLLM_COUNTERS = {
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:prefix_cache_queries_total": "prefix_cache_queries",
+    "vllm:prefix_cache_hits_total": "prefix_cache_hits",
+    "vllm:external_prefix_cache_queries_total": "external_prefix_cache_queries",
+    "vllm:external_prefix_cache_hits_total": "external_prefix_cache_hits",
+    "vllm:num_preemptions_total": "preemptions",
+    "vllm:request_success_total": "finished_requests",
+    "vllm:time_to_first_token_seconds_sum": "ttft_sum",
+    "vllm:time_to_first_token_seconds_count": "ttft_count",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage",
+}
+"""Prometheus series kvplan reads -> its name in a snapshot (label sets are summed)."""
+
+PROMPT_SOURCES = {"local_cache_hit": "hbm_tokens", "external_kv_transfer": "lmcache_tokens",
+                  "local_compute": "computed_tokens"}
+"""vllm:prompt_tokens_by_source_total{source=...} -> snapshot name."""
+
+DEFAULT_LMCACHE_LOG = "/var/log/kvplan/lmcache-server.log"
+"""Where the deploy's daemon role writes the LMCache server's log (daemon_log_dir/<service>.log)."""
+
+_RETAINED = re.compile(rb"(\d+)/(\d+) retained keys \((\d+) L1, (\d+) L2\)")
+_STORED = re.compile(rb"Stored (\d+) tokens")
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
+
+
+class Component(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    name: str
+    up: bool
+    detail: str = ""
+
+
+class Snapshot(BaseModel):
+    """Counters of the live stack at one moment (cumulative since each component started)."""
+
+    model_config = ConfigDict(frozen=True)
+    taken_at: float
+    """Unix time."""
+    components: list[Component]
+    vllm: dict[str, dict[str, float]]
+    """Target URL -> counters (VLLM_COUNTERS and PROMPT_SOURCES names); only instances that answered."""
+    lmcache: dict[str, float] | None
+    """l1_used_bytes (HTTP API); log_offset, lookups_hit, retained_keys, l1_keys, l2_keys, stored_tokens (log)."""
+    ceph: dict[str, float] | None
+    """pool_objects, pool_stored_bytes, pool_read_bytes, pool_write_bytes, osd_apply_latency_ms_max,
+    osd_commit_latency_ms_max, rgw_objects."""
+
+    def down(self) -> list[Component]:
+        return [c for c in self.components if not c.up]
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text exposition -> the VLLM_COUNTERS / PROMPT_SOURCES values, summed over label sets."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        name, labels, value = m.groups()
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if name in VLLM_COUNTERS:
+            key = VLLM_COUNTERS[name]
+            out[key] = out.get(key, 0.0) + number
+        elif name == "vllm:prompt_tokens_by_source_total" and labels:
+            source = re.search(r'source="([^"]*)"', labels)
+            if source and source.group(1) in PROMPT_SOURCES:
+                key = PROMPT_SOURCES[source.group(1)]
+                out[key] = out.get(key, 0.0) + number
+    return out
+
+
+def _get(host: str, port: int, path: str, timeout: float) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def observe_vllm(target: Target, timeout: float) -> tuple[Component, dict[str, float] | None]:
+    name = f"vllm {target.url}"
+    try:
+        status, _ = _get(target.host, target.port, f"{target.base}/health", timeout)
+        if status != 200:
+            return Component(name=name, up=False, detail=f"/health answered HTTP {status}"), None
+        status, body = _get(target.host, target.port, f"{target.base}/metrics", timeout)
+    except (OSError, http.client.HTTPException) as exc:
+        return Component(name=name, up=False, detail=_reason(exc)), None
+    if status != 200:
+        return Component(name=name, up=False, detail=f"/metrics answered HTTP {status}"), None
+    return Component(name=name, up=True), parse_metrics(body.decode(errors="replace"))
+
+
+def lmcache_endpoint(r: Resolved) -> tuple[str, int]:
+    """The LMCache server's HTTP API: the spec's metrics address (loopback for 0.0.0.0), port lmcache.port + 1."""
+    host = r.monitoring.metrics_address
+    return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), r.lmcache.port + 1
+
+
+def observe_lmcache(r: Resolved, log: Path | None, log_offset: int, timeout: float) -> tuple[Component, dict | None]:
+    host, port = lmcache_endpoint(r)
+    name = f"lmcache http://{host}:{port}"
+    values: dict[str, float] = {}
+    try:
+        status, _ = _get(host, port, "/healthcheck", timeout)
+        if status != 200:
+            component = Component(name=name, up=False, detail=f"/healthcheck answered HTTP {status}")
+        else:
+            component = Component(name=name, up=True)
+            status, body = _get(host, port, "/status", timeout)
+            if status == 200:
+                used = json.loads(body).get("storage_manager", {}).get("l1_usage")
+                if isinstance(used, list) and used:
+                    values["l1_used_bytes"] = float(used[0])
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        component = Component(name=name, up=False, detail=_reason(exc))
+    if log is not None and log.is_file():
+        values.update(read_lmcache_log(log, log_offset))
+    return component, values or None
+
+
+def lmcache_idle(r: Resolved, timeout: float = 5.0) -> bool:
+    """True when the LMCache server has no store pending or in flight (or does not answer: nothing to wait for)."""
+    host, port = lmcache_endpoint(r)
+    try:
+        status, body = _get(host, port, "/status", timeout)
+        controllers = json.loads(body).get("storage_manager", {}).get("store_controllers", {}) if status == 200 else {}
+    except (OSError, http.client.HTTPException, ValueError):
+        return True
+    return all(c.get("pending_keys_count", 0) == 0 and c.get("in_flight_task_count", 0) == 0
+               for c in controllers.values())
+
+
+def read_lmcache_log(log: Path, offset: int = 0) -> dict[str, float]:
+    """Totals of the LMCache server's lookup and store lines after byte `offset` (restarting at 0 when the
+    log is shorter than that: it was rotated or rewritten)."""
+    size = log.stat().st_size
+    start = offset if offset <= size else 0
+    counts = dict(lookups_hit=0.0, retained_keys=0.0, l1_keys=0.0, l2_keys=0.0, stored_tokens=0.0)
+    with log.open("rb") as f:
+        f.seek(start)
+        data = f.read(size - start)
+    for m in _RETAINED.finditer(data):
+        counts["lookups_hit"] += 1
+        counts["retained_keys"] += int(m.group(1))
+        counts["l1_keys"] += int(m.group(3))
+        counts["l2_keys"] += int(m.group(4))
+    counts["stored_tokens"] = float(sum(int(m.group(1)) for m in _STORED.finditer(data)))
+    counts["log_offset"] = float(start + len(data))
+    return counts
+
+
+def _ceph_json(args: list[str], timeout: float):
+    done = subprocess.run(args + ["--format", "json"], capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {(done.stderr or done.stdout).strip()[-300:]}")
+    return json.loads(done.stdout)
+
+
+def observe_ceph(r: Resolved, timeout: float) -> tuple[Component, dict | None]:
+    pool = r.ceph.pool_name
+    name = f"ceph pool {pool}"
+    if shutil.which("ceph") is None:
+        return Component(name=name, up=False, detail="no ceph CLI on this host (observe from a Ceph admin host)"), None
+    try:
+        df = _ceph_json(["rados", "df"], timeout)
+        row = next((p for p in df["pools"] if p["name"] == pool), None)
+        if row is None:
+            return Component(name=name, up=False, detail=f"pool {pool} does not exist"), None
+        values = {"pool_objects": float(row["num_objects"]), "pool_stored_bytes": float(row["size_bytes"]),
+                  "pool_read_bytes": float(row["read_bytes"]), "pool_write_bytes": float(row["write_bytes"])}
+        perf = _ceph_json(["ceph", "osd", "perf"], timeout)
+        infos = perf.get("osdstats", perf).get("osd_perf_infos", [])
+        values["osd_apply_latency_ms_max"] = float(max((i["perf_stats"]["apply_latency_ms"] for i in infos), default=0))
+        values["osd_commit_latency_ms_max"] = float(max((i["perf_stats"]["commit_latency_ms"] for i in infos), default=0))
+        if r.ceph.access == "s3" and shutil.which("radosgw-admin"):
+            stats = _ceph_json(["radosgw-admin", "bucket", "stats", f"--bucket={r.ceph.rgw_bucket}"], timeout)
+            values["rgw_objects"] = float(stats.get("usage", {}).get("rgw.main", {}).get("num_objects", 0))
+    except (OSError, RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
+        return Component(name=name, up=False, detail=_reason(exc)), None
+    return Component(name=name, up=True), values
+
+
+def snapshot(r: Resolved, targets: list[Target], *, lmcache_log: Path | None = Path(DEFAULT_LMCACHE_LOG),
+             log_offset: int = 0, ceph: bool = True, timeout: float = 10.0) -> Snapshot:
+    """Read every component of `r`'s stack once (vLLM at `targets`; LMCache and Ceph when the spec has them)."""
+    components: list[Component] = []
+    vllm: dict[str, dict[str, float]] = {}
+    for target in targets:
+        component, values = observe_vllm(target, timeout)
+        components.append(component)
+        if values is not None:
+            vllm[target.url] = values
+    lmcache = None
+    if r.lmcache is not None and r.lmcache.mode == "mp":
+        component, lmcache = observe_lmcache(r, lmcache_log, log_offset, timeout)
+        components.append(component)
+    ceph_values = None
+    if ceph and r.ceph is not None and r.lmcache is not None and r.lmcache.tier("ceph") is not None:
+        component, ceph_values = observe_ceph(r, timeout * 3)
+        components.append(component)
+    return Snapshot(taken_at=time.time(), components=components, vllm=vllm, lmcache=lmcache, ceph=ceph_values)

@@ -1,0 +1,64 @@
+"""One bench run end to end: check the targets, read the stack, replay the workload, read the stack
+again, and write the run directory (observed.py) that `compare` and `calibrate` read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+
+from ..resolve import Resolved
+from .bench import Bench, Progress, Target, check_target
+from .observe import DEFAULT_LMCACHE_LOG, lmcache_idle, observe_ceph, snapshot
+from .observed import BenchRun, columns, derive, write_run
+
+
+def default_run_dir(r: Resolved, state_dir: Path) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return state_dir / "bench" / f"{stamp}-{r.name}"
+
+
+def bench(r: Resolved, spec_text: str, targets: list[Target], out_dir: Path, *, salt: int, seed: int | None = None,
+          timeout: float = 120.0, lmcache_log: Path | None = Path(DEFAULT_LMCACHE_LOG),
+          progress: Progress | None = None) -> BenchRun:
+    """Replay `r`'s workload against `targets` and write `out_dir`/run.json and spec.yaml."""
+    for target in targets:
+        check_target(target, r.model.name)
+    runner = Bench(r, targets, salt=salt, seed=seed, timeout=timeout, progress=progress)
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    log = lmcache_log if lmcache_log is not None and lmcache_log.is_file() else None
+    warm = runner.run_warmup()
+    # the log is counted from its end as it is now: the snapshots count only this run's lines
+    offset = log.stat().st_size if log is not None else 0
+    before = snapshot(r, targets, lmcache_log=log, log_offset=offset)
+    outcomes = runner.run()
+    settle(r)
+    after = snapshot(r, targets, lmcache_log=log, log_offset=offset)
+    chunk_bytes = r.lmcache.chunk_bytes if r.lmcache is not None else None
+    run = BenchRun(name=r.name, spec_hash=r.spec_hash, seed=runner.seed_used, salt=salt,
+                   targets=[t.url for t in targets], started_at=started, timeout=timeout, warmup=len(warm),
+                   requests=columns(outcomes), before=before, after=after,
+                   observed=derive(outcomes, before, after, chunk_bytes))
+    write_run(out_dir, run, spec_text)
+    return run
+
+
+def settle(r: Resolved, limit: float = 45.0, poll: float = 3.0) -> None:
+    """Wait (at most `limit` seconds) until the stack has written down what the run did: LMCache has no store
+    pending or in flight, and the Ceph pool's counters, which OSDs report every few seconds, hold still."""
+    deadline = time.monotonic() + limit
+    if r.lmcache is not None and r.lmcache.mode == "mp":
+        while not lmcache_idle(r) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    if r.ceph is None or r.lmcache is None or r.lmcache.tier("ceph") is None:
+        return
+    last = None
+    while time.monotonic() < deadline:
+        _, values = observe_ceph(r, 30.0)
+        if values is None:
+            return                                 # down: the snapshot will say so
+        now = (values["pool_objects"], values["pool_write_bytes"], values.get("rgw_objects"))
+        if now == last and (now[2] is None or now[0] >= now[2]):
+            return
+        last = now
+        time.sleep(poll)
