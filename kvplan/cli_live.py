@@ -123,15 +123,20 @@ def _print_observed(run) -> None:
 @app.command()
 def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the live stack."),
             target: List[str] = typer.Option(..., "--target", help="vLLM's endpoint(s), e.g. http://127.0.0.1:8000."),
+            lmcache_url: Optional[str] = typer.Option(None, "--lmcache-url", help="LMCache's HTTP API (default: the spec's "
+                                                                                  "monitoring.metrics_address, port lmcache.port + 1)."),
             lmcache_log: str = typer.Option("/var/log/kvplan/lmcache-server.log", "--lmcache-log",
                                             help="The LMCache server's log on this host."),
+            no_ceph: bool = typer.Option(False, "--no-ceph", help="Do not read Ceph (this host is not a Ceph admin host)."),
             as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:
     """Read the live stack once: which components are up, and their counters since they started."""
     from .live.observe import snapshot
 
     _, resolved, _ = _spec(spec)
     log = Path(lmcache_log)
-    snap = snapshot(resolved, _targets(target), lmcache_log=log if log.is_file() else None)
+    lmcache = _targets([lmcache_url])[0] if lmcache_url else None
+    snap = snapshot(resolved, _targets(target), lmcache=lmcache, lmcache_log=log if log.is_file() else None,
+                    ceph=not no_ceph)
     if as_json:
         out.print_json(snap.model_dump_json())
     else:

@@ -22,7 +22,6 @@ spec's serving.step_model, for the accelerator it was fitted on only.
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import numpy as np
@@ -115,8 +114,9 @@ def write_profile(profile: Profile, path: Path) -> None:
                        "request_overhead": _ms(s.request_overhead)},
         "fitted": profile.fitted, "fitted_on": profile.fitted_on, "fit": profile.fit,
     }
-    header = (f"# Device profile of {profile.device} serving {profile.model}, fitted by `kvplan calibrate` on "
-              f"{dt.date.today().isoformat()}.\n# Apply with `kvplan simulate|compare SPEC --profile {path.name}`, "
+    runs = ", ".join(f"{run['name']} ({run['started_at']})" for run in profile.fitted_on)
+    header = (f"# Device profile of {profile.device} serving {profile.model}, fitted by `kvplan calibrate` to the bench "
+              f"run(s) {runs}.\n# Apply with `kvplan simulate|compare SPEC --profile {path.name}`, "
               "or copy step_model under the spec's serving:.\n")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + yaml.safe_dump(body, sort_keys=False))

@@ -142,8 +142,9 @@ def lmcache_endpoint(r: Resolved) -> tuple[str, int]:
     return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), r.lmcache.port + 1
 
 
-def observe_lmcache(r: Resolved, log: Path | None, log_offset: int, timeout: float) -> tuple[Component, dict | None]:
-    host, port = lmcache_endpoint(r)
+def observe_lmcache(r: Resolved, log: Path | None, log_offset: int, timeout: float,
+                    api: Target | None = None) -> tuple[Component, dict | None]:
+    host, port = (api.host, api.port) if api is not None else lmcache_endpoint(r)
     name = f"lmcache http://{host}:{port}"
     values: dict[str, float] = {}
     try:
@@ -226,9 +227,11 @@ def observe_ceph(r: Resolved, timeout: float) -> tuple[Component, dict | None]:
     return Component(name=name, up=True), values
 
 
-def snapshot(r: Resolved, targets: list[Target], *, lmcache_log: Path | None = Path(DEFAULT_LMCACHE_LOG),
-             log_offset: int = 0, ceph: bool = True, timeout: float = 10.0) -> Snapshot:
-    """Read every component of `r`'s stack once (vLLM at `targets`; LMCache and Ceph when the spec has them)."""
+def snapshot(r: Resolved, targets: list[Target], *, lmcache: Target | None = None,
+             lmcache_log: Path | None = Path(DEFAULT_LMCACHE_LOG), log_offset: int = 0, ceph: bool = True,
+             timeout: float = 10.0) -> Snapshot:
+    """Read every component of `r`'s stack once: vLLM at `targets`; LMCache (at `lmcache`, default the spec's
+    endpoint) and Ceph (`ceph`: read it with this host's CLI) when the spec has them."""
     components: list[Component] = []
     vllm: dict[str, dict[str, float]] = {}
     for target in targets:
@@ -236,12 +239,12 @@ def snapshot(r: Resolved, targets: list[Target], *, lmcache_log: Path | None = P
         components.append(component)
         if values is not None:
             vllm[target.url] = values
-    lmcache = None
+    lmcache_values = None
     if r.lmcache is not None and r.lmcache.mode == "mp":
-        component, lmcache = observe_lmcache(r, lmcache_log, log_offset, timeout)
+        component, lmcache_values = observe_lmcache(r, lmcache_log, log_offset, timeout, lmcache)
         components.append(component)
     ceph_values = None
     if ceph and r.ceph is not None and r.lmcache is not None and r.lmcache.tier("ceph") is not None:
         component, ceph_values = observe_ceph(r, timeout * 3)
         components.append(component)
-    return Snapshot(taken_at=time.time(), components=components, vllm=vllm, lmcache=lmcache, ceph=ceph_values)
+    return Snapshot(taken_at=time.time(), components=components, vllm=vllm, lmcache=lmcache_values, ceph=ceph_values)
