@@ -134,11 +134,13 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
         if resp.status != 200:
             out.error = f"HTTP {resp.status}: {resp.read(300).decode(errors='replace').strip()}"
             return
+        finished = False
         for line in resp:
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
+                finished = True
                 break
             chunk = json.loads(data)
             if "error" in chunk:
@@ -155,6 +157,8 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
                     out.output += ids
         if out.received_tokens == 0:
             out.error = "the stream ended without a token"
+        elif not finished:     # http.client reads a cut-off stream (chunked or not) as a clean end: only [DONE] tells
+            out.error = f"the stream was cut off after {out.received_tokens} tokens (no data: [DONE])"
     except socket.timeout:
         out.error = f"timed out after {timeout:g} s without data"
     except (OSError, http.client.HTTPException, ValueError) as exc:

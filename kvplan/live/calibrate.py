@@ -9,7 +9,8 @@ What is fitted, from the requests of one or more bench runs of a spec (successfu
   compute_efficiency): a straight line in F / peak, fitted by least squares, refitted once
   without the requests whose residual is more than 4 median absolute deviations off (a request
   that queued behind another, a hiccup of the machine).
-- step_overhead, from TPOT: the median over requests of (TPOT - the decode step's roofline time).
+- step_overhead, from TPOT: the median over requests of (TPOT - the decode step's roofline time at
+  the fitted compute_efficiency).
   request_overhead is then the line's intercept less step_overhead.
 
 memory_efficiency and allreduce_latency keep the catalog's values: a model whose weights are
@@ -69,9 +70,7 @@ def fit(r: Resolved, runs: list[tuple[str, BenchRun]], predicted: list) -> Profi
             ys.append(req["ttft"][k])
             out = int(req["received_tokens"][k])
             if out > 1:
-                context = int(table.prompt_tokens[j]) + out // 2
-                roofline = st.step((), 1, context) - st.overhead - st.allreduce_fixed - st.allreduce_per_token
-                tpot_rest.append(req["tpot"][k] - roofline)
+                tpot_rest.append((req["tpot"][k], int(table.prompt_tokens[j]) + out // 2))     # (TPOT, mean context)
     if len(xs) < 8:
         raise SpecError([Problem("--observed", f"only {len(xs)} successful requests to fit", len(xs),
                                  fix="bench a longer workload (at least 8 requests that succeed)")])
@@ -88,7 +87,12 @@ def fit(r: Resolved, runs: list[tuple[str, BenchRun]], predicted: list) -> Profi
         raise SpecError([Problem("--observed", "TTFT does not grow with the prefill work in these runs",
                                  fix="bench at a lower rate (queueing hides the prefill time) or with longer prompts")])
     compute_eff = min(1.0 / slope, 1.0)
-    step_overhead = max(float(np.median(tpot_rest)) if tpot_rest else r.step.step_overhead, 0.0)
+    # the decode step's roofline at the fitted compute efficiency, not the catalog's: on a slow device (a CPU)
+    # a decode step is compute-bound, and the profile must give back the TPOT it was fitted to
+    dec = StepTime(r.model_copy(update={"step": r.step.model_copy(update={"compute_efficiency": compute_eff})}))
+    rest = [tpot - (dec.step((), 1, context) - dec.overhead - dec.allreduce_fixed - dec.allreduce_per_token)
+            for tpot, context in tpot_rest]
+    step_overhead = max(float(np.median(rest)) if rest else r.step.step_overhead, 0.0)
     request_overhead = max(float(intercept) - step_overhead, 0.0)
     fitted_ttft = intercept + slope * x
     rel = np.abs(fitted_ttft - y) / y
