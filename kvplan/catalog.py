@@ -37,6 +37,8 @@ class DeviceEfficiency(SpecModel):
     """Achieved / peak FLOP/s when a step is compute-bound (model FLOPs utilisation)."""
     memory_efficiency: float = Field(gt=0, le=1)
     """Achieved / peak memory bandwidth when a step is memory-bound (model bandwidth utilisation)."""
+    attention_efficiency: float | None = Field(None, gt=0, le=1)
+    """Achieved / peak FLOP/s of attention over the KV cache; unset: compute_efficiency."""
     step_overhead: Duration
     """Fixed cost of every engine step outside the roofline (scheduling, input preparation, launch, sampling)."""
     allreduce_latency: Duration

@@ -218,5 +218,5 @@ def calibrate(spec: str = typer.Argument(..., help="The spec the runs benched.")
     out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
     out.print(f"  compute_efficiency {s.compute_efficiency:.3f}, step_overhead {_ms(s.step_overhead)}, "
               f"request_overhead {_ms(s.request_overhead)}")
-    out.print(f"  fitted to {f['requests']:.0f} requests ({f['outliers_dropped']:.0f} outliers left out); "
+    out.print(f"  fitted to {f['requests']:.0f} requests ({f['outliers']:.0f} far off the line); "
               f"median TTFT error of the line {f['ttft_median_abs_error']:.1%}")

@@ -130,6 +130,8 @@ class StepCoefficients(SpecModel):
 
     compute_efficiency: float
     """Achieved / peak FLOP/s of a compute-bound step."""
+    attention_efficiency: float
+    """Achieved / peak FLOP/s of attention over the KV cache (compute_efficiency unless measured apart)."""
     memory_efficiency: float
     """Achieved / peak memory bandwidth of a memory-bound step."""
     step_overhead: float
@@ -375,14 +377,18 @@ def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype) -
                    s.tensor_parallel, None, f"{fix}, weights_dtype: fp8, or a larger accelerator")
 
 
-STEP_FIELDS = ("compute_efficiency", "memory_efficiency", "step_overhead", "allreduce_latency", "request_overhead")
+STEP_FIELDS = ("compute_efficiency", "attention_efficiency", "memory_efficiency", "step_overhead", "allreduce_latency",
+               "request_overhead")
 
 
 def _step_coefficients(device: Device, overrides: StepModel | None, problems: list[Problem]) -> StepCoefficients | None:
     """The catalog's efficiency block for `device`, with the spec's serving.step_model on top."""
     given = {k: v for k, v in (overrides.model_dump() if overrides else {}).items() if v is not None}
     default = device.efficiency.model_dump(include=set(STEP_FIELDS)) if device.efficiency else {}
+    default = {k: v for k, v in default.items() if v is not None}
     values = {"request_overhead": 0.0, **default, **given}     # unmeasured HTTP overhead: none
+    if "compute_efficiency" in values:                         # attention as efficient as the rest unless measured
+        values.setdefault("attention_efficiency", values["compute_efficiency"])
     missing = [k for k in STEP_FIELDS if k not in values]
     if missing:
         problems.append(Problem("serving.gpu", f"the catalog has no efficiency block for {device.name}, so the step-time model "

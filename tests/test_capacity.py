@@ -91,7 +91,7 @@ def test_a_trace_is_searched_by_replay_speed_through_its_time_scale(tmp_path):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     knob = Knob.of(load(path))
     assert (knob.path, knob.unit, knob.value(4.0)) == ("workload.trace.time_scale", "x", 0.5)
-    result, _ = search(path, {"ttft_p99": 0.2}, low="1", high="64x")
+    result, _ = search(path, {"ttft_p99": 0.045}, low="1", high="64x")
     assert result.knob == "workload.trace.time_scale" and result.unit == "x"
     assert result.outcome == "found" and result.met.met and not result.missed.met
 

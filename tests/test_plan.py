@@ -37,7 +37,7 @@ class Counting:
 @pytest.fixture(scope="module")
 def planned():
     sim = Counting()
-    return plan(local(), rate=8.0, slo=SLO, simulate=sim), sim
+    return plan(local(), rate=32.0, slo=SLO, simulate=sim), sim
 
 
 def test_the_winner_meets_the_slo_and_is_the_cheapest_simulated_candidate_that_does(planned):
@@ -81,10 +81,10 @@ def test_a_rate_no_candidate_can_sustain_is_pruned_by_the_roofline_without_simul
 
 
 def test_a_budget_leaves_out_what_costs_more():
-    result = plan(local(), rate=8.0, slo=SLO, budget=0.2, simulate=Counting())
+    result = plan(local(), rate=32.0, slo=SLO, budget=0.2, simulate=Counting())
     over = [c for c in result.candidates if c.status == "over budget"]
     assert over and all(c.usd_per_hour > 0.2 and c.reason.startswith("over budget") for c in over)
-    assert result.winner is None                        # one node is not enough at 8 req/s
+    assert result.winner is None                        # one node is not enough at 32 req/s
 
 
 def test_the_winner_is_a_valid_spec_that_round_trips(planned, tmp_path):
@@ -97,7 +97,7 @@ def test_the_winner_is_a_valid_spec_that_round_trips(planned, tmp_path):
 
 
 def test_the_same_seed_gives_the_same_plan(planned):
-    again = plan(local(), rate=8.0, slo=SLO, simulate=Counting())
+    again = plan(local(), rate=32.0, slo=SLO, simulate=Counting())
     first, _ = planned
     assert [(c.status, c.reason, c.measured) for c in again.candidates] == \
            [(c.status, c.reason, c.measured) for c in first.candidates]

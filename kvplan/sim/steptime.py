@@ -12,7 +12,8 @@ decoding sequence):
              A = 2 x layers x attention heads x (qk dim + v dim)     per (query, key) pair
     bytes  = W / TP + K_rank ( sum of c + sum of L )  +  K_rank N
              weights once      KV read                    KV written for the new tokens
-    time   = max( FLOPs / (peak x compute_efficiency), bytes / (HBM bandwidth x memory_efficiency) )
+    time   = max( linear FLOPs / (peak x compute_efficiency) + attention FLOPs / (peak x attention_efficiency),
+                  bytes / (HBM bandwidth x memory_efficiency) )
              + [TP > 1] 2 x layers x ( allreduce_latency + 2 (TP - 1) / TP x N x hidden x 2 B / link )
              + step_overhead
 
@@ -68,7 +69,7 @@ class StepCost:
     flops: float
     bytes: float
     compute_s: float
-    """FLOPs / (peak x compute_efficiency)."""
+    """Linear FLOPs / (peak x compute_efficiency) + attention FLOPs / (peak x attention_efficiency)."""
     memory_s: float
     """bytes / (HBM bandwidth x memory_efficiency)."""
     allreduce_s: float
@@ -85,8 +86,8 @@ class StepCost:
 class StepTime:
     """Step times of one vLLM instance of `Resolved` (see the module docstring for the formula)."""
 
-    __slots__ = ("linear_flops", "attention_flops", "weight_bytes", "kv_bytes", "flops_rate", "bytes_rate",
-                 "allreduce_fixed", "allreduce_per_token", "overhead")
+    __slots__ = ("linear_flops", "attention_flops", "attention_cost", "weight_bytes", "kv_bytes", "flops_rate",
+                 "bytes_rate", "allreduce_fixed", "allreduce_per_token", "overhead")
 
     def __init__(self, r: Resolved):
         m, c, tp = r.model, r.step, r.tensor_parallel
@@ -96,6 +97,8 @@ class StepTime:
         self.weight_bytes = float(r.weight_bytes_per_gpu)
         self.kv_bytes = float(r.kv_bytes_per_token_per_rank)
         self.flops_rate = r.peak_flops * c.compute_efficiency
+        # attention FLOPs as linear-layer FLOPs of the same time: attention runs at attention_efficiency
+        self.attention_cost = self.attention_flops * (c.compute_efficiency / c.attention_efficiency)
         self.bytes_rate = r.hbm_bandwidth * c.memory_efficiency
         if tp > 1:
             allreduces = 2 * m.num_layers
@@ -120,7 +123,7 @@ class StepTime:
             read += c
         if tokens <= 0:
             return 0.0
-        compute = (self.linear_flops * tokens + self.attention_flops * pairs) / self.flops_rate
+        compute = (self.linear_flops * tokens + self.attention_cost * pairs) / self.flops_rate
         memory = (self.weight_bytes + self.kv_bytes * (read + tokens)) / self.bytes_rate
         return ((compute if compute > memory else memory) + self.allreduce_fixed + self.allreduce_per_token * tokens
                 + self.overhead)
@@ -134,7 +137,7 @@ class StepTime:
         if seqs <= 0:
             return np.zeros(steps)
         ctx = context + seqs * np.arange(steps, dtype=np.float64)
-        compute = (self.linear_flops * seqs + self.attention_flops * ctx) / self.flops_rate
+        compute = (self.linear_flops * seqs + self.attention_cost * ctx) / self.flops_rate
         memory = (self.weight_bytes + self.kv_bytes * (ctx + seqs)) / self.bytes_rate
         each = np.maximum(compute, memory) + self.allreduce_fixed + self.allreduce_per_token * seqs + self.overhead
         return np.cumsum(each)
@@ -152,7 +155,8 @@ class StepTime:
             return StepCost(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         flops = self.linear_flops * tokens + self.attention_flops * pairs
         nbytes = self.weight_bytes + self.kv_bytes * (read + tokens)
-        compute, memory = flops / self.flops_rate, nbytes / self.bytes_rate
+        compute = (self.linear_flops * tokens + self.attention_cost * pairs) / self.flops_rate
+        memory = nbytes / self.bytes_rate
         allreduce = self.allreduce_fixed + self.allreduce_per_token * tokens
         return StepCost(tokens, flops, nbytes, compute, memory, allreduce, self.overhead,
                         self.step(prefills, decode_seqs, decode_context))

@@ -25,6 +25,10 @@ class StepModel(SpecModel):
     compute_efficiency: float | None = Field(None, gt=0, le=1)
     """Achieved / peak FLOP/s of a compute-bound step (MFU), e.g. 0.55."""
 
+    attention_efficiency: float | None = Field(None, gt=0, le=1)
+    """Achieved / peak FLOP/s of attention over the KV cache, whose kernels rarely match the linear layers'
+    matrix multiplies; default: compute_efficiency. Calibration fits it apart when the runs tell them apart."""
+
     memory_efficiency: float | None = Field(None, gt=0, le=1)
     """Achieved / peak memory bandwidth of a memory-bound step (MBU), e.g. 0.75."""
 
