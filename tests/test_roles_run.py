@@ -6,7 +6,11 @@ file the roles write goes under the test's temporary directory, and every proces
 stopped at the end.
 
 - daemon: starts a harmless program, changes nothing on a second run, restarts it (new pid) when
-  its environment changes, and stops it.
+  its environment changes, and stops it; starts it again when it was killed (pid file left behind).
+- daemon's wait (through the vllm and lmcache roles): a service that dies while starting ends the
+  wait at once, and one that runs but is never ready fails at its timeout, each with the end of its
+  log; in systemd mode (stand-in systemctl and journalctl) a unit systemd restarted during the wait
+  has exited, and the journal is quoted.
 - lmcache (MP mode) and vllm, with the variables `kvplan render` writes for examples/local.yaml:
   small stand-ins play `lmcache server` and `vllm serve` (neither is installed here). The services
   run exactly the rendered arguments, the RGW keys reach the LMCache server through its
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import socket
 import stat
 import subprocess
@@ -57,17 +62,30 @@ def daemon_dirs(root: Path) -> dict[str, str]:
         "daemon_init": "pidfile", "daemon_start_grace": 1}
 
 
-def run_play(project: Path, roles: list[str], hosts: str = "localhost", inventory_=LOCALHOST, ident: str | None = None):
-    """ansible-playbook over one play of these roles, from this virtual environment."""
-    (project / "test-play.yml").write_text(yaml.safe_dump(
-        [{"name": "Roles under test", "hosts": hosts, "gather_facts": False, "roles": roles}]))
+def run_play(project: Path, roles: list[str], hosts: str = "localhost", inventory_=LOCALHOST, ident: str | None = None,
+             tasks: list[dict] | None = None, path: list[Path] = (), succeed: bool = True):
+    """ansible-playbook over one play of these roles (or these tasks), from this virtual environment;
+    `path`: directories of stand-in programs, found before the machine's own."""
+    play = {"name": "Roles under test", "hosts": hosts, "gather_facts": False}
+    play |= {"tasks": tasks} if tasks is not None else {"roles": roles}
+    (project / "test-play.yml").write_text(yaml.safe_dump([play]))
     r = ansible_runner.run(
         private_data_dir=str(project.parent), project_dir=str(project), playbook="test-play.yml", inventory=inventory_,
         ident=ident, quiet=True, suppress_env_files=True,
         # ansible-runner runs whichever ansible-playbook is first on PATH: this virtual environment's
-        envvars={"ANSIBLE_ROLES_PATH": str(ROLES), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_PIPELINING": "1", "PATH": f"{BIN}:{os.environ['PATH']}"})
-    assert r.rc == 0, r.stdout.read()
+        envvars={"ANSIBLE_ROLES_PATH": str(ROLES), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_PIPELINING": "1",
+                 "PATH": os.pathsep.join([*map(str, path), str(BIN), os.environ["PATH"]])})
+    if succeed:
+        assert r.rc == 0, r.stdout.read()
+    else:
+        assert r.rc != 0, r.stdout.read()
     return r
+
+
+def task_results(r, kind: str) -> list[tuple[str, dict]]:
+    """(task name, result) of the play's `runner_on_<kind>` events (ok, failed, ...)."""
+    return [(e["event_data"]["task"], e["event_data"].get("res") or {}) for e in r.events
+            if e["event"] == f"runner_on_{kind}"]
 
 
 def pid_of(run_dir: Path, name: str) -> int:
@@ -154,6 +172,36 @@ def test_daemon_starts_keeps_restarts_and_stops_a_program(tmp_path):
         apply("2", state="stopped")
         assert not alive(new_pid)
         assert not (tmp_path / "run" / "kvplan-test-http.pid").exists()
+    finally:
+        stop_all(tmp_path)
+
+
+def test_daemon_starts_again_a_program_that_was_killed(tmp_path):
+    """After a crash (SIGKILL: the pid file stays, its process is gone), the next run starts the
+    program again, and only that start changes anything."""
+    port = free_port()
+    project = tmp_path / "project"
+    (project / "group_vars" / "all").mkdir(parents=True)
+    (project / "group_vars" / "all" / "daemon.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
+        "daemon_name": "kvplan-test-crash",
+        "daemon_command": [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)]}))
+    try:
+        run_play(project, ["daemon"])
+        pid = pid_of(tmp_path / "run", "kvplan-test-crash")
+        assert alive(pid)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(pid) and (tmp_path / "run" / "kvplan-test-crash.pid").exists()
+
+        again = run_play(project, ["daemon"])
+        new_pid = pid_of(tmp_path / "run", "kvplan-test-crash")
+        assert new_pid != pid and alive(new_pid), "the killed program runs again"
+        assert cmdline(new_pid) == [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)]
+        assert serves(port)
+        changed = [task for task, res in task_results(again, "ok") if res.get("changed")]
+        assert changed == ["Start kvplan-test-crash"]
     finally:
         stop_all(tmp_path)
 
@@ -280,6 +328,144 @@ def test_inprocess_mode_writes_lmcache_yaml_and_stops_the_mp_server(gpu_node):
     assert yaml.safe_load(config_file.read_text()) == inprocess.lmcache_config
     assert stat.S_IMODE(config_file.stat().st_mode) == 0o644
     assert not alive(server), "in-process mode has no MP server"
+
+
+# A service that dies while starting, and one that never becomes ready: the daemon role's wait
+# (tasks/wait.yml), which the vllm and lmcache roles include, stops at once for the first and at
+# the timeout for the second, each time with the end of the service's log.
+
+CRASHING = '''#!{python}
+"""Stand-in for a `vllm serve` that dies while loading: /health answers 503 (not ready yet), and
+at the second health check it logs an error and exits."""
+import http.server
+import os
+import sys
+
+args = sys.argv[1:]
+host, port = args[args.index("--host") + 1], int(args[args.index("--port") + 1])
+
+
+class Loading(http.server.BaseHTTPRequestHandler):
+    checks = 0
+
+    def do_GET(self):
+        self.send_response(503)
+        self.end_headers()
+        self.wfile.flush()
+        Loading.checks += 1
+        if Loading.checks < 2:
+            return
+        print("stand-in: ImportError: libcudart.so.12: cannot open shared object file", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    def log_message(self, *args):
+        pass
+
+
+print("stand-in: loading the model", flush=True)
+http.server.HTTPServer((host, port), Loading).serve_forever()
+'''
+
+HANGING = '''#!{python}
+"""Stand-in for an `lmcache server` that runs but never listens."""
+import time
+
+print("stand-in: waiting for a peer that never answers", flush=True)
+time.sleep(600)
+'''
+
+
+def _program(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text.format(python=sys.executable))
+    path.chmod(0o755)
+    return path
+
+
+def test_a_vllm_that_exits_while_starting_fails_the_deploy_at_once_with_its_log(tmp_path):
+    project = tmp_path / "project"
+    (project / "group_vars" / "all").mkdir(parents=True)
+    port, timeout = free_port(), 120
+    (project / "group_vars" / "all" / "vllm.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
+        "vllm_bin": str(_program(tmp_path, "crashing", CRASHING)), "vllm_model": "stand-in-model", "vllm_args": [],
+        "vllm_env": {}, "vllm_host": "127.0.0.1", "vllm_tensor_parallel": 1, "vllm_cpu_host": True,
+        "vllm_s3_credentials": False, "vllm_instances": [{"index": 0, "port": port, "devices": "0"}],
+        "vllm_health_timeout": timeout}))
+    try:
+        began = time.monotonic()
+        r = run_play(project, ["vllm"], succeed=False)
+        took = time.monotonic() - began
+        [(task, res)] = task_results(r, "failed")
+        # The first look saw it starting (503); the wait stopped at the next one, after the exit.
+        assert task == "Wait until ready, or exited, for vllm-0", task
+        assert "vllm-0 exited during start-up" in res["msg"], res["msg"]
+        assert "ImportError: libcudart.so.12: cannot open shared object file" in res["msg"], res["msg"]
+        assert "stand-in: loading the model" in res["msg"], res["msg"]
+        assert str(tmp_path / "log" / "vllm-0.log") in res["msg"]
+        assert res["state"] == "exited"
+        # A guard, not a benchmark: waiting out the timeout would take 120 s.
+        assert took < timeout / 2, f"the failed start took {took:.0f} s"
+    finally:
+        stop_all(tmp_path)
+
+
+def test_an_lmcache_server_that_never_listens_fails_at_the_timeout_with_its_log(tmp_path):
+    project = tmp_path / "project"
+    (project / "group_vars" / "all").mkdir(parents=True)
+    port = free_port()
+    (project / "group_vars" / "all" / "lmcache.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
+        "lmcache_command_prefix": [str(_program(tmp_path, "hanging", HANGING))], "lmcache_mode": "mp",
+        "lmcache_cpu_host": True, "lmcache_config": {}, "lmcache_config_file": str(tmp_path / "lmcache.yaml"),
+        "lmcache_server_args": ["--host", "127.0.0.1", "--port", str(port)], "lmcache_env": {},
+        "lmcache_nvme_path": None, "lmcache_ready_timeout": 3}))
+    try:
+        r = run_play(project, ["lmcache"], succeed=False)
+        [(task, res)] = task_results(r, "failed")
+        assert task.endswith("lmcache-server"), task
+        pid = pid_of(tmp_path / "run", "lmcache-server")
+        assert res["state"] == "timeout"
+        assert f"lmcache-server is running (pid {pid}) but was not ready within 3 s" in res["msg"], res["msg"]
+        assert f"127.0.0.1:{port}" in res["msg"]
+        assert "stand-in: waiting for a peer that never answers" in res["msg"], res["msg"]
+        assert alive(pid), "a service that is merely slow is left running"
+    finally:
+        stop_all(tmp_path)
+
+
+SYSTEMCTL = '''#!/bin/sh
+# Stand-in systemctl: the unit runs at the first look; at the next, systemd has restarted it (it
+# crashed in between and Restart=on-failure brought it back).
+echo "$@" >> {calls}
+n=$(wc -l < {calls})
+if [ "$n" -le 1 ]; then pid=4242 restarts=0; else pid=4343 restarts=1; fi
+printf 'ActiveState=active\\nSubState=running\\nMainPID=%s\\nNRestarts=%s\\n' "$pid" "$restarts"
+'''
+
+JOURNALCTL = '''#!/bin/sh
+echo "$@" > {calls}
+echo "Jan 01 00:00:00 gpu-0 vllm[4242]: stand-in journal: torch.OutOfMemoryError: CUDA out of memory"
+'''
+
+
+def test_a_unit_systemd_restarted_during_the_wait_has_exited_and_its_journal_is_shown(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("systemctl", SYSTEMCTL), ("journalctl", JOURNALCTL)):
+        (fake / name).write_text(text.format(calls=tmp_path / f"{name}.calls"))
+        (fake / name).chmod(0o755)
+    project = tmp_path / "project"
+    project.mkdir()
+    wait = {"name": "Wait", "ansible.builtin.include_role": {"name": "daemon", "tasks_from": "wait"},
+            "vars": {"daemon_name": "kvplan-test", "daemon_init": "systemd", "daemon_wait_timeout": 60,
+                     "daemon_wait_delay": 1, "daemon_wait_url": f"http://127.0.0.1:{free_port()}/health"}}
+    r = run_play(project, [], tasks=[wait], path=[fake], succeed=False)
+    [(task, res)] = task_results(r, "failed")
+    assert task == "Wait until ready, or exited, for kvplan-test"
+    assert res["state"] == "exited" and res["pid"] == 4343
+    assert "kvplan-test exited during start-up" in res["msg"] and "restarted by systemd" in res["msg"], res["msg"]
+    assert "stand-in journal: torch.OutOfMemoryError: CUDA out of memory" in res["msg"], res["msg"]
+    assert (tmp_path / "journalctl.calls").read_text().split() == ["-u", "kvplan-test.service", "-n", "30", "--no-pager"]
+    assert all(line.startswith("show kvplan-test.service ") for line in (tmp_path / "systemctl.calls").read_text().splitlines())
 
 
 # ----------------------------------------------------------------------------------------------
