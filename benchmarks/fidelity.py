@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="directory for specs, runs and the profile (default: a new one "
                                                 "under .kvplan/fidelity)")
     ap.add_argument("--json", default=None, help="also write the figures as JSON here")
-    ap.add_argument("--reuse", action="store_true", help="fit and compare the runs already in --out, bench nothing")
+    ap.add_argument("--reuse", action="store_true", help="fit and compare the runs already in --out; bench and write nothing")
     args = ap.parse_args()
 
     out = Path(args.out or REPO / ".kvplan" / "fidelity" / time.strftime("%Y%m%d-%H%M%S"))
@@ -73,7 +73,7 @@ def main() -> None:
     else:
         specs, calibrate_on = write_specs(out, args.scale)
         runs = bench_all(specs, Target.parse(args.target), out)
-    report(specs, calibrate_on, runs, out, args.json)
+    report(specs, calibrate_on, runs, out, args.json, write=not args.reuse)
 
 
 def bench_all(specs: dict[str, Path], target: Target, out: Path) -> dict:
@@ -88,12 +88,14 @@ def bench_all(specs: dict[str, Path], target: Target, out: Path) -> dict:
     return runs
 
 
-def report(specs: dict[str, Path], calibrate_on: str, runs: dict, out: Path, json_file: str | None) -> None:
+def report(specs: dict[str, Path], calibrate_on: str, runs: dict, out: Path, json_file: str | None,
+           write: bool = True) -> None:
 
     base = resolve(load(str(specs[calibrate_on])))
     cal_run = runs[calibrate_on]
     profile = fit(base, [(str(out / f"run-{calibrate_on}"), cal_run)], [predict(base, cal_run)])
-    write_profile(profile, out / "profile.yaml")
+    if write:
+        write_profile(profile, out / "profile.yaml")
     s = profile.step_model
     print(f"\ncalibrated on {calibrate_on}: compute_efficiency {s.compute_efficiency:.3f}, "
           f"step_overhead {s.step_overhead * 1000:.2f} ms, request_overhead {s.request_overhead * 1000:.2f} ms "
@@ -124,7 +126,8 @@ def report(specs: dict[str, Path], calibrate_on: str, runs: dict, out: Path, jso
         print(f"  {name:<8} {'held out' if f['held_out'] else 'fit     '}  worst share {f['max_share_error_pp']:.2f} pp "
               f"[{'met' if share_ok else 'MISSED'}]  TTFT p50 {f['ttft_p50_error'] * 100:+.1f} % "
               f"[{'met' if ttft_ok else 'MISSED'}]")
-    print(f"\nspecs, runs and profile in {out}")
+    if write:
+        print(f"\nspecs, runs and profile in {out}")
     if json_file:
         Path(json_file).write_text(json.dumps(figures, indent=1))
 

@@ -68,7 +68,9 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              ablate: bool = typer.Option(False, "--ablate", help="Also run the workload without reuse, HBM only, + ddr, "
                                                                   "+ nvme and + ceph, and compare them."),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result(s) as JSON to this file."),
-             fmt: str = typer.Option("table", "--format", help="table (terminal) or md (Markdown).")) -> None:
+             fmt: str = typer.Option("table", "--format", help="table (terminal) or md (Markdown)."),
+             profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate "
+                                                                            "(its step_model replaces the spec's).")) -> None:
     """Simulate the spec: where each prompt's KV came from, and what users feel (TTFT, TPOT, throughput)."""
     from .cost import cost_of
     from .report import markdown, sections, terminal
@@ -81,6 +83,10 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         raise typer.BadParameter(f"'{fmt}' is not a format; use table or md", param_hint="--format")
     try:
         topo = load(spec)
+        if profile is not None:
+            from .live.calibrate import apply_profile, read_profile
+
+            topo = apply_profile(topo, read_profile(profile))
         resolved = resolve(topo)
         first = resolved.workload.seed if seed is None else seed
         with _progress() as progress:

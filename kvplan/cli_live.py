@@ -216,7 +216,7 @@ def calibrate(spec: str = typer.Argument(..., help="The spec the runs benched.")
     write_profile(profile, Path(out_file))
     s, f = profile.step_model, profile.fit
     out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
-    out.print(f"  compute_efficiency {s.compute_efficiency:.3f}, step_overhead {_ms(s.step_overhead)}, "
-              f"request_overhead {_ms(s.request_overhead)}")
-    out.print(f"  fitted to {f['requests']:.0f} requests ({f['outliers']:.0f} far off the line); "
-              f"median TTFT error of the line {f['ttft_median_abs_error']:.1%}")
+    out.print(f"  compute_efficiency {s.compute_efficiency:.3f}, attention_efficiency {s.attention_efficiency:.3f}, "
+              f"step_overhead {_ms(s.step_overhead)}, request_overhead {_ms(s.request_overhead)}")
+    out.print(f"  fitted to {f['requests']:.0f} requests; median TTFT {_ms(f['ttft_p50_observed_s'])} observed, "
+              f"{_ms(f['ttft_p50_simulated_s'])} simulated with the profile")

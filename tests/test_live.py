@@ -1031,3 +1031,21 @@ def test_cli_compare_prints_predicted_and_observed_for_a_run_of_the_spec(tmp_pat
     assert table["TTFT p50"]["observed"] == pytest.approx(0.2)
     assert table["TTFT p50"]["error"] == pytest.approx(table["TTFT p50"]["predicted"] / 0.2 - 1)
     assert "prompt tokens from ceph" in table and "bytes written to Ceph" in table
+
+
+def test_cli_calibrate_writes_a_profile_that_simulate_and_compare_apply(tmp_path):
+    """The recorded runs of docs/fidelity (a real bench of this machine's stack): calibrate fits them, and the
+    profile reproduces the calibration run's median TTFT when compare applies it."""
+    recorded = REPO / "docs" / "fidelity"
+    profile = tmp_path / "cpu.yaml"
+    fitted = cli("calibrate", str(recorded / "chat.yaml"), "--observed", str(recorded / "run-chat"), "-o", str(profile),
+                 cwd=tmp_path)
+    assert fitted.returncode == 0, fitted.stderr
+    assert "attention_efficiency" in fitted.stdout and read_profile(profile).device == "cpu-epyc-2vcpu"
+    compared = cli("compare", str(recorded / "chat.yaml"), "--observed", str(recorded / "run-chat"),
+                   "--profile", str(profile), "--json", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    ttft = {row["metric"]: row for row in json.loads(compared.stdout)}["TTFT p50"]
+    assert abs(ttft["error"]) < 0.01, ttft
+    simulated = cli("simulate", str(recorded / "rag.yaml"), "--profile", str(profile), cwd=tmp_path)
+    assert simulated.returncode == 0 and "Simulation of local-rag" in simulated.stdout, simulated.stderr
