@@ -3,12 +3,14 @@
 Needs the stack of examples/local.yaml running on this machine:
 
     kvplan deploy examples/local.yaml -i inventories/local
-    python benchmarks/fidelity.py [--scale 0.5] [--out DIR] [--json FILE]
+    python benchmarks/fidelity.py [--inventory inventories/local] [--scale 0.5] [--out DIR] [--json FILE]
 
 For each workload of examples/fidelity/workloads.yaml it writes the spec (examples/local.yaml with that
 workload), benches it against the live vLLM (`kvplan bench`), then fits the step-time model to the
 calibration workload's run alone (`kvplan calibrate`) and compares every run with the prediction
-of the calibrated model (`kvplan compare --profile`). It prints one table per workload and the
+of the calibrated model (`kvplan compare --profile`). With --inventory it also redeploys the stack
+for each variant (e.g. vLLM's prefix cache off, so that LMCache serves the reuse), benches it,
+and deploys examples/local.yaml back. It prints one table per workload and the
 targets: prompt tokens per source within 2 percentage points, median TTFT within 15 %.
 `--scale` multiplies every workload's request count (the tests use a short run).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,20 +41,37 @@ SHARE_TARGET_PP = 2.0
 TTFT_TARGET = 0.15
 
 
-def write_specs(out: Path, scale: float) -> tuple[dict[str, Path], str]:
-    plan_file = REPO / "examples" / "fidelity" / "workloads.yaml"
-    plan = yaml.safe_load(plan_file.read_text())
-    base_file = (plan_file.parent / plan["base"]).resolve()
+PLAN = REPO / "examples" / "fidelity" / "workloads.yaml"
+
+
+def write_specs(out: Path, scale: float) -> tuple[dict[str, Path], str, dict[str, Path]]:
+    """(spec per workload and variant, the calibration workload, the base spec as written). A variant keeps the
+    base spec's name: it is deployed in place of the base (same secrets, same shared-memory name)."""
+    plan = yaml.safe_load(PLAN.read_text())
+    base_file = (PLAN.parent / plan["base"]).resolve()
     base = yaml.safe_load(base_file.read_text())
     specs = {}
+
+    def write(name: str, spec: dict, what: str) -> None:
+        spec["workload"]["requests"] = max(8, round(spec["workload"]["requests"] * scale))
+        specs[name] = out / f"{name}.yaml"
+        specs[name].write_text(f"# {base_file.relative_to(REPO)} {what} of examples/fidelity/workloads.yaml\n"
+                               + yaml.safe_dump(spec, sort_keys=False))
+
     for name, workload in plan["workloads"].items():
-        spec = dict(base, name=f"{base['name']}-{name}", workload=dict(workload))
-        spec["workload"]["requests"] = max(8, round(workload["requests"] * scale))
-        path = out / f"{name}.yaml"
-        path.write_text(f"# {base_file.relative_to(REPO)} with the '{name}' workload of examples/fidelity/workloads.yaml\n"
-                        + yaml.safe_dump(spec, sort_keys=False))
-        specs[name] = path
-    return specs, plan["calibrate_on"]
+        write(name, dict(base, name=f"{base['name']}-{name}", workload=dict(workload)), f"with the '{name}' workload")
+    for name, variant in plan.get("variants", {}).items():
+        spec = dict(base, workload=dict(plan["workloads"][variant["workload"]]))
+        spec["serving"] = {**base["serving"], **variant["serving"]}
+        write(name, spec, f"as the '{name}' variant")
+    return specs, plan["calibrate_on"], {n: specs[n] for n in plan.get("variants", {})}
+
+
+def deploy(spec: Path, inventory: str, state_dir: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "kvplan", "deploy", str(spec), "-i", inventory, "--state-dir", state_dir],
+                          cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"deploying {spec} failed:\n{done.stdout}\n{done.stderr}")
 
 
 def main() -> None:
@@ -62,30 +82,43 @@ def main() -> None:
                                                 "under .kvplan/fidelity)")
     ap.add_argument("--json", default=None, help="also write the figures as JSON here")
     ap.add_argument("--reuse", action="store_true", help="fit and compare the runs already in --out; bench and write nothing")
+    ap.add_argument("--inventory", default=None, help="inventory to redeploy the variants with (e.g. inventories/local); "
+                                                     "without it the variants are not benched")
+    ap.add_argument("--state-dir", default=".kvplan", help="kvplan deploy's --state-dir (the stack's generated keys)")
     args = ap.parse_args()
 
     out = Path(args.out or REPO / ".kvplan" / "fidelity" / time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
     if args.reuse:
-        plan = yaml.safe_load((REPO / "examples" / "fidelity" / "workloads.yaml").read_text())
-        specs, calibrate_on = {name: out / f"{name}.yaml" for name in plan["workloads"]}, plan["calibrate_on"]
-        runs = {name: read_run(out / f"run-{name}") for name in specs}
+        plan = yaml.safe_load(PLAN.read_text())
+        specs = {name: out / f"{name}.yaml" for name in [*plan["workloads"], *plan.get("variants", {})]}
+        runs = {name: read_run(out / f"run-{name}") for name in specs if (out / f"run-{name}").is_dir()}
+        calibrate_on = plan["calibrate_on"]
     else:
-        specs, calibrate_on = write_specs(out, args.scale)
-        runs = bench_all(specs, Target.parse(args.target), out)
-    report(specs, calibrate_on, runs, out, args.json, write=not args.reuse)
+        specs, calibrate_on, variants = write_specs(out, args.scale)
+        target = Target.parse(args.target)
+        base = (PLAN.parent / yaml.safe_load(PLAN.read_text())["base"]).resolve()
+        if args.inventory:                          # the workloads run on the base stack: make sure that is what runs
+            deploy(base, args.inventory, args.state_dir)
+        runs = {name: bench_one(name, specs[name], target, out) for name in specs if name not in variants}
+        if variants and args.inventory:
+            for name, path in variants.items():
+                deploy(path, args.inventory, args.state_dir)
+                runs[name] = bench_one(name, path, target, out)
+            deploy(base, args.inventory, args.state_dir)
+    for name in specs:
+        if name not in runs:
+            print(f"{name}: not benched (a variant needs --inventory to redeploy the stack for it)")
+    report({n: p for n, p in specs.items() if n in runs}, calibrate_on, runs, out, args.json, write=not args.reuse)
 
 
-def bench_all(specs: dict[str, Path], target: Target, out: Path) -> dict:
-    runs = {}
-    for name, path in specs.items():
-        r = resolve(load(str(path)))
-        t0 = time.monotonic()
-        runs[name] = bench(r, path.read_text(), [target], out / f"run-{name}", salt=new_salt())
-        o = runs[name].observed
-        print(f"benched {name}: {o.ok}/{o.requests} ok, {o.prompt_tokens:,} prompt tokens, "
-              f"{time.monotonic() - t0:.0f} s", flush=True)
-    return runs
+def bench_one(name: str, path: Path, target: Target, out: Path):
+    t0 = time.monotonic()
+    run = bench(resolve(load(str(path))), path.read_text(), [target], out / f"run-{name}", salt=new_salt())
+    o = run.observed
+    print(f"benched {name}: {o.ok}/{o.requests} ok, {o.prompt_tokens:,} prompt tokens, {time.monotonic() - t0:.0f} s",
+          flush=True)
+    return run
 
 
 def report(specs: dict[str, Path], calibrate_on: str, runs: dict, out: Path, json_file: str | None,
@@ -123,7 +156,7 @@ def report(specs: dict[str, Path], calibrate_on: str, runs: dict, out: Path, jso
     for name, f in figures["workloads"].items():
         share_ok = f["max_share_error_pp"] <= SHARE_TARGET_PP
         ttft_ok = f["ttft_p50_error"] is not None and abs(f["ttft_p50_error"]) <= TTFT_TARGET
-        print(f"  {name:<8} {'held out' if f['held_out'] else 'fit     '}  worst share {f['max_share_error_pp']:.2f} pp "
+        print(f"  {name:<12} {'held out' if f['held_out'] else 'fit     '}  worst share {f['max_share_error_pp']:.2f} pp "
               f"[{'met' if share_ok else 'MISSED'}]  TTFT p50 {f['ttft_p50_error'] * 100:+.1f} % "
               f"[{'met' if ttft_ok else 'MISSED'}]")
     if write:

