@@ -225,13 +225,18 @@ def _eviction(tier: ResolvedTier) -> dict[str, Any]:
     return {"eviction_policy": MP_POLICY.get(tier.eviction, tier.eviction)}
 
 
+def lmcache_http_port(r: Resolved) -> int:
+    """Port of the LMCache server's HTTP API (health, status): the one after its RPC port."""
+    return r.lmcache.port + 1
+
+
 def server_args(r: Resolved) -> list[str]:
     """`lmcache server` arguments: L1 is the node's ddr tier; nvme then ceph are L2 adapters, in lookup order."""
     lm = r.lmcache
     ddr, nvme, ceph = lm.tier("ddr"), lm.tier("nvme"), lm.tier("ceph")
     args = ["--host", "127.0.0.1", "--port", str(lm.port), "--chunk-size", str(lm.chunk_size),
             "--l1-size-gb", _num(ddr.configured_gb), "--eviction-policy", MP_POLICY.get(ddr.eviction, ddr.eviction),
-            "--http-host", r.monitoring.metrics_address, "--http-port", str(lm.port + 1), "--disable-metrics"]
+            "--http-host", r.monitoring.metrics_address, "--http-port", str(lmcache_http_port(r)), "--disable-metrics"]
     if nvme:
         adapter = {"type": "fs_native", "base_path": lm.nvme_path, "max_capacity_gb": nvme.configured_gb,
                    "eviction": _eviction(nvme)}

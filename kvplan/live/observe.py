@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from ..deploy.stack import lmcache_http_port
 from ..resolve import Resolved
 from .bench import Target
 
@@ -137,9 +138,9 @@ def observe_vllm(target: Target, timeout: float) -> tuple[Component, dict[str, f
 
 
 def lmcache_endpoint(r: Resolved) -> tuple[str, int]:
-    """The LMCache server's HTTP API: the spec's metrics address (loopback for 0.0.0.0), port lmcache.port + 1."""
+    """The LMCache server's HTTP API as the deploy starts it: the spec's metrics address (loopback for 0.0.0.0)."""
     host = r.monitoring.metrics_address
-    return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), r.lmcache.port + 1
+    return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), lmcache_http_port(r)
 
 
 def observe_lmcache(r: Resolved, log: Path | None, log_offset: int, timeout: float,
