@@ -13,6 +13,7 @@ import typer
 
 from .cli import _fail, app, err, out
 from .errors import SpecError
+from .units import fmt_duration
 
 EXIT_LIVE = 5
 
@@ -41,10 +42,6 @@ def _targets(urls: list[str]):
         return [Target.parse(u) for u in urls]
     except SpecError as exc:
         _fail(exc)
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
 
 
 def _components(components) -> None:
@@ -100,8 +97,8 @@ def _print_observed(run) -> None:
     table = Table(title="observed", title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for label, value in (("TTFT p50 / p90", f"{_ms(o.ttft.p50)} / {_ms(o.ttft.p90)}"),
-                         ("TPOT p50", _ms(o.tpot.p50)), ("E2E p50", _ms(o.e2e.p50)),
+    for label, value in (("TTFT p50 / p90", f"{fmt_duration(o.ttft.p50)} / {fmt_duration(o.ttft.p90)}"),
+                         ("TPOT p50", fmt_duration(o.tpot.p50)), ("E2E p50", fmt_duration(o.e2e.p50)),
                          ("throughput", f"{o.requests_per_s:.2f} req/s, {o.generated_tokens_per_s:.0f} tok/s"),
                          ("prompt tokens", f"{o.prompt_tokens:,}")):
         table.add_row(label, value)
@@ -188,7 +185,7 @@ def _value(unit: str, v: float | None) -> str:
     if v is None:
         return "-"
     if unit == "s":
-        return _ms(v)
+        return fmt_duration(v)
     if unit == "share":
         return f"{v:.1%}"
     if unit == "bytes":
@@ -217,6 +214,6 @@ def calibrate(spec: str = typer.Argument(..., help="The spec the runs benched.")
     s, f = profile.step_model, profile.fit
     out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
     out.print(f"  compute_efficiency {s.compute_efficiency:.3f}, attention_efficiency {s.attention_efficiency:.3f}, "
-              f"step_overhead {_ms(s.step_overhead)}, request_overhead {_ms(s.request_overhead)}")
-    out.print(f"  fitted to {f['requests']:.0f} requests; median TTFT {_ms(f['ttft_p50_observed_s'])} observed, "
-              f"{_ms(f['ttft_p50_simulated_s'])} simulated with the profile")
+              f"step_overhead {fmt_duration(s.step_overhead)}, request_overhead {fmt_duration(s.request_overhead)}")
+    out.print(f"  fitted to {f['requests']:.0f} requests; median TTFT {fmt_duration(f['ttft_p50_observed_s'])} observed, "
+              f"{fmt_duration(f['ttft_p50_simulated_s'])} simulated with the profile")
