@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from kvplan.deploy import inventory as inventory_mod
+from kvplan.deploy import ansible_yaml, inventory as inventory_mod
 from kvplan.deploy.render import render
 from kvplan.deploy.secrets import Secrets
 from kvplan.errors import SpecError
@@ -55,7 +55,7 @@ def inventory_for(r, tmp: Path) -> inventory_mod.Inventory:
 
 
 def role_vars(root: Path, role: str) -> dict:
-    return yaml.safe_load((root / "project" / "group_vars" / "all" / f"{role}.yml").read_text())
+    return ansible_yaml.load((root / "project" / "group_vars" / "all" / f"{role}.yml").read_text())
 
 
 def flags(args: list[str]) -> dict[str, list[str]]:
@@ -89,7 +89,7 @@ def test_the_rendered_stack_carries_the_simulators_numbers(path, tmp_path):
     assert int(vllm["--max-num-batched-tokens"][0]) == r.max_num_batched_tokens
     assert vllm["--kv-cache-dtype"] == [r.kv_cache_dtype]
     assert ("--enable-prefix-caching" in vllm) == r.prefix_caching
-    placed = [yaml.safe_load((root / "project" / "host_vars" / f"gpu-{i + 1}.yml").read_text())["vllm_instances"]
+    placed = [ansible_yaml.load((root / "project" / "host_vars" / f"gpu-{i + 1}.yml").read_text())["vllm_instances"]
               for i in range(r.nodes)]
     assert sum(len(p) for p in placed) == len(sim.engines) == r.instances
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from conftest import REPO, spec
-from kvplan.deploy import inventory as inventory_mod
+from kvplan.deploy import ansible_yaml, inventory as inventory_mod
 from kvplan.deploy.render import render
 from kvplan.deploy.secrets import Secrets, load_or_create
 from kvplan.errors import SpecError
@@ -39,7 +39,7 @@ def test_secrets_are_owner_only_and_reused(tmp_path):
     root = render(resolve(spec("local")), LOCAL, tmp_path / "run", first).root
     secrets_file = root / "project" / "group_vars" / "all" / "secrets.yml"
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
-    assert yaml.safe_load(secrets_file.read_text())["ceph_rgw_secret_key"] == first.ceph_rgw_secret_key
+    assert ansible_yaml.load(secrets_file.read_text())["ceph_rgw_secret_key"] == first.ceph_rgw_secret_key
     others = [p for p in root.rglob("*") if p.is_file() and p != secrets_file]
     assert not [p for p in others if first.ceph_rgw_secret_key in p.read_text(errors="ignore")]
 

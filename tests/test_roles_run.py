@@ -36,7 +36,7 @@ import ansible_runner
 import pytest
 import yaml
 
-from kvplan.deploy import inventory
+from kvplan.deploy import ansible_yaml, inventory
 from kvplan.deploy.render import render
 from kvplan.deploy.secrets import load_or_create
 from kvplan.deploy.stack import build
@@ -269,7 +269,7 @@ def _apply_gpu_roles(rendered, roles=("lmcache", "vllm")):
 def test_lmcache_server_and_vllm_run_the_rendered_arguments(gpu_node):
     rendered, stand_in, tmp_path, first = gpu_node
     stack = rendered.stack
-    secrets = yaml.safe_load((rendered.project / "group_vars" / "all" / "secrets.yml").read_text())
+    secrets = ansible_yaml.load((rendered.project / "group_vars" / "all" / "secrets.yml").read_text())
     assert first.stats["changed"]
 
     server = pid_of(tmp_path / "run", "lmcache-server")

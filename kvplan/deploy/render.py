@@ -26,13 +26,12 @@ import shutil
 from pathlib import Path
 
 import jinja2
-import yaml
 
 from .. import __version__
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from ..resources import data_root
-from . import inventory as inventory_mod
+from . import ansible_yaml, inventory as inventory_mod
 from .secrets import Secrets, write_private
 from .stack import Stack, build
 
@@ -51,22 +50,11 @@ class Rendered:
         return self.root / "project"
 
 
-class _IndentedDumper(yaml.SafeDumper):
-    """Indents list items under their key, as yamllint (and so ansible-lint) expects."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False):
-        return super().increase_indent(flow, False)
-
-
-def to_yaml(value) -> str:
-    return yaml.dump(value, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=1000).rstrip("\n")
-
-
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_root() / "templates")),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
                              trim_blocks=True, lstrip_blocks=True)
-    env.filters["to_yaml"] = to_yaml
+    env.filters["to_ansible_yaml"] = ansible_yaml.dump
     return env
 
 
@@ -130,7 +118,7 @@ def render(r: Resolved, inv: inventory_mod.Inventory, out: Path, secrets: Secret
         if values is not None:
             template("project/role_vars.yml.j2", f"project/group_vars/all/{role}.yml", role=role,
                      values=values.model_dump())
-    write("project/group_vars/all/secrets.yml", header + to_yaml(secrets.model_dump()) + "\n", private=True)
+    write("project/group_vars/all/secrets.yml", header + ansible_yaml.dump(secrets.model_dump()) + "\n", private=True)
     for host, instances in stack.instances.items():
         template("project/role_vars.yml.j2", f"project/host_vars/{host}.yml", role="vllm (this host's instances)",
                  values={"vllm_instances": instances})

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from .base import SpecModel
+from .grammar import ModelId, Word
 
 
 class Source(SpecModel):
@@ -24,8 +25,8 @@ class Source(SpecModel):
 
 
 class Architecture(SpecModel):
-    name: str = Field(min_length=1)
-    """Name users write in `model:`."""
+    name: Word
+    """Name users write in `model:` (one word: vLLM serves the model under it, --served-model-name)."""
 
     aliases: list[str] = []
     """Other names (Hugging Face repo ids) that mean this model."""
@@ -72,7 +73,7 @@ class Architecture(SpecModel):
     weights_dtype: Literal["bf16", "fp16"] = "bf16"
     """Precision of the released weights."""
 
-    hf_id: str | None = None
+    hf_id: ModelId | None = None
     """Hugging Face repository vLLM serves by default (serving.model_path overrides it)."""
 
     sources: list[Source] = []

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from ..units import Bandwidth, Size
 from .base import SpecModel
+from .grammar import AbsPath, DevicePath, HostName, OptionKey, OptionValue, Word
 
 DNS_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 
@@ -44,10 +45,10 @@ class Rgw(SpecModel):
     bucket: str = Field("kvcache", pattern=rf"^{DNS_LABEL}$", min_length=3)
     """Bucket for KV chunks: 3-63 lowercase letters, digits and hyphens (it becomes a DNS label)."""
 
-    region: str = Field("default", min_length=1)
+    region: Word = "default"
     """S3 region string RGW expects (its zonegroup's api_name)."""
-    address: str | None = None
-    """Address clients reach RGW at (default: the first host of the inventory's ceph group)."""
+    address: HostName | None = None
+    """Address clients reach RGW at, a host name or IP address (default: the first host of the inventory's ceph group)."""
     user: str = Field("kvplan", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     """RGW user that owns the bucket; its S3 keys are generated once and kept in .kvplan/secrets/."""
 
@@ -65,7 +66,7 @@ class Ceph(SpecModel):
 
     osd_size: Size = "3.84TB"
     """Raw capacity of one OSD device."""
-    osd_devices: list[str] = []
+    osd_devices: list[DevicePath] = []
     """Block devices for the OSDs of each host (packages and cephadm modes), e.g. [/dev/nvme1n1].
     Empty in packages mode: sparse file-backed BlueStore OSDs of osd_size (development and CI)."""
 
@@ -90,8 +91,9 @@ class Ceph(SpecModel):
     rgw: Rgw = Rgw()
     """RGW settings (used when access is s3)."""
 
-    cephfs_mount: str = "/mnt/cephfs/lmcache"
+    cephfs_mount: AbsPath = "/mnt/cephfs/lmcache"
     """Directory on the CephFS mount (used when access is cephfs)."""
 
-    options: dict[str, str | int | float | bool] = {}
-    """Extra `ceph config set` options, e.g. {osd_memory_target: 8589934592}."""
+    options: dict[OptionKey, OptionValue] = {}
+    """Extra `ceph config set` options, e.g. {osd_memory_target: 8589934592}: names are [a-z0-9_]+, values one
+    line of printable text each."""

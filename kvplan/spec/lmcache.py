@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field
 
 from ..units import Duration, Size
 from .base import SpecModel
+from .grammar import DataDir
 
 POLICIES = ("LRU", "LFU", "FIFO", "MRU", "ARC", "IsolatedLRU", "none")
 
@@ -56,8 +57,9 @@ class NvmeTier(Tier):
     device: str = "gen4"
     """NVMe class from the catalog (`kvplan catalog`), e.g. gen4 or gen5."""
 
-    path: str = "/var/lib/lmcache/nvme"
-    """Directory on the NVMe device where LMCache keeps chunks."""
+    path: DataDir = "/var/lib/lmcache/nvme"
+    """Directory on the NVMe device where LMCache keeps chunks: absolute and dedicated to LMCache (not a system
+    directory such as /, /etc or /var); the deploy creates it, or leaves an existing one's mode and owner alone."""
 
 
 class CephTier(Tier):

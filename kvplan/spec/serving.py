@@ -12,6 +12,7 @@ from pydantic import Field
 
 from ..units import Duration, Size
 from .base import SpecModel
+from .grammar import HostName, ModelId
 
 Router = Literal["round_robin", "least_loaded", "session_affinity", "prefix_aware"]
 WeightsDtype = Literal["auto", "bf16", "fp16", "fp8", "int4"]
@@ -93,11 +94,11 @@ class Serving(SpecModel):
     router: Router = "round_robin"
     """How requests are spread over instances."""
 
-    model_path: str | None = None
-    """What vLLM serves: a Hugging Face id or a local directory (default: the catalog model's hf_id)."""
+    model_path: ModelId | None = None
+    """What vLLM serves: a Hugging Face id (org/name) or an absolute local directory (default: the catalog model's hf_id)."""
 
-    host: str = "0.0.0.0"
-    """Address vLLM's OpenAI API (and its /metrics) listens on."""
+    host: HostName = "0.0.0.0"
+    """Address vLLM's OpenAI API (and its /metrics) listens on (a host name or IP address)."""
 
     port: int = Field(8000, ge=1, le=65535)
     """Port of the first vLLM instance on a node; further instances on the node take the next ports."""

@@ -14,6 +14,7 @@ from pydantic import Field
 from ..errors import Problem, SpecError, did_you_mean
 from ..units import Duration, parse_duration
 from .base import SpecModel
+from .grammar import HostName
 
 
 class Slo(SpecModel):
@@ -51,7 +52,7 @@ class Monitoring(SpecModel):
     max_ceph_op_latency: Duration = "5ms"
     """Alert when Ceph OSD op latency (ceph osd perf) rises above this."""
 
-    metrics_address: str = "127.0.0.1"
+    metrics_address: HostName = "127.0.0.1"
     """Address the LMCache server's admin and metrics endpoints bind to: loopback unless Prometheus scrapes from elsewhere."""
 
     prometheus_port: int = Field(9090, ge=1, le=65535)
