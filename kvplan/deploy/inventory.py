@@ -10,7 +10,9 @@ Groups (inventories/README.md):
 
 kvplan reads YAML inventories (a hosts.yml file, or a directory holding one) and checks the groups
 before Ansible starts, so a missing group is an error naming it rather than a play that silently
-matches no host.
+matches no host. Host names and their `ansible_host` addresses reach rendered files (host_vars
+file names, Prometheus targets, RGW's address in /etc/hosts), so each must be a host name or an
+IP address (kvplan/spec/grammar.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import yaml
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from ..spec.base import SpecModel
+from ..spec.grammar import HOST_FORMS, host_problem
 
 INVENTORY_FILES = ("hosts.yml", "hosts.yaml", "inventory.yml", "inventory.yaml")
 
@@ -83,6 +86,10 @@ def _walk(name: str, node: Any, inherited: dict, groups: dict[str, dict[str, Hos
     members = groups.setdefault(name, {})
     for host, host_vars in (node.get("hosts") or {}).items():
         merged = {**group_vars, **(host_vars or {})}
+        for field, value in (("", host), (".ansible_host", merged.get("ansible_host", host))):
+            if not isinstance(value, str) or host_problem(value):
+                raise SpecError([Problem(f"inventory.{name}.{host}{field}", "must be a host name or IP address", value, HOST_FORMS,
+                                         f"name the host in {path} by its DNS name or IP address (or set ansible_host)")])
         members[host] = Host(name=host, vars=merged)
     for child, child_node in (node.get("children") or {}).items():
         members.update(_walk(child, child_node, group_vars, groups, path))

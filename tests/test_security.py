@@ -1,0 +1,235 @@
+"""The deploy path, attacked the way a hostile or careless spec, inventory or file layout would.
+
+- A spec string never reaches Ansible as a template: where a field's meaning allows no braces
+  (hosts, paths, devices, model ids, regions) `validate` refuses them; where free text is allowed
+  (a Ceph option value) or a value was forged past validation, the rendered variable is `!unsafe`
+  data, and the real ansible-playbook, templating every variable of the rendered project as a task
+  does, prints the characters and runs nothing.
+- A value cannot carry a line break into a config file (OSD devices, inventory addresses).
+- The local-disk tier is never a system directory, and the lmcache role never changes the mode
+  or owner of a directory it did not create.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import ansible_runner
+import pytest
+import yaml
+
+from conftest import REPO, example_data, spec, with_changes
+from kvplan.deploy import ansible_yaml, inventory as inventory_mod
+from kvplan.deploy.render import render
+from kvplan.deploy.secrets import Secrets
+from kvplan.errors import SpecError
+from kvplan.resolve import resolve
+from kvplan.spec import from_mapping
+
+KEYS = Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE00", ceph_rgw_secret_key="example-secret")
+LOCAL = inventory_mod.load(REPO / "inventories" / "local")
+BIN = Path(sys.executable).parent
+
+
+def payload(mark: Path) -> str:
+    """A template that, if Ansible ever evaluated it, would create `mark` on the controller."""
+    return "{{ lookup('ansible.builtin.pipe', 'touch " + str(mark) + "; echo ran') }}"
+
+
+def refused(data: dict) -> dict[str, str]:
+    """The problems `validate` reports for this spec mapping, by field."""
+    with pytest.raises(SpecError) as exc:
+        from_mapping(data, base_dir=REPO / "examples")
+    return {p.path: p.message for p in exc.value.problems}
+
+
+# ----------------------------------------------------------------------------------------------
+# Templates and line breaks in spec fields
+
+TEMPLATE = "{{ lookup('ansible.builtin.pipe', 'id') }}"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("serving__model_path", TEMPLATE),
+    ("serving__model_path", "/var/lib/models/{{ x }}"),
+    ("serving__host", TEMPLATE),
+    ("serving__host", "127.0.0.1\n  extra: 1"),
+    ("monitoring__metrics_address", TEMPLATE),
+    ("ceph__rgw__region", TEMPLATE),
+    ("ceph__rgw__address", "10.0.0.1 evil.example"),
+    ("ceph__cephfs_mount", "/mnt/cephfs/{{ x }}"),
+    ("lmcache__nvme__path", "/var/lib/lmcache/{{ x }}"),
+    ("lmcache__nvme__path", "/var/lib/../../etc"),
+    ("lmcache__nvme__path", "relative/dir"),
+])
+def test_a_template_or_line_break_in_a_deployed_field_is_refused_at_validate(field, value):
+    data = with_changes(example_data("local"), **{field: value})
+    found = refused(data)
+    assert field.replace("__", ".") in found, found
+
+
+def test_an_osd_device_cannot_smuggle_yaml_or_ini_lines():
+    for device in ("/dev/nvme9n1\n    all: true", "/dev/sdb\n[global]\nmon_host = 10.9.9.9", "/dev/../etc/passwd",
+                   "/etc/passwd"):
+        found = refused(with_changes(example_data("local"), ceph__osds_per_host=1, ceph__osd_devices=[device]))
+        assert any(path.startswith("ceph.osd_devices") for path in found), (device, found)
+    ok = from_mapping(with_changes(example_data("local"), ceph__osds_per_host=1,
+                                   ceph__osd_devices=["/dev/disk/by-id/nvme-eui.0025388b91b1f2a4"]))
+    assert ok.ceph.osd_devices == ["/dev/disk/by-id/nvme-eui.0025388b91b1f2a4"]
+
+
+def test_a_ceph_option_is_a_plain_name_and_a_one_line_value():
+    for options in ({"osd memory target": 1}, {"Osd_Memory": 1}, {"osd_memory_target": "1\nmon_host = x"},
+                    {"osd_memory_target": "--yes-i-really-mean-it"}):
+        found = refused(with_changes(example_data("local"), ceph__options=options))
+        assert any(path.startswith("ceph.options") for path in found), (options, found)
+    assert from_mapping(with_changes(example_data("local"), ceph__options={"osd_op_queue": "wpq", "debug_ms": -1}))
+
+
+def test_an_inline_model_name_is_one_word():
+    data = example_data("local")
+    tiny = yaml.safe_load((REPO / "models" / "llm" / "kvplan-tiny-llama.yaml").read_text())
+    tiny.pop("sources", None)
+    found = refused(with_changes(data, model={**tiny, "name": "tiny " + TEMPLATE}))
+    assert "model.name" in found, found
+
+
+@pytest.mark.parametrize("host, host_vars", [
+    ("localhost\n  evil", {}),
+    ("../../etc/cron.d/x", {}),
+    ("localhost", {"ansible_host": "127.0.0.1 rgw.evil"}),
+    ("localhost", {"ansible_host": TEMPLATE}),
+])
+def test_an_inventory_host_is_a_host_name_or_address(tmp_path, host, host_vars):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu": {"hosts": {host: host_vars}}}}}))
+    with pytest.raises(SpecError) as exc:
+        inventory_mod.load(inv)
+    assert exc.value.problems[0].path.startswith("inventory.gpu."), exc.value.problems
+
+
+# ----------------------------------------------------------------------------------------------
+# What reaches Ansible is data: the real ansible-playbook on the rendered project
+
+
+def rendered_variables(project: Path) -> list[str]:
+    """Every variable kvplan wrote into the project's group_vars and host_vars."""
+    names = set()
+    for path in [*(project / "group_vars").rglob("*.yml"), *(project / "host_vars").rglob("*.yml")]:
+        names |= set(ansible_yaml.load(path.read_text()) or {})
+    return sorted(names)
+
+
+def template_every_variable(root: Path) -> list[str]:
+    """Run a playbook in the rendered project that templates each rendered variable the way a task
+    argument would (`{{ var }}`) on every host of the rendered inventory; its messages, as printed."""
+    project = root / "project"
+    names = rendered_variables(project)
+    assert "vllm_model" in names and "ceph_options" in names and "vllm_instances" in names, names
+    probe = [{"name": "Template every rendered variable", "hosts": "all", "gather_facts": False, "tasks": [{
+        "name": "Variable as a task argument", "ansible.builtin.debug": {"msg": "{{ lookup('ansible.builtin.vars', item) }}"},
+        "loop": names}]}]
+    (project / "probe.yml").write_text(yaml.safe_dump(probe))
+    r = ansible_runner.run(private_data_dir=str(root), playbook="probe.yml", quiet=True, suppress_env_files=True,
+                           ident="probe", envvars={"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                                                   "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    assert r.rc == 0, r.stdout.read()
+    return [str(e["event_data"]["res"].get("msg")) for e in r.events if e["event"] == "runner_item_on_ok"]
+
+
+def test_a_template_in_a_free_text_value_reaches_ansible_as_text(tmp_path):
+    # A Ceph option value may be any one-line text, so this template passes validate and render.
+    mark = tmp_path / "ran-on-the-controller"
+    attack = payload(mark)
+    r = resolve(spec("local", ceph__options={"osd_memory_target": attack}))
+    root = render(r, LOCAL, tmp_path / "run", KEYS).root
+    written = (root / "project" / "group_vars" / "all" / "ceph.yml").read_text()
+    assert "osd_memory_target: !unsafe " in written
+    assert ansible_yaml.load(written)["ceph_options"]["osd_memory_target"] == attack
+
+    messages = template_every_variable(root)
+
+    assert not mark.exists(), "ansible-playbook evaluated a template from the spec"
+    assert any(attack in m for m in messages), messages
+
+
+def test_values_forged_past_validation_are_still_data_to_ansible(tmp_path):
+    # Grammars stop these at validate; the rendering must not depend on that alone.
+    mark = tmp_path / "ran-on-the-controller"
+    attack = payload(mark)
+    r = resolve(spec("local"))
+    forged = r.model_copy(update={"model_path": attack, "api_host": attack, "name": "local"})
+    root = render(forged, LOCAL, tmp_path / "run", KEYS).root
+
+    messages = template_every_variable(root)
+
+    assert not mark.exists(), "ansible-playbook evaluated a template from the spec"
+    assert sum(attack in m for m in messages) >= 2, messages
+
+
+# ----------------------------------------------------------------------------------------------
+# The local-disk tier's directory
+
+
+@pytest.mark.parametrize("path", ["/", "/etc", "/usr", "/var", "/var/lib", "/home", "/tmp", "/etc/lmcache", "/usr/local",
+                                  "/proc/self", "/var/lib/"])
+def test_the_local_disk_tier_is_never_a_system_directory(path):
+    found = refused(with_changes(example_data("local"), lmcache__nvme__path=path))
+    assert "system directory" in found["lmcache.nvme.path"] or "normalised" in found["lmcache.nvme.path"], found
+
+
+def run_nvme_dir_tasks(tmp_path: Path, path: Path, check: bool = False):
+    """The lmcache role's directory tasks on this machine, as a deploy (or `--check --diff`) runs them."""
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    play = [{"name": "Local-disk tier directory", "hosts": "localhost", "gather_facts": False, "tasks": [{
+        "name": "Directory tasks", "ansible.builtin.include_role": {"name": "lmcache", "tasks_from": "nvme_dir"},
+        "vars": {"lmcache_nvme_path": str(path)}}]}]
+    (project / "play.yml").write_text(yaml.safe_dump(play))
+    return ansible_runner.run(
+        private_data_dir=str(tmp_path), project_dir=str(project), playbook="play.yml", quiet=True, suppress_env_files=True,
+        inventory={"all": {"hosts": {"localhost": {"ansible_connection": "local",
+                                                    "ansible_python_interpreter": sys.executable}}}},
+        cmdline="--check --diff" if check else None,
+        envvars={"ANSIBLE_ROLES_PATH": str(REPO / "templates" / "roles"), "ANSIBLE_NOCOLOR": "1",
+                 "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+
+
+def changed(r) -> list[str]:
+    return [e["event_data"]["task"] for e in r.events if e["event"] == "runner_on_ok" and e["event_data"]["res"].get("changed")]
+
+
+def test_an_existing_directory_keeps_its_mode_and_owner(tmp_path):
+    existing = tmp_path / "mnt-nvme0"
+    existing.mkdir()
+    existing.chmod(0o755)
+    before = existing.stat()
+
+    check = run_nvme_dir_tasks(tmp_path, existing, check=True)
+    assert check.rc == 0 and changed(check) == [], check.stdout.read()
+    apply = run_nvme_dir_tasks(tmp_path, existing)
+    assert apply.rc == 0 and changed(apply) == [], apply.stdout.read()
+
+    after = existing.stat()
+    assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_gid) == (0o755, before.st_uid, before.st_gid)
+
+
+def test_a_missing_directory_is_created_for_lmcache_only(tmp_path):
+    fresh = tmp_path / "lmcache" / "nvme"
+    r = run_nvme_dir_tasks(tmp_path, fresh)
+    assert r.rc == 0 and changed(r) == ["Create the local-disk tier directory"], r.stdout.read()
+    assert fresh.is_dir() and stat.S_IMODE(fresh.stat().st_mode) == 0o750
+
+
+def test_a_symlink_or_file_at_the_tier_path_stops_the_deploy(tmp_path):
+    target = tmp_path / "etc-like"
+    target.mkdir()
+    target.chmod(0o755)
+    link = tmp_path / "nvme-link"
+    link.symlink_to(target)
+    r = run_nvme_dir_tasks(tmp_path, link)
+    assert r.rc != 0 and "is not a directory" in r.stdout.read()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
