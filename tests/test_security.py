@@ -20,6 +20,7 @@ from pathlib import Path
 import ansible_runner
 import pytest
 import yaml
+from hypothesis import given, settings, strategies as st
 
 from conftest import REPO, example_data, spec, with_changes
 from kvplan.deploy import ansible_yaml, inventory as inventory_mod
@@ -113,6 +114,28 @@ def test_an_inventory_host_is_a_host_name_or_address(tmp_path, host, host_vars):
 
 # ----------------------------------------------------------------------------------------------
 # What reaches Ansible is data: the real ansible-playbook on the rendered project
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(st.text() | st.integers() | st.booleans() | st.none(),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
+                                                                                   inner, max_size=4), max_leaves=12))
+def test_every_string_is_written_unsafe_and_reads_back_exactly(value):
+    text = ansible_yaml.dump({"v": value})
+    assert ansible_yaml.load(text) == {"v": value}, "strings stay strings and numbers, booleans and nulls keep their type"
+    strings = [v for v in _leaves(value) if isinstance(v, str)]
+    assert text.count(ansible_yaml.UNSAFE_TAG + " ") + text.count(ansible_yaml.UNSAFE_TAG + "\n") >= len(strings)
+
+
+def _leaves(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
 
 
 def rendered_variables(project: Path) -> list[str]:

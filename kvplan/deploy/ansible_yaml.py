@@ -20,11 +20,27 @@ import yaml
 UNSAFE_TAG = "!unsafe"
 
 
+WIDTH = 150
+"""Under yamllint's 160 columns: PyYAML folds longer quoted strings at their spaces (losslessly)."""
+
+
 class _Dumper(yaml.SafeDumper):
     """Indents list items under their key (as yamllint, and so ansible-lint, expects) and tags strings."""
 
     def increase_indent(self, flow: bool = False, indentless: bool = False):
         return super().increase_indent(flow, False)
+
+    def process_tag(self):
+        """A long string without spaces (a JSON argument) goes on its own line after its tag: yamllint
+        allows an unbreakable word of any length there, but not after `- !unsafe `."""
+        super().process_tag()
+        event = self.event
+        if (isinstance(event, yaml.ScalarEvent) and event.tag == UNSAFE_TAG and " " not in event.value
+                and len(event.value) > WIDTH // 2):
+            indent = self.indent
+            self.indent = (indent or 0) + self.best_indent
+            self.write_indent()
+            self.indent = indent
 
     def represent_mapping(self, tag, mapping, flow_style=None):
         node = super().represent_mapping(tag, mapping, flow_style)
@@ -44,7 +60,7 @@ _Dumper.add_representer(str, _represent_str)
 
 def dump(value: Any) -> str:
     """`value` as YAML whose every string value is tagged `!unsafe` (no trailing newline)."""
-    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000).rstrip("\n")
+    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=WIDTH).rstrip("\n")
 
 
 class _Loader(yaml.SafeLoader):
