@@ -80,8 +80,7 @@ def data_dir_problem(value: str) -> str | None:
         return problem
     clean = value.rstrip("/") or "/"
     if clean in SYSTEM_DIRS or (clean + "/").startswith(SYSTEM_TREES):
-        return ("is a system directory (or lies in one); give the tier a directory of its own, "
-                "e.g. /var/lib/lmcache/nvme or /mnt/nvme0/lmcache")
+        return "is a system directory (or lies in one)"
     return None
 
 
@@ -91,22 +90,24 @@ def device_problem(value: str) -> str | None:
     if problem:
         return problem
     if not value.startswith("/dev/") or value.rstrip("/") == "/dev":
-        return "must be a block device under /dev/, e.g. /dev/nvme1n1 or /dev/disk/by-id/..."
+        return "must be a block device under /dev/"
     return None
 
 
-def _check(problem) -> AfterValidator:
+def _check(problem, fix: str) -> AfterValidator:
+    """A validator from a `*_problem` function; its error carries the fix (kvplan/spec/load.py reads '; fix: ')."""
     def validate(value: str) -> str:
         why = problem(value)
         if why:
-            raise ValueError(why)
+            raise ValueError(f"{why}; fix: {fix}")
         return value
     return AfterValidator(validate)
 
 
 def _option_key(value: str) -> str:
     if not _OPTION_KEY.match(value):
-        raise ValueError("a Ceph option name is lowercase letters, digits and '_' (e.g. osd_memory_target)")
+        raise ValueError("a Ceph option name is lowercase letters, digits and '_'; "
+                         "fix: use the name `ceph config help <option>` knows, e.g. osd_memory_target")
     return value
 
 
@@ -128,7 +129,7 @@ def option_value_problem(value: object) -> str | None:
 def _option_value(value: str | int | float | bool) -> str | int | float | bool:
     why = option_value_problem(value)
     if why:
-        raise ValueError(why)
+        raise ValueError(f"{why}; fix: write the value as Ceph prints it back, e.g. 8589934592 or wpq")
     return value
 
 
@@ -136,30 +137,31 @@ def _model_id(value: str) -> str:
     if value.startswith("/"):
         why = path_problem(value)
         if why:
-            raise ValueError(f"a local model directory {why}")
+            raise ValueError(f"a local model directory {why}; fix: e.g. /var/lib/kvplan/models/tiny-llama")
         return value
     if not _HF_ID.match(value) or ".." in value:
         raise ValueError("must be a Hugging Face id (org/name: letters, digits, '.', '_', '-') "
-                         "or an absolute local directory")
+                         "or an absolute local directory; fix: e.g. meta-llama/Llama-3.1-8B or /var/lib/models/llama")
     return value
 
 
 def _word(value: str) -> str:
     if not _WORD.match(value):
-        raise ValueError("must be one word of letters, digits and . _ : / @ + = , - (starting with a letter or digit)")
+        raise ValueError("must be one word of letters, digits and . _ : / @ + = , - (starting with a letter or digit); "
+                         "fix: e.g. default")
     return value
 
 
-HostName = Annotated[str, _check(host_problem)]
+HostName = Annotated[str, _check(host_problem, "write a host name such as ceph-1.example.com or an address such as 10.0.0.5")]
 """A DNS name or an IP address (`0.0.0.0` and `::` included, for listening on every address)."""
 
-AbsPath = Annotated[str, _check(path_problem)]
+AbsPath = Annotated[str, _check(path_problem, "write an absolute path such as /mnt/cephfs/lmcache")]
 """An absolute, normalised path of plain characters."""
 
-DataDir = Annotated[str, _check(data_dir_problem)]
+DataDir = Annotated[str, _check(data_dir_problem, "give the tier a directory of its own, e.g. /var/lib/lmcache/nvme")]
 """A directory dedicated to kvplan's data: absolute, normalised, not a system directory."""
 
-DevicePath = Annotated[str, _check(device_problem)]
+DevicePath = Annotated[str, _check(device_problem, "write the device's path, e.g. /dev/nvme1n1 or /dev/disk/by-id/...")]
 """A block device path under /dev/."""
 
 OptionKey = Annotated[str, AfterValidator(_option_key)]
