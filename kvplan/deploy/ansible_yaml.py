@@ -5,7 +5,8 @@ spec value such as `{{ lookup('pipe', 'id') }}` would run on the controller. kvp
 writes each string value it renders for Ansible with Ansible's `!unsafe` tag: the tasks receive
 the exact characters, and `{{`, `{%` and `{#` inside them stay text. Mapping keys are kvplan's
 own variable names and option keys (validated), written plainly. Numbers, booleans and nulls
-carry no template and are written as they are.
+carry no template and are written as they are, and so is a string whose text reads as one
+('false', '8'): Ansible would give an `!unsafe` scalar that type, and such text holds no template.
 
 The output is ordinary YAML for any other reader: `yaml.safe_load` needs the `!unsafe`
 constructor, which `load` below provides (tests and `kvplan deploy --check` read the files back).
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 UNSAFE_TAG = "!unsafe"
+_STR = "tag:yaml.org,2002:str"
 
 
 WIDTH = 150
@@ -46,12 +48,17 @@ class _Dumper(yaml.SafeDumper):
         node = super().represent_mapping(tag, mapping, flow_style)
         for key_node, _ in node.value:
             if key_node.tag == UNSAFE_TAG:
-                key_node.tag, key_node.style = "tag:yaml.org,2002:str", None
+                key_node.tag, key_node.style = _STR, None
         return node
 
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     style = "|" if "\n" in value else "'"
+    if dumper.resolve(yaml.ScalarNode, value, (True, False)) != _STR:
+        # ansible-core 2.19 gives an !unsafe scalar the type its text resolves to ('false' -> False,
+        # '8' -> 8), so text that reads as a number, boolean, null or date is written quoted and
+        # untagged: it cannot hold a template ({{ }}, {% %}, {# #} or a #jinja2: header) anyway.
+        return dumper.represent_scalar(_STR, value, style="'")
     return dumper.represent_scalar(UNSAFE_TAG, value, style=style)
 
 
