@@ -163,7 +163,7 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str):
     from pathlib import Path
 
     from .deploy import inventory as inventory_mod
-    from .deploy.render import render
+    from .deploy.render import check_deployable, render
     from .deploy.secrets import load_or_create
     from .resolve import resolve
     from .spec import load
@@ -174,8 +174,10 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str):
         _fail(exc if exc.source else exc.with_source(spec))
     try:
         inv = inventory_mod.load(inventory)
+        check_deployable(resolved, inv)
         target = Path(out_dir) if out_dir else _run_dir(state_dir, resolved.name)
-        return render(resolved, inv, target, load_or_create(Path(state_dir), resolved.name))
+        # Keys are loaded or generated only once render has accepted the spec, inventory and target.
+        return render(resolved, inv, target, lambda: load_or_create(Path(state_dir), resolved.name))
     except SpecError as exc:
         _fail(exc.with_source(spec))
 
@@ -204,15 +206,19 @@ EXIT_DEPLOY_FAILED = 3
 
 
 def _run_dir(state_dir: str, name: str):
-    """A fresh run directory under <state dir>/runs/ (never reused: ansible-runner state must not leak)."""
+    """A fresh run directory under <state dir>/runs/ (never reused: ansible-runner state must not leak);
+    runs/ itself is owner-only (mode 0700), as every run holds the inventory and the keys."""
+    import os
     import time
     from pathlib import Path
 
-    base = Path(state_dir) / "runs"
+    from .deploy.secrets import private_dir
+
+    base = private_dir(Path(state_dir) / "runs")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1000):
         path = base / (f"{stamp}-{name}" + (f"-{n}" if n else ""))
-        if not path.exists():
+        if not os.path.lexists(path):
             return path
     raise RuntimeError(f"no free run directory under {base}")
 

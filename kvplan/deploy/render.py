@@ -8,22 +8,26 @@ Layout (ansible-runner's, docs/deploy.md):
     project/down.yml                 `kvplan deploy --down`: stops every component, reverse order
     project/ansible.cfg
     project/group_vars/all/<role>.yml  role variables from kvplan.deploy.stack
-    project/group_vars/all/secrets.yml RGW keys, mode 0600
+    project/group_vars/all/secrets.yml RGW keys
     project/host_vars/<gpu host>.yml   the host's vLLM instances
     project/roles/                   templates/roles, copied as they are (Ansible renders those)
     env/settings                     runner settings
     kvplan.json                      what was rendered: spec, hash, kvplan version, stack
+    .kvplan-render.json              the marker: every file above, with its sha256
 
 kvplan's own Jinja templates live in templates/project and templates/env; every file kvplan
 renders starts with a header naming the spec and its hash.
+
+The output directory and how files are written there (owner-only; only a directory kvplan
+provably rendered is ever replaced) are kvplan.deploy.output's.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import shutil
 from pathlib import Path
+from typing import Callable
 
 import jinja2
 
@@ -31,11 +35,12 @@ from .. import __version__
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from ..resources import data_root
-from . import ansible_yaml, inventory as inventory_mod
-from .secrets import Secrets, write_private
+from . import ansible_yaml, inventory as inventory_mod, output as output_mod
+from .secrets import Secrets
 from .stack import Stack, build
 
-MARKER = "kvplan.json"
+MANIFEST = "kvplan.json"
+"""What was rendered (spec, hash, kvplan version, stack), for people and tools; it decides nothing."""
 ROLES = ("ceph", "lmcache", "vllm", "monitoring", "daemon")
 
 
@@ -80,34 +85,37 @@ def check_deployable(r: Resolved, inv: inventory_mod.Inventory) -> None:
         raise SpecError(problems)
 
 
-def render(r: Resolved, inv: inventory_mod.Inventory, out: Path, secrets: Secrets) -> Rendered:
-    """Write the private_data_dir; `out` must be new, empty, or an earlier kvplan render."""
+def render(r: Resolved, inv: inventory_mod.Inventory, out: Path,
+           secrets: Secrets | Callable[[], Secrets]) -> Rendered:
+    """Write the private_data_dir; `out` must be new, empty, or an earlier kvplan render.
+
+    `secrets` may be a callable (load_or_create): it is called only once the spec, the inventory
+    and `out` have been accepted, so a refused render leaves no keys behind."""
     check_deployable(r, inv)
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (out / MARKER).is_file():
-        raise SpecError([Problem("output", "exists, is not empty and is not a kvplan render; kvplan will not overwrite it",
-                                 str(out), fix="choose a new directory with -o")])
-    if out.exists():
-        shutil.rmtree(out)
+    earlier = output_mod.claim(out)
+    keys = secrets() if callable(secrets) else secrets
+    output_mod.clear(out, earlier)
+    output = output_mod.Output(out)
+    try:
+        stack = _write(r, inv, keys, output)
+    except BaseException:
+        output.discard()
+        raise
+    return Rendered(out, stack, r)
+
+
+def _write(r: Resolved, inv: inventory_mod.Inventory, secrets: Secrets, output: output_mod.Output) -> Stack:
     gpu = inv.hosts("gpu")
     stack = build(r, [h.name for h in gpu], [h.address for h in inv.hosts("ceph")], [h.address for h in gpu])
     header = (f"# Rendered by kvplan {__version__} from spec '{r.name}' (sha256 {r.spec_hash}).\n"
               "# Do not edit: change the spec and render again.\n")
     env = _env()
 
-    def write(rel: str, text: str, private: bool = False) -> None:
-        path = out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if private:
-            write_private(path, text)
-        else:
-            path.write_text(text)
-
     def template(name: str, rel: str, **ctx) -> None:
-        write(rel, env.get_template(name).render(header=header, r=r, stack=stack, **ctx))
+        output.write(rel, env.get_template(name).render(header=header, r=r, stack=stack, **ctx))
 
-    inventory_text = Path(inv.path).read_text()
-    write("inventory/hosts.yml", header + inventory_text)
+    output.write("inventory/hosts.yml", header + Path(inv.path).read_text())
     template("project/site.yml.j2", "project/site.yml")
     template("project/ceph-state.yml.j2", "project/ceph-state.yml")
     template("project/down.yml.j2", "project/down.yml")
@@ -118,12 +126,13 @@ def render(r: Resolved, inv: inventory_mod.Inventory, out: Path, secrets: Secret
         if values is not None:
             template("project/role_vars.yml.j2", f"project/group_vars/all/{role}.yml", role=role,
                      values=values.model_dump())
-    write("project/group_vars/all/secrets.yml", header + ansible_yaml.dump(secrets.model_dump()) + "\n", private=True)
+    output.write("project/group_vars/all/secrets.yml", header + ansible_yaml.dump(secrets.model_dump()) + "\n")
     for host, instances in stack.instances.items():
         template("project/role_vars.yml.j2", f"project/host_vars/{host}.yml", role="vllm (this host's instances)",
                  values={"vllm_instances": instances})
-    shutil.copytree(data_root() / "templates" / "roles", out / "project" / "roles")
+    output.copy(data_root() / "templates" / "roles", "project/roles")
     manifest = {"kvplan": __version__, "spec": r.name, "spec_hash": r.spec_hash, "inventory": inv.path,
                 "stack": stack.model_dump()}
-    write(MARKER, json.dumps(manifest, indent=2) + "\n")
-    return Rendered(out, stack, r)
+    output.write(MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    output.seal(kvplan=__version__, spec=r.name, spec_hash=r.spec_hash)
+    return stack
