@@ -110,6 +110,8 @@ class ResolvedCeph(SpecModel):
     pool_size: int
     pool_min_size: int
     pool_pg_num: int
+    pool_adopt: bool
+    """An existing pool of an external cluster may be changed to the spec (ceph.pool.adopt)."""
     failure_domain: str
     access: str
     rgw_port: int
@@ -457,7 +459,7 @@ def _ceph(topo: Topology, device_class: CephDeviceClass, nic: Nic, lm: ResolvedL
     return ResolvedCeph(
         deploy=c.deploy, hosts=c.hosts, osds=osds, osd_size=c.osd_size, raw_bytes=raw, usable_bytes=usable,
         kv_budget_bytes=budget, pool_name=c.pool.name, pool_size=c.pool.size, pool_min_size=c.pool.min_size,
-        pool_pg_num=c.pool.pg_num, failure_domain=c.failure_domain, access=c.access, rgw_port=c.rgw.port,
+        pool_pg_num=c.pool.pg_num, pool_adopt=c.pool.adopt, failure_domain=c.failure_domain, access=c.access, rgw_port=c.rgw.port,
         rgw_dns_name=c.rgw.dns_name, rgw_bucket=c.rgw.bucket, rgw_region=c.rgw.region, rgw_user=c.rgw.user, rgw_address=c.rgw.address, osd_devices=list(c.osd_devices), cephfs_mount=c.cephfs_mount,
         options=dict(c.options), device_class=device_class,
         network=nic if c.network_bandwidth is None else nic.model_copy(update={"bandwidth": c.network_bandwidth}))

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 STATE = ["/var/lib/ceph/mon/ceph-*", "/var/lib/ceph/mgr/ceph-*", "/var/lib/ceph/osd/ceph-*", "/var/lib/ceph/radosgw/ceph-*",
@@ -78,3 +79,43 @@ def radosgw_admin(*args: str) -> str:
     done = subprocess.run(["radosgw-admin", *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, f"radosgw-admin {' '.join(args)} failed: {done.stderr}"
     return done.stdout
+
+
+class ArgvWatch:
+    """Every distinct command line of this machine's processes while the block runs, sampled from
+    /proc/*/cmdline every `interval` seconds in a background thread (what `ps` shows any user)."""
+
+    def __init__(self, interval: float = 0.02):
+        self.interval = interval
+        self.seen: set[str] = set()
+        self.sweeps = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="argv-watch", daemon=True)
+
+    def _sweep(self) -> None:
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        raw = f.read()
+                except OSError:  # the process has gone
+                    continue
+                if raw:
+                    self.seen.add(raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace"))
+        self.sweeps += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sweep()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "ArgvWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def containing(self, text: str) -> list[str]:
+        return sorted(line for line in self.seen if text in line)

@@ -3,9 +3,12 @@
 A single-node Ceph from Debian's packages on loopback (two file-backed BlueStore OSDs), the
 kvcache pool, RGW with its DNS name, the S3 user, the bucket and its lifecycle rule — checked
 with the real `ceph` and `radosgw-admin` commands and with an S3 client speaking to
-<bucket>.<dns name> the way LMCache does. A second deploy changes nothing; `--check` with a
-different pool size names the change and leaves the cluster alone. The cluster is built from
-nothing and torn down by pid at the end.
+<bucket>.<dns name> the way LMCache does. While the first deploy runs, every process's command
+line is sampled: the RGW keys are never on one. A second deploy changes nothing; `--check` with
+a different pool size names the change and leaves the cluster alone. Deployed as an external
+cluster, a spec whose pool differs from the live one stops the deploy (and `--check` says it
+would) unless ceph.pool.adopt is set. The cluster is built from nothing and torn down by pid at
+the end.
 
 These tests need Ceph's packages (./install.sh test installs them) and root. Without them they
 fail — never skip — so CI cannot go green without exercising a real cluster.
@@ -19,6 +22,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -45,6 +49,15 @@ def last_stats(state: Path, ident: str = "apply") -> dict:
     return stats["event_data"]
 
 
+class Cluster(NamedTuple):
+    state: Path
+    """kvplan's --state-dir: runs and the generated keys."""
+    first: subprocess.CompletedProcess
+    """The first deploy."""
+    argv: ceph_local.ArgvWatch
+    """Every command line seen on this machine while the first deploy ran."""
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     missing = ceph_local.missing_packages()
@@ -54,15 +67,32 @@ def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("kvplan-state")
     ceph_local.wipe()
     try:
-        first = kvplan("deploy", "examples/local.yaml", "-i", INVENTORY, "--tags", "ceph", state=state)
+        with ceph_local.ArgvWatch() as argv:
+            first = kvplan("deploy", "examples/local.yaml", "-i", INVENTORY, "--tags", "ceph", state=state)
         assert first.returncode == 0, f"first deploy failed:\n{first.stdout}\n{first.stderr}"
-        yield state, first
+        yield Cluster(state, first, argv)
     finally:
         ceph_local.wipe()
 
 
+def pool_size(name: str = "kvcache") -> int:
+    return json.loads(ceph_local.ceph("osd", "pool", "get", name, "size", "-f", "json"))["size"]
+
+
+def pool_id(name: str = "kvcache") -> int:
+    pools = json.loads(ceph_local.ceph("osd", "pool", "ls", "detail", "-f", "json"))
+    return next(p["pool_id"] for p in pools if p["pool_name"] == name)
+
+
+def external_spec(tmp_path: Path, **changes) -> str:
+    """examples/local.yaml as a spec for the same cluster reached as an external one, with changes."""
+    path = tmp_path / "local-external.yaml"
+    path.write_text(yaml.safe_dump(with_changes(example_data("local"), ceph__deploy="external", **changes)))
+    return str(path)
+
+
 def test_first_deploy_builds_the_cluster_the_spec_describes(cluster):
-    state, first = cluster
+    state = cluster.state
     assert last_stats(state)["changed"], "a deploy onto nothing must change something"
     spec = example_data("local")
     pool = spec["ceph"]["pool"]
@@ -89,8 +119,7 @@ def test_an_s3_client_reaches_the_bucket_by_its_virtual_host_name(cluster):
     import boto3
     from botocore.config import Config
 
-    state, _ = cluster
-    keys = yaml.safe_load((state / "secrets" / "local.yml").read_text())
+    keys = yaml.safe_load((cluster.state / "secrets" / "local.yml").read_text())
     s3 = boto3.client("s3", endpoint_url="http://rgw.kvplan.local:7480", region_name="default",
                       aws_access_key_id=keys["ceph_rgw_access_key"], aws_secret_access_key=keys["ceph_rgw_secret_key"],
                       config=Config(s3={"addressing_style": "virtual"}, signature_version="s3v4"))
@@ -102,7 +131,7 @@ def test_an_s3_client_reaches_the_bucket_by_its_virtual_host_name(cluster):
 
 
 def test_keys_are_private_and_never_printed(cluster):
-    state, first = cluster
+    state, first = cluster.state, cluster.first
     secrets_file = state / "secrets" / "local.yml"
     keys = yaml.safe_load(secrets_file.read_text())
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
@@ -114,15 +143,28 @@ def test_keys_are_private_and_never_printed(cluster):
         assert key not in log
 
 
+def test_the_rgw_keys_never_appear_on_any_command_line(cluster):
+    keys = yaml.safe_load((cluster.state / "secrets" / "local.yml").read_text())
+    watch = cluster.argv
+    # The watch saw the short radosgw-admin commands that once carried the keys, so it would see a key there.
+    assert watch.containing("radosgw-admin user create --uid=kvplan"), f"{watch.sweeps} sweeps missed the user's creation"
+    assert watch.containing("radosgw-admin metadata put user:kvplan"), f"{watch.sweeps} sweeps missed the key's write"
+    for name in ("ceph_rgw_access_key", "ceph_rgw_secret_key"):
+        assert not watch.containing(keys[name]), f"{name} was on a command line"
+    user = json.loads(ceph_local.radosgw_admin("user", "info", "--uid=kvplan"))
+    assert [(k["access_key"], k["secret_key"]) for k in user["keys"]] == \
+        [(keys["ceph_rgw_access_key"], keys["ceph_rgw_secret_key"])], "kvplan's key only (the random one is replaced)"
+
+
 def test_a_second_deploy_changes_nothing(cluster):
-    state, _ = cluster
+    state = cluster.state
     again = kvplan("deploy", "examples/local.yaml", "-i", INVENTORY, "--tags", "ceph", state=state)
     assert again.returncode == 0, again.stdout + again.stderr
     assert last_stats(state)["changed"] == {}, again.stdout
 
 
 def test_check_names_a_pool_size_change_and_leaves_the_cluster_alone(cluster, tmp_path):
-    state, _ = cluster
+    state = cluster.state
     changed = with_changes(example_data("local"), ceph__pool__size=2)
     spec_file = tmp_path / "local-size2.yaml"
     spec_file.write_text(yaml.safe_dump(changed))
@@ -130,4 +172,33 @@ def test_check_names_a_pool_size_change_and_leaves_the_cluster_alone(cluster, tm
     assert check.returncode == 0, check.stdout + check.stderr
     assert "Ceph: 1 change(s) a deploy would make:" in check.stdout
     assert "pool kvcache size: 1 -> 2" in check.stdout
-    assert json.loads(ceph_local.ceph("osd", "pool", "get", "kvcache", "size", "-f", "json"))["size"] == 1
+    assert pool_size() == 1
+
+
+def test_an_external_clusters_pool_that_differs_is_left_alone_without_adopt(cluster, tmp_path):
+    spec_file = external_spec(tmp_path, ceph__pool__size=2)
+    check = kvplan("deploy", spec_file, "-i", INVENTORY, "--tags", "ceph", "--check", state=cluster.state)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "Ceph: 1 change(s) a deploy would make:" in check.stdout
+    assert "pool kvcache: size 1 -> size 2 (refused: " in check.stdout and "ceph.pool.adopt is false" in check.stdout
+
+    deploy = kvplan("deploy", spec_file, "-i", INVENTORY, "--tags", "ceph", state=cluster.state)
+    assert deploy.returncode == 3, deploy.stdout + deploy.stderr
+    message = " ".join(deploy.stderr.split())   # rich wraps long lines
+    assert "pool kvcache already exists in the external cluster and differs from the spec: size 1 -> 2." in message
+    assert "ceph.pool.adopt: true" in message
+    assert pool_size() == 1
+    assert last_stats(cluster.state)["changed"] == {}, "the deploy stops before changing anything"
+
+
+# Last: it changes the pool (and puts it back), which the tests above must not see.
+def test_with_adopt_an_external_deploy_sets_the_existing_pool_to_the_spec(cluster, tmp_path):
+    spec_file = external_spec(tmp_path, ceph__pool__size=2, ceph__pool__adopt=True)
+    before = pool_id()
+    try:
+        deploy = kvplan("deploy", spec_file, "-i", INVENTORY, "--tags", "ceph", state=cluster.state)
+        assert deploy.returncode == 0, deploy.stdout + deploy.stderr
+        assert pool_size() == 2
+        assert pool_id() == before, "the pool is changed, never recreated"
+    finally:
+        ceph_local.ceph("osd", "pool", "set", "kvcache", "size", "1", "--yes-i-really-mean-it")

@@ -4,6 +4,10 @@ Ceph's Ansible modules (and kvplan's shell tasks) predict nothing in check mode,
 `kvplan deploy --check` reads the cluster with the read-only `State:` tasks of the ceph role
 (`ceph osd pool ls detail`, `ceph osd crush rule dump`, `ceph config dump`, `radosgw-admin
 bucket stats` and `lc get`) and compares them here with what a deploy would set.
+
+The pool comparison is the ceph role's (templates/roles/ceph/tasks/pool_live.yml), and so is its
+refusal: an existing pool of an external cluster that differs from the spec, without
+ceph.pool.adopt, stops the deploy before it changes anything, and the diff says so.
 """
 
 from __future__ import annotations
@@ -21,9 +25,15 @@ class Change:
     what: str
     live: str
     desired: str
+    note: str = ""
+    """Why the deploy would not make it after all (an external pool without ceph.pool.adopt)."""
 
     def __str__(self) -> str:
-        return f"{self.what}: {self.live} -> {self.desired}"
+        return f"{self.what}: {self.live} -> {self.desired}" + (f" ({self.note})" if self.note else "")
+
+
+ADOPT_REFUSAL = ("refused: the pool exists in the external cluster and ceph.pool.adopt is false, so the deploy stops "
+                 "before changing anything; set ceph.pool.adopt: true to let kvplan change it, or make the spec match the pool")
 
 
 def _json(result: dict | None):
@@ -51,15 +61,12 @@ def diff(want: CephVars, state: dict[str, dict]) -> list[Change]:
         changes.append(Change(name, "absent", f"created (size {want.ceph_pool_size}, min_size {want.ceph_pool_min_size}, "
                                               f"pg_num {want.ceph_pool_pg_num})"))
     else:
-        for key, desired, live in (("size", want.ceph_pool_size, pool.get("size")),
-                                   ("min_size", want.ceph_pool_min_size, pool.get("min_size")),
-                                   ("pg_num", want.ceph_pool_pg_num, pool.get("pg_num")),
-                                   ("crush_rule", want.ceph_crush_rule, rules.get(pool.get("crush_rule"), pool.get("crush_rule")))):
-            if str(live) != str(desired):
-                changes.append(Change(f"{name} {key}", str(live), str(desired)))
-        if want.ceph_pool_application not in (pool.get("application_metadata") or {}):
-            changes.append(Change(f"{name} application", ",".join(pool.get("application_metadata") or {}) or "none",
-                                  want.ceph_pool_application))
+        differences = _pool_differences(want, pool, rules)
+        if differences and want.ceph_deploy == "external" and not want.ceph_pool_adopt:
+            # The deploy stops here (pool.yml), so nothing after it would change either.
+            return [Change(name, ", ".join(f"{key} {live}" for key, live, _ in differences),
+                           ", ".join(f"{key} {desired}" for key, _, desired in differences), ADOPT_REFUSAL)]
+        changes += [Change(f"{name} {key}", live, desired) for key, live, desired in differences]
     config = _json(state.get("State: config")) or []
 
     def live_option(section: str, key: str) -> str:
@@ -81,6 +88,22 @@ def diff(want: CephVars, state: dict[str, dict]) -> list[Change]:
             changes.append(Change(f"{bucket} lifecycle expiration", f"{days} days" if days else "none",
                                   f"{want.ceph_rgw_expiration_days} days" if want.ceph_rgw_expiration_days else "none"))
     return changes
+
+
+def _pool_differences(want: CephVars, pool: dict, rules: dict) -> list[tuple[str, str, str]]:
+    """(setting, live, desired) where an existing pool differs from the spec, as pool_live.yml compares them."""
+    differences = []
+    for key, desired, live in (("size", want.ceph_pool_size, pool.get("size")),
+                               ("min_size", want.ceph_pool_min_size, pool.get("min_size")),
+                               ("pg_num", want.ceph_pool_pg_num, pool.get("pg_num")),
+                               ("pg_autoscale_mode", "off", pool.get("pg_autoscale_mode")),
+                               ("crush_rule", want.ceph_crush_rule, rules.get(pool.get("crush_rule"), pool.get("crush_rule")))):
+        if str(live) != str(desired):
+            differences.append((key, str(live), str(desired)))
+    applications = pool.get("application_metadata") or {}
+    if want.ceph_pool_application not in applications:
+        differences.append(("application", ",".join(applications) or "none", want.ceph_pool_application))
+    return differences
 
 
 def _lifecycle_days(lc) -> int | None:

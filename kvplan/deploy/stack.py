@@ -61,6 +61,8 @@ class CephVars(SpecModel):
     ceph_pool_min_size: int
     ceph_pool_pg_num: int
     ceph_pool_application: str
+    ceph_pool_adopt: bool
+    """External cluster: an existing pool of this name may be changed to the spec; else the deploy stops first."""
     ceph_options: dict[str, str]
     """`ceph config set global <name> <value>`, values as Ceph prints them back, so re-runs compare equal."""
     ceph_access: str
@@ -161,6 +163,7 @@ def _ceph(r: Resolved, ceph_hosts: list[str]) -> CephVars:
         ceph_crush_rule=f"kvplan-{c.device_class.name}-{c.failure_domain}",
         ceph_pool_name=c.pool_name, ceph_pool_size=c.pool_size, ceph_pool_min_size=c.pool_min_size,
         ceph_pool_pg_num=c.pool_pg_num, ceph_pool_application="rgw" if c.access == "s3" else "cephfs",
+        ceph_pool_adopt=c.pool_adopt,
         ceph_options={k: _ceph_value(v) for k, v in c.options.items()}, ceph_access=c.access,
         ceph_rgw_port=c.rgw_port, ceph_rgw_address=c.rgw_address or ceph_hosts[0], ceph_rgw_dns_name=c.rgw_dns_name, ceph_rgw_bucket=c.rgw_bucket,
         ceph_rgw_region=c.rgw_region, ceph_rgw_user=c.rgw_user,

@@ -32,6 +32,10 @@ class Pool(SpecModel):
     pg_num: int = Field(128, ge=1, le=65536)
     """Placement groups (a power of two)."""
 
+    adopt: bool = False
+    """Let kvplan change an existing pool of this name in an external cluster to the spec: size, min_size, pg_num,
+    CRUSH rule, autoscale off. Off: the deploy stops before changing a pool it did not create."""
+
 
 class Rgw(SpecModel):
     """The RADOS Gateway that serves LMCache's S3 requests."""
