@@ -856,6 +856,16 @@ def test_row_error_is_percentage_points_for_shares_and_relative_otherwise(unit, 
     assert row.error_text == text
 
 
+def test_a_run_recorded_before_the_spec_schema_grew_still_matches_its_spec():
+    # A new spec field changes every spec's hash; the recorded fidelity runs predate some fields.
+    chat = resolve(load(REPO / "docs" / "fidelity" / "chat.yaml"))
+    run = read_run(REPO / "docs" / "fidelity" / "run-chat")
+    assert run.spec_hash != chat.spec_hash, "the recorded hash is from an older schema"
+    check_same_spec(chat, run, str(REPO / "docs" / "fidelity" / "run-chat"))
+    with pytest.raises(SpecError):
+        check_same_spec(resolve(load(REPO / "docs" / "fidelity" / "rag.yaml")), run, str(REPO / "docs" / "fidelity" / "run-chat"))
+
+
 def test_check_same_spec_names_both_specs():
     r = local(PLAIN_BENCH)
     other = local(dict(PLAIN_BENCH, seed=3))
