@@ -71,8 +71,9 @@ def spec_reference() -> str:
     _models_in(Topology, models)
     lines = ["# Spec reference", "",
              "Generated from the Pydantic models by `python -m kvplan.reference docs/`; a test fails when it is stale.",
-             "Units: a **size** is like `64GiB` or `1.5TB` (a bare integer is bytes), a **duration** like `50ms` or `24h`",
-             "(a bare number is seconds), a **rate** like `40/s`, a **bandwidth** like `25GB/s` or `100Gbit`.",
+             "Units: a **size** is bytes, like `64GiB` or `1.5TB` (a bare integer is bytes), a **duration** like `50ms` or",
+             "`24h` (a bare number is seconds), a **rate** counts requests, like `40/s` or `5rps`, a **bandwidth** is like",
+             "`25GB/s`, `200Gbps` or `100Gbit`. Units are case-sensitive; [units.md](units.md) lists every accepted form.",
              "Unknown keys are errors. `kvplan schema` prints the same as JSON Schema.", ""]
     for name, model in models.items():
         lines += [f"## {name}", ""]

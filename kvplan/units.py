@@ -1,52 +1,66 @@
 """Human units in specs and the catalog: sizes, durations, rates and bandwidths.
 
 A spec says "64GiB", "50ms", "40/s" or "25GB/s"; the model holds plain numbers in base units
-(bytes, seconds, events per second, bytes per second). Parsing uses pydantic's `ByteSize` for
-sizes and Pint for everything with a time in it, so there is no hand-written unit grammar here.
+(bytes, seconds, requests per second, bytes per second). kvplan reads them with one explicit
+grammar, a number and a unit from the tables below, because a general unit library reads a
+planner's words wrongly (Pint takes "rps" for revolutions per second and "Gb" for gigabytes):
 
-A bare number is taken in the base unit (bytes, seconds, 1/s, bytes/s). A bandwidth written
-without a time ("100Gbit") means per second, the way network links are named.
+- a **size** is bytes: `B`, `kB`, `MB`, `GB`, `TB`, `PB` (powers of 1000) and `KiB`, `MiB`, `GiB`,
+  `TiB`, `PiB` (powers of 1024). Units are case-sensitive; `Gb`, `Gbit` and the like are bits and
+  are refused for a size, with the size in bytes as the fix. A bare integer is bytes.
+- a **duration**: `us` (or `µs`), `ms`, `s`, `min`, `h`, `d`. A bare number is seconds.
+- a **rate** counts requests: `/s`, `/min`, `/h`, `rps`, `rpm`, `rph`, `req/s`, `req/min`, `req/h`.
+  A bare number is per second.
+- a **bandwidth** is bytes or bits per second: a size unit over `/s` (`25GB/s`), a bit unit over
+  `/s` (`200Gbit/s`, `200Gb/s`), `bps` forms (`200Gbps`), or a bit unit alone, per second being
+  implied the way links are named (`100Gbit`). A bare number is bytes per second.
+
+Anything else is an error that names what was wrong and the accepted forms (docs/units.md
+tables every accepted and refused form, and a test reads that table).
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ByteSize, TypeAdapter, WithJsonSchema
+from pydantic import BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-SIZE_HELP = "a size such as '64GiB', '1.5TB' or '512MiB' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB; a bare integer is bytes)"
-DURATION_HELP = "a duration such as '50ms', '2s', '10min' or '24h' (a bare number is seconds)"
-RATE_HELP = "a rate such as '40/s' or '600/min' (a bare number is per second)"
-BANDWIDTH_HELP = "a bandwidth such as '25GB/s', '3.35TB/s' or '100Gbit' (a bare number is bytes/s)"
+SIZE_UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
+              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+"""Bytes per unit of a size."""
 
-_BYTES = TypeAdapter(ByteSize)
+BIT_UNITS = {"bit": 1 / 8, "b": 1 / 8, "kbit": 125, "kb": 125, "Kbit": 125, "Kb": 125, "Mbit": 125e3, "Mb": 125e3,
+             "Gbit": 125e6, "Gb": 125e6, "Tbit": 125e9, "Tb": 125e9}
+"""Bytes per unit of information counted in bits (a lowercase b is a bit)."""
 
+BPS_UNITS = {"bps": 1 / 8, "kbps": 125, "Kbps": 125, "Mbps": 125e3, "Gbps": 125e6, "Tbps": 125e9}
+"""Bytes per second per unit of the bits-per-second forms."""
 
-@lru_cache(maxsize=1)
-def _registry():
-    import pint  # imported on first use: most commands never parse a duration
+DURATION_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+"""Seconds per unit of a duration."""
 
-    return pint.UnitRegistry()
+RATE_UNITS = {"/s": 1.0, "/min": 1 / 60, "/h": 1 / 3600, "rps": 1.0, "rpm": 1 / 60, "rph": 1 / 3600,
+              "req/s": 1.0, "req/min": 1 / 60, "req/h": 1 / 3600}
+"""Requests per second per unit of a rate."""
+
+SIZE_HELP = ("a size in bytes such as '64GiB', '1.5TB' or '512MiB' (B, kB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB, "
+             "case-sensitive; a bare integer is bytes)")
+DURATION_HELP = "a duration such as '50ms', '2s', '10min' or '24h' (us, ms, s, min, h, d; a bare number is seconds)"
+RATE_HELP = ("a request rate such as '40/s', '600/min' or '5rps' (/s, /min, /h, rps, rpm, rph, req/s, req/min, req/h; "
+             "a bare number is per second)")
+BANDWIDTH_HELP = ("a bandwidth such as '25GB/s', '200Gbps' or '200Gbit/s' (a size unit or Gbit/Gb over /s, or bps forms; "
+                  "a bit unit alone such as '100Gbit' is per second; a bare number is bytes/s)")
+
+_QUANTITY = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>\S*?)\s*$")
 
 
 def _error(message: str, help_text: str, **ctx: Any) -> PydanticCustomError:
     """A unit error; `help` (what is allowed) and `example` travel in its context for the CLI."""
-    example = help_text.split("'")[1]
+    example = ctx.pop("example", None) or help_text.split("'")[1]
     return PydanticCustomError("unit", message, {"help": help_text, "example": example, **ctx})
-
-
-def _quantity(text: str, kind: str, help_text: str):
-    try:
-        return _registry().Quantity(text.strip())
-    except Exception:  # pint raises many kinds (undefined unit, tokenizer, syntax) for bad text
-        raise _error("cannot read '{value}' as {kind}", help_text, value=text, kind=kind) from None
-
-
-def _is_information(quantity) -> bool:
-    return any("bit" in name or "byte" in name for name, _power in quantity.unit_items())
 
 
 def _number(value: Any, kind: str, help_text: str) -> float | None:
@@ -60,10 +74,33 @@ def _number(value: Any, kind: str, help_text: str) -> float | None:
     return float(value)
 
 
-def _finite(x: float, text: str, kind: str, help_text: str) -> float:
-    if not math.isfinite(x) or x < 0:
-        raise _error("{kind} '{value}' must be finite and >= 0", help_text, kind=kind, value=text)
-    return x
+def _split(text: str, kind: str, help_text: str) -> tuple[float, str]:
+    """'25 GB/s' -> (25.0, 'GB/s'); an error when the text is not a number and a unit."""
+    match = _QUANTITY.match(text) if len(text) <= 64 else None
+    if match is None:
+        raise _error("cannot read '{value}' as {kind}: expected a number and a unit", help_text, value=text, kind=kind)
+    number = float(match["number"])
+    if not math.isfinite(number):
+        raise _error("'{value}' is not finite", help_text, value=text)
+    return number, match["unit"]
+
+
+def _unknown(text: str, unit: str, kind: str, help_text: str, units: dict[str, float]) -> PydanticCustomError:
+    """An unknown unit; a unit that differs only in case gets its right spelling as the fix."""
+    same = [u for u in units if u.lower() == unit.lower()]
+    if same:
+        number = text.strip()[: len(text.strip()) - len(unit)].strip()
+        return _error("'{value}': units are case-sensitive; did you mean {right}?", help_text, value=text, right=same[0],
+                      example=f"{number}{same[0]}")
+    return _error("'{value}' is not {kind}: unknown unit '{unit}'", help_text, value=text, kind=kind, unit=unit)
+
+
+def _in_bytes(n: float) -> str:
+    """A byte count in the largest decimal unit that keeps it short: 1e9 -> '1GB'."""
+    for unit in ("PB", "TB", "GB", "MB", "kB"):
+        if n >= SIZE_UNITS[unit]:
+            return f"{n / SIZE_UNITS[unit]:g}{unit}"
+    return f"{n:g}B"
 
 
 def parse_size(value: Any) -> int:
@@ -72,50 +109,62 @@ def parse_size(value: Any) -> int:
         value = int(value)
     if isinstance(value, float):
         raise _error("a size in bytes must be a whole number", SIZE_HELP)
-    _number(value, "size", SIZE_HELP)
-    try:
-        return int(_BYTES.validate_python(value.strip() if isinstance(value, str) else value))
-    except Exception:
-        raise _error("cannot read '{value}' as a size", SIZE_HELP, value=value) from None
+    number = _number(value, "a size", SIZE_HELP)
+    if number is not None:
+        return int(value)
+    n, unit = _split(value, "a size", SIZE_HELP)
+    if unit == "":
+        if not n.is_integer():
+            raise _error("a size in bytes must be a whole number", SIZE_HELP)
+        return int(n)
+    if unit in BIT_UNITS or unit in BPS_UNITS:
+        bytes_ = n * BIT_UNITS.get(unit, 0) or n * BPS_UNITS.get(unit, 0)
+        raise _error("'{value}' is in bits (a lowercase b is a bit); a size is bytes", SIZE_HELP, value=value,
+                     example=_in_bytes(bytes_))
+    if unit not in SIZE_UNITS:
+        raise _unknown(value, unit, "a size", SIZE_HELP, SIZE_UNITS)
+    total = n * SIZE_UNITS[unit]
+    if total >= 2**80:
+        raise _error("size '{value}' is too large", SIZE_HELP, value=value)
+    return round(total)
 
 
-def _per_time(value: Any, kind: str, help_text: str, dimension: str, unit: str) -> float:
-    """A duration or a rate: a bare number, or text whose Pint dimension is `dimension`."""
+def _scaled(value: Any, kind: str, help_text: str, units: dict[str, float]) -> float:
+    """A bare number, or a number and one of `units` (value in base units per unit)."""
     number = _number(value, kind, help_text)
     if number is not None:
         return number
-    q = _quantity(value, f"a {kind}", help_text)
-    if _is_information(q) or not q.check(dimension):
-        raise _error(f"'{{value}}' is not a {kind}", help_text, value=value)
-    return _finite(float(q.to(unit).magnitude), value, kind, help_text)
+    n, unit = _split(value, kind, help_text)
+    if unit == "":
+        return n
+    if unit not in units:
+        raise _unknown(value, unit, kind, help_text, units)
+    return n * units[unit]
 
 
 def parse_duration(value: Any) -> float:
     """Seconds from '50ms', '24h', or a number of seconds."""
-    return _per_time(value, "duration", DURATION_HELP, "[time]", "second")
+    return _scaled(value, "a duration", DURATION_HELP, DURATION_UNITS)
 
 
 def parse_rate(value: Any) -> float:
-    """Events per second from '40/s', '600/min', or a number per second."""
-    return _per_time(value, "rate", RATE_HELP, "1/[time]", "1/second")
+    """Requests per second from '40/s', '600/min', '5rps', or a number per second."""
+    return _scaled(value, "a request rate", RATE_HELP, RATE_UNITS)
+
+
+BANDWIDTH_UNITS = {**{f"{u}/s": f for u, f in SIZE_UNITS.items()}, **{f"{u}/s": f for u, f in BIT_UNITS.items()},
+                   **BPS_UNITS, **{u: f for u, f in BIT_UNITS.items() if u not in ("b", "bit")}}
+"""Bytes per second per unit of a bandwidth."""
 
 
 def parse_bandwidth(value: Any) -> float:
-    """Bytes per second from '25GB/s', '100Gbit' (per second implied), or a number of bytes/s."""
-    number = _number(value, "bandwidth", BANDWIDTH_HELP)
-    if number is not None:
-        return number
-    q = _quantity(value, "a bandwidth", BANDWIDTH_HELP)
-    if not _is_information(q):
-        raise _error("'{value}' is not a bandwidth (no bits or bytes in it)", BANDWIDTH_HELP, value=value)
-    try:
-        if q.check("1/[time]"):
-            return _finite(float(q.to("byte/second").magnitude), value, "bandwidth", BANDWIDTH_HELP)
-        if q.dimensionless:
-            return _finite(float(q.to("byte").magnitude), value, "bandwidth", BANDWIDTH_HELP)
-    except Exception:
-        pass
-    raise _error("'{value}' is not a bandwidth", BANDWIDTH_HELP, value=value)
+    """Bytes per second from '25GB/s', '200Gbps', '100Gbit' (per second implied), or a number of bytes/s."""
+    if isinstance(value, str):
+        _n, unit = _split(value, "a bandwidth", BANDWIDTH_HELP)
+        if unit in SIZE_UNITS:
+            raise _error("'{value}' is a size, not a bandwidth: say per second", BANDWIDTH_HELP, value=value,
+                         example=f"{value.strip()}/s")
+    return _scaled(value, "a bandwidth", BANDWIDTH_HELP, BANDWIDTH_UNITS)
 
 
 def _schema(example: str, help_text: str) -> WithJsonSchema:

@@ -66,9 +66,9 @@ def test_wrong_units_name_what_is_allowed():
     with pytest.raises(SpecError) as info:
         spec(lmcache__ddr__size="8 parsecs", workload__arrivals__rate="5GB", ceph__osd_size="-3TB")
     found = {p.path: p for p in info.value.problems}
-    assert "a size such as" in found["lmcache.ddr.size"].allowed
+    assert "a size in bytes such as" in found["lmcache.ddr.size"].allowed
     assert found["lmcache.ddr.size"].fix == "write it like '64GiB'"
-    assert "not a rate" in found["workload.arrivals.rate"].message
+    assert "not a request rate" in found["workload.arrivals.rate"].message
     assert "ceph.osd_size" in found
 
 

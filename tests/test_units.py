@@ -5,40 +5,74 @@ from __future__ import annotations
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
+from conftest import REPO
 from kvplan.units import Bandwidth, Duration, Rate, Size, fmt_bytes, fmt_duration, fmt_si
 
 
-@pytest.mark.parametrize("text, value", [("64GiB", 64 * 2**30), ("1.5TB", 1.5e12), ("8GB", 8e9), ("512MiB", 2**29),
-                                         ("64 gib", 64 * 2**30), (4096, 4096), (2.0, 2)])
-def test_sizes_become_bytes(text, value):
-    assert TypeAdapter(Size).validate_python(text) == value
+KINDS = {"size": Size, "duration": Duration, "rate": Rate, "bandwidth": Bandwidth}
+UNITS_DOC = (REPO / "docs" / "units.md").read_text()
 
 
-@pytest.mark.parametrize("text, value", [("50ms", 0.05), ("24h", 86400), ("1d", 86400), ("10min", 600), (3, 3.0)])
-def test_durations_become_seconds(text, value):
-    assert TypeAdapter(Duration).validate_python(text) == pytest.approx(value)
+def table(title: str) -> list[list[str]]:
+    """The rows of docs/units.md's table under `## title`, cells without their backticks."""
+    section = UNITS_DOC.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("|")]
+    return rows[2:]                                            # past the header and its rule
 
 
-@pytest.mark.parametrize("text, value", [("40/s", 40), ("600/min", 10), (2, 2.0)])
-def test_rates_become_per_second(text, value):
-    assert TypeAdapter(Rate).validate_python(text) == pytest.approx(value)
+def written(text: str):
+    """A table cell as a spec would hold it: a bare number is a YAML number."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
-@pytest.mark.parametrize("text, value", [("25GB/s", 25e9), ("3.35TB/s", 3.35e12), ("100Gbit", 12.5e9),
-                                         ("100Gbit/s", 12.5e9), (1e9, 1e9)])
-def test_bandwidths_become_bytes_per_second(text, value):
-    assert TypeAdapter(Bandwidth).validate_python(text) == pytest.approx(value)
+@pytest.mark.parametrize("kind, text, value", [row for row in table("Accepted")], ids=lambda v: str(v))
+def test_every_accepted_form_in_the_docs_reads_as_the_docs_say(kind, text, value):
+    number = float(value.split()[0])
+    assert TypeAdapter(KINDS[kind]).validate_python(written(text)) == pytest.approx(number, rel=1e-12)
 
 
-@pytest.mark.parametrize("kind, text", [(Size, "8 parsecs"), (Size, -1), (Size, 2.5), (Size, True), (Size, None),
-                                        (Duration, "5GB"), (Duration, "40/s"), (Duration, "-5s"), (Duration, "1e400s"),
-                                        (Duration, "((("), (Rate, "5s"), (Rate, "5GB/s"), (Bandwidth, "40/s"),
-                                        (Bandwidth, "5 ms"), (Bandwidth, "nan GB/s")])
-def test_wrong_units_are_refused_with_what_is_allowed(kind, text):
+@pytest.mark.parametrize("kind, text, why, fix", [row for row in table("Refused")], ids=lambda v: str(v))
+def test_every_refused_form_in_the_docs_is_refused_with_its_fix(kind, text, why, fix):
+    value = float(text) if text.replace(".", "").isdigit() else text
+    with pytest.raises(ValidationError) as info:
+        TypeAdapter(KINDS[kind]).validate_python(value)
+    [error] = info.value.errors()
+    assert error["type"] == "unit" and "such as" in error["ctx"]["help"]
+    assert error["ctx"]["example"] == fix
+
+
+def test_the_spec_forms_that_used_to_be_misread():
+    # Pint read 'rps' as revolutions per second (31.4/s) and 'Gb' as gigabytes.
+    assert TypeAdapter(Rate).validate_python("5rps") == 5.0
+    assert TypeAdapter(Rate).validate_python("5 rpm") == pytest.approx(5 / 60)
+    with pytest.raises(ValidationError, match="bits"):
+        TypeAdapter(Size).validate_python("8Gb")
+    assert TypeAdapter(Bandwidth).validate_python("50Gbps") == 6.25e9
+
+
+@pytest.mark.parametrize("kind, text", [(Size, -1), (Size, True), (Size, None), (Duration, "1e400s"), (Duration, "((("),
+                                        (Bandwidth, "nan GB/s"), (Size, "9" * 5000), (Rate, [1])])
+def test_odd_input_is_refused_with_what_is_allowed(kind, text):
     with pytest.raises(ValidationError) as info:
         TypeAdapter(kind).validate_python(text)
     [error] = info.value.errors()
     assert error["type"] == "unit" and "such as" in error["ctx"]["help"]
+
+
+def test_a_spec_error_names_the_field_and_the_fix():
+    from conftest import example_data, with_changes
+    from kvplan.errors import SpecError
+    from kvplan.spec import from_mapping
+
+    with pytest.raises(SpecError) as info:
+        from_mapping(with_changes(example_data("local"), lmcache__ddr__size="8Gb"))
+    [problem] = info.value.problems
+    assert problem.path == "lmcache.ddr.size" and problem.fix == "write it like '1GB'"
+    assert "KiB" in problem.allowed
 
 
 def test_formatting_for_people():
