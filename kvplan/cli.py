@@ -48,16 +48,29 @@ def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from .spec import load
     from .summary import summary_tables
 
+    from .tier_checks import tier_warnings
+
     try:
         resolved = resolve(load(spec))
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
+    warnings = tier_warnings(resolved)
     if as_json:
         out.print_json(resolved.model_dump_json())
+        _warn(warnings, err)
         return
     out.print(f"[bold green]valid:[/] {spec}  ({resolved.name}, spec {resolved.spec_hash[:12]})", markup=True)
     for table in summary_tables(resolved):
         out.print(table)
+    _warn(warnings, out)
+
+
+def _warn(warnings: list, console: Console) -> None:
+    """Print warnings (Problems that do not make the input invalid), their text never read as markup."""
+    from rich.text import Text
+
+    for problem in warnings:
+        console.print(Text("warning: ", style="bold yellow") + Text(problem.render()))
 
 
 @app.command()
