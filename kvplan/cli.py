@@ -364,7 +364,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                   + "; raise --max-instances or --budget, add --gpu choices, or relax --slo")
         raise typer.Exit(EXIT_NO_PLAN)
     if out_file:
-        Path(out_file).write_text(winner_yaml(winner))
+        Path(out_file).write_text(winner_yaml(winner, result, topo))
         out.print(f"winner written to {out_file}: kvplan deploy {out_file} -i INVENTORY")
 
 

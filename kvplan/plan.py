@@ -511,11 +511,22 @@ def _at_rate(topo: Topology, rate: float, slo: Slo, seed: int) -> tuple[dict, fl
     return base, offered, stats
 
 
-def winner_yaml(c: Candidate) -> str:
-    """The winner as a spec file for `kvplan deploy` (defaults left out, no comments)."""
+def winner_yaml(c: Candidate, result: Plan | None = None, base: Topology | None = None) -> str:
+    """The winner as a spec file for `kvplan deploy`: human units, defaults left out, and a
+    description that says what it is (kvplan.spec.written)."""
     import yaml
 
-    data = c.topo.model_dump(mode="json", exclude_defaults=True)
-    header = f"# written by kvplan plan: ${c.usd_per_hour:,.2f}/h; " + ", ".join(
-        f"{_label(k)} {fmt_duration(v)}" for k, v in c.measured.items()) + "\n"
-    return header + yaml.safe_dump(data, sort_keys=False)
+    from .spec.written import human_mapping
+
+    data = human_mapping(c.topo)
+    measured = ", ".join(f"{_label(k)} {fmt_duration(v)}" for k, v in c.measured.items())
+    choice = c.describe()
+    what = (f"kvplan plan's cheapest topology for '{c.topo.name}'" + (f" at {result.rate:.3g} req/s" if result else "")
+            + f": {choice['accelerator']}, ddr {choice['ddr']}, nvme {choice['nvme']}, ceph {choice['ceph']}, "
+            f"eviction {choice['eviction']}; ${c.usd_per_hour:,.2f}/h; measured {measured}")
+    if base is not None and base.ceph is not None and c.topo.ceph is None:
+        what += "; the ceph tier and its cluster are left out: the SLO is met without them, for less"
+    data["description"] = what
+    data = {"name": data.pop("name"), "description": data.pop("description"), **data}
+    header = f"# written by kvplan plan: ${c.usd_per_hour:,.2f}/h; {measured}\n"
+    return header + yaml.safe_dump(data, sort_keys=False, width=1000)

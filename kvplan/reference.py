@@ -19,9 +19,8 @@ from .catalog import Catalog, load_catalog
 from .resolve import kv_bytes_per_token
 from .spec import Topology
 from .spec.rules import REAL_POLICIES, TTL_TIERS
-from .units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration, parse_bandwidth, parse_duration, parse_rate, parse_size
+from .units import UNIT_KINDS, fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
 
-UNIT_NAMES = {parse_size: "size", parse_duration: "duration", parse_rate: "rate", parse_bandwidth: "bandwidth"}
 
 
 def _type_name(tp) -> str:
@@ -29,8 +28,8 @@ def _type_name(tp) -> str:
     if origin is typing.Annotated:
         for meta in tp.__metadata__:
             func = getattr(meta, "func", None)
-            if func in UNIT_NAMES:
-                return UNIT_NAMES[func]
+            if func in UNIT_KINDS:
+                return UNIT_KINDS[func]
         return _type_name(args[0])
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" for a in args)

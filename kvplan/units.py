@@ -178,6 +178,34 @@ Rate = Annotated[float, BeforeValidator(parse_rate), _schema("40/s", RATE_HELP)]
 Bandwidth = Annotated[float, BeforeValidator(parse_bandwidth), _schema("25GB/s", BANDWIDTH_HELP)]
 
 
+# ---- writing a value back in the spec's grammar ------------------------------------------
+
+UNIT_KINDS = {parse_size: "size", parse_duration: "duration", parse_rate: "rate", parse_bandwidth: "bandwidth"}
+"""The parser of each unit kind, by name (reference docs and the spec writer find a field's kind by it)."""
+
+_WRITTEN = {"size": (SIZE_UNITS, parse_size), "duration": (DURATION_UNITS, parse_duration),
+            "rate": ({"/s": 1.0, "/min": 1 / 60, "/h": 1 / 3600}, parse_rate),
+            "bandwidth": ({f"{u}/s": f for u, f in SIZE_UNITS.items() if u != "B"}
+                          | {u: f for u, f in BPS_UNITS.items() if u != "bps"}, parse_bandwidth)}
+
+
+def spelled(kind: str, value: float) -> str | float:
+    """`value` (base units) in the largest unit of this grammar that reads back exactly, with at
+    most six significant digits: 2e9 -> '2GB', 2**31 -> '2GiB', 3.84e12 -> '3.84TB', 0.05 -> '50ms',
+    1/60 -> '1/min'; the bare number (read in the base unit) when no unit is exact."""
+    units, parse = _WRITTEN[kind]
+    # Rates read best per second (0.8/s, not 48/min); the other kinds in their largest unit.
+    order = list(units.items()) if kind == "rate" else sorted(units.items(), key=lambda item: -item[1])
+    for name, factor in order:
+        mantissa = value / factor
+        if (mantissa < 1 and kind != "rate") or not math.isclose(float(f"{mantissa:.6g}"), mantissa, rel_tol=1e-12):
+            continue
+        text = f"{mantissa:.6g}{name}"
+        if "e" not in text and (parse(text) == value if kind == "size" else math.isclose(parse(text), value, rel_tol=1e-12)):
+            return text
+    return value
+
+
 # ---- formatting for humans -------------------------------------------------------------
 
 def fmt_bytes(n: float) -> str:

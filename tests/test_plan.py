@@ -89,11 +89,25 @@ def test_a_budget_leaves_out_what_costs_more():
 
 def test_the_winner_is_a_valid_spec_that_round_trips(planned, tmp_path):
     result, _ = planned
-    text = winner_yaml(result.winner)
+    text = winner_yaml(result.winner, result, local())
     again = from_mapping(yaml.safe_load(text))
-    assert again == result.winner.topo
+    assert again.model_copy(update={"description": result.winner.topo.description}) == result.winner.topo
     assert again.workload.arrivals.rate == pytest.approx(result.winner.topo.workload.arrivals.rate)
     assert again.slo.ttft_p99 == 0.3 and not again.simulate_only
+
+
+def test_the_winner_is_written_as_a_person_would_write_it(planned):
+    result, _ = planned
+    text = winner_yaml(result.winner, result, local())
+    written = yaml.safe_load(text)
+    size = written["lmcache"]["ddr"]["size"]
+    assert isinstance(size, str) and size[-1] == "B", "a tier size in human units, not bytes"
+    assert written["serving"]["activation_memory"] == "4GiB"
+    assert "gpu_memory_utilization" not in written["serving"], "a field at its default is left out"
+    assert written["slo"]["ttft_p99"] == "300ms"
+    description = written["description"]
+    assert description.startswith("kvplan plan's cheapest topology for 'local' at 32 req/s: ")
+    assert f"${result.winner.usd_per_hour:,.2f}/h" in description and "p99 TTFT" in description
 
 
 def test_the_same_seed_gives_the_same_plan(planned):
