@@ -339,7 +339,9 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     from pathlib import Path
 
     from .plan import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
-    from .report.plan import plan_tables
+    from rich.text import Text
+
+    from .report.plan import plan_tables, search_verdict
     from .spec import load
     from .spec.slo import parse_slo_flags
 
@@ -351,17 +353,27 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
         _fail(exc)
     try:
         topo = load(spec)
-        with _progress():
+        with _progress() as bar:
+            def progress(runs: int, most: int, best) -> None:
+                if err.is_terminal:
+                    bar(min(1.0, runs / most))
+                else:   # piped: one line per batch
+                    err.print(Text(f"plan: {runs} runs (--max-runs {most}); cheapest meeting the SLO so far: "
+                                   + (f"#{best.index} ${best.usd_per_hour:,.2f}/h" if best else "none")))
+
             result = run_plan(topo, wanted, targets, budget=limit, seeds=seeds, workers=workers, gpus=gpus,
-                              max_instances=max_instances, max_runs=max_runs)
+                              max_instances=max_instances, max_runs=max_runs, progress=progress)
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     for table in plan_tables(result, show_all=show_all):
         out.print(table)
     winner = result.winner
+    if result.unsearched:
+        err.print(Text("warning: the search was " + search_verdict(result)))
     if winner is None:
         err.print("no candidate meets the SLO at this rate" + (" within the budget" if limit is not None else "")
-                  + "; raise --max-instances or --budget, add --gpu choices, or relax --slo")
+                  + ("; raise --max-runs, " if result.unsearched else "; raise ")
+                  + "--max-instances or --budget, add --gpu choices, or relax --slo")
         raise typer.Exit(EXIT_NO_PLAN)
     if out_file:
         Path(out_file).write_text(winner_yaml(winner, result, topo))

@@ -113,8 +113,18 @@ class Plan:
     def alternatives(self) -> list[Candidate]:
         return [c for c in self.candidates if c.status == "alternative"]
 
+    @property
+    def unsearched(self) -> list[Candidate]:
+        """Candidates left unsimulated because --max-runs ran out, that could have beaten the winner
+        (all of them when there is no winner), cheapest first. Empty: the answer is proven."""
+        bound = self.winner.usd_per_hour if self.winner else math.inf
+        return sorted((c for c in self.candidates if c.status == "not simulated" and "(--max-runs)" in c.reason
+                       and c.usd_per_hour < bound), key=lambda c: (c.usd_per_hour, c.index))
+
 
 Simulate = Callable[[list[Topology], list[int], int], list[list[SimResult]]]
+Progress = Callable[[int, int, "Candidate | None"], None]
+"""Told after each batch of simulations: runs made, --max-runs, the cheapest candidate meeting the SLO so far."""
 
 
 def simulate_all(topos: list[Topology], seeds: list[int], workers: int) -> list[list[SimResult]]:
@@ -332,7 +342,7 @@ def _behaviour(c: Candidate, stats: WorkloadStats) -> str:
 
 def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | None = None, seeds: int = 1,
          workers: int = 1, gpus: Sequence[str] | None = None, max_instances: int = 8, max_runs: int = 200,
-         catalog: Catalog | None = None, simulate: Simulate = simulate_all) -> Plan:
+         catalog: Catalog | None = None, simulate: Simulate = simulate_all, progress: Progress | None = None) -> Plan:
     """The cheapest candidate that meets `slo` (default: the spec's) at `rate` requests/s, and why the others lost."""
     catalog = catalog or load_catalog()
     slo = slo if slo is not None and slo.targets() else topo.slo
@@ -415,23 +425,34 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
         simulations += len(batch) * len(seed_list)
         for c, results in zip(batch, runs):
             _judge(c, results, targets)
+        if progress is not None:
+            met = [c for c in survivors if c.status == "meets SLO"]
+            progress(simulations, max_runs, min(met, key=lambda c: (c.usd_per_hour, c.index)) if met else None)
+
+    def distinct(found: list[Candidate]) -> int:
+        """Feasible choices that differ in hardware or tier sizes (not only in eviction policy)."""
+        return len({_choice(c) for c in found})
 
     for pos, c in enumerate(survivors):
         if c.status and c is not richest[_hardware(c)]:
             continue
         if c.measured:           # simulated ahead of its turn, as its hardware's probe
-            if c.status == "meets SLO" and len(feasible) <= ALTERNATIVES:
+            if c.status == "meets SLO" and distinct(feasible) <= ALTERNATIVES:
                 feasible.append(c)
             continue
-        if len(feasible) > ALTERNATIVES:
+        if distinct(feasible) > ALTERNATIVES:
             c.status = "not simulated"
             c.reason = f"not simulated: {len(feasible)} cheaper candidates already meet the SLO"
+            continue
+        probe = richest[_hardware(c)]
+        if probe is not c and probe.status == "missed SLO":
+            c.status = "pruned"
+            c.reason = f"pruned: the same accelerators miss the SLO even with the largest tiers (#{probe.index})"
             continue
         if simulations + len(seed_list) > max_runs:
             c.status = "not simulated"
             c.reason = f"not simulated: the planner's {max_runs} runs (--max-runs) are spent"
             continue
-        probe = richest[_hardware(c)]
         if not probe.status:   # probe this hardware, and the next few unprobed ones, together
             later = [richest[_hardware(x)] for x in survivors[pos:]]
             batch = list(dict.fromkeys(p for p in later if not p.status))[:BATCH]
@@ -448,7 +469,14 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
     if feasible:
         winner = feasible[0]
         winner.status, winner.reason = "winner", "cheapest that meets the SLO"
-        for c in feasible[1:1 + ALTERNATIVES]:
+        chosen = {_choice(winner)}
+        for c in feasible[1:]:
+            if _choice(c) in chosen:
+                c.reason = "meets the SLO, but differs from a cheaper choice only in its eviction policy"
+                continue
+            if len(chosen) > ALTERNATIVES:
+                break
+            chosen.add(_choice(c))
             c.status = "alternative"
             c.reason = f"meets the SLO; +${c.usd_per_hour - winner.usd_per_hour:,.2f}/h"
         for c in candidates:
@@ -462,6 +490,12 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
 def _hardware(c: Candidate) -> tuple:
     r = c.resolved
     return (r.device.name, r.tensor_parallel, r.instances)
+
+
+def _choice(c: Candidate) -> tuple:
+    """What a team would buy: the accelerators and every tier's size, the eviction policy aside."""
+    d = c.describe()
+    return (_hardware(c), d["ddr"], d["nvme"], d["ceph"])
 
 
 def _capacity(c: Candidate) -> tuple:

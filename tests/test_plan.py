@@ -11,6 +11,7 @@ import yaml
 
 from kvplan.errors import SpecError
 from kvplan.plan import parse_budget_arg, parse_rate_arg, plan, simulate_all, winner_yaml
+from kvplan.report.plan import search_verdict
 from kvplan.spec.slo import parse_slo_flags
 from kvplan.spec import from_mapping
 
@@ -138,3 +139,48 @@ def test_the_cli_reports_bad_input_with_exit_1(tmp_path):
     result = CliRunner().invoke(app, ["plan", "examples/local.yaml", "--rate", "8/s", "--slo", "latency=1s"])
     assert result.exit_code == 1
     assert "--slo: unknown SLO key 'latency'" in result.output and "fix:" in result.output
+
+
+def test_a_search_cut_short_says_what_it_could_have_missed():
+    cut = plan(local(), rate=32.0, slo=SLO, max_runs=1, simulate=Counting())
+    full = plan(local(), rate=32.0, slo=SLO, simulate=Counting())
+    assert full.unsearched == [] and search_verdict(full).startswith("complete")
+    assert cut.unsearched, "one run cannot decide this plan"
+    bound = cut.winner.usd_per_hour if cut.winner else float("inf")
+    assert all(c.status == "not simulated" and c.usd_per_hour < bound for c in cut.unsearched)
+    assert full.winner.usd_per_hour < bound, "what the cut-short search missed is real"
+    verdict = search_verdict(cut)
+    assert verdict.startswith("cut short by --max-runs") and f"${cut.unsearched[0].usd_per_hour:,.2f}/h" in verdict
+
+
+def test_progress_is_reported_after_every_batch():
+    seen = []
+    result = plan(local(), rate=32.0, slo=SLO, simulate=Counting(), progress=lambda *a: seen.append(a))
+    runs = [r for r, _, _ in seen]
+    assert runs == sorted(runs) and runs[-1] == result.simulations and all(most == 200 for _, most, _ in seen)
+    best = [b for _, _, b in seen if b is not None]
+    assert best and best[-1].usd_per_hour >= result.winner.usd_per_hour
+
+
+def test_alternatives_differ_in_what_a_team_buys_not_only_in_eviction_policy(planned):
+    result, _ = planned
+    chosen = [result.winner, *result.alternatives]
+    bought = [(c.resolved.device.name, c.resolved.instances, c.describe()["ddr"], c.describe()["nvme"],
+               c.describe()["ceph"]) for c in chosen]
+    assert len(set(bought)) == len(bought), bought
+
+
+def test_piped_the_cli_prints_a_line_per_batch_and_warns_of_a_cut_short_search():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import REPO
+
+    kvplan = str(Path(sys.executable).parent / "kvplan")
+    done = subprocess.run([kvplan, "plan", "examples/local.yaml", "--rate", "32/s", "--slo", "ttft_p99=300ms",
+                           "--max-runs", "1"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "120"})
+    assert "plan: 4 runs (--max-runs 1); cheapest meeting the SLO so far:" in done.stderr, done.stderr
+    assert "warning: the search was cut short by --max-runs after 4 runs" in done.stderr

@@ -20,6 +20,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
                       f"{plan.simulations} runs"]])
     winner = plan.winner
     head.rows.append(["winner", _short(winner) + f", ${winner.usd_per_hour:,.2f}/h" if winner else "none"])
+    head.rows.append(["search", search_verdict(plan)])
 
     shown = plan.candidates if show_all else [c for c in plan.candidates if c.measured]
     shown = sorted(shown, key=lambda c: (c.usd_per_hour, c.index))
@@ -40,6 +41,18 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
                                   f"{_short(group[0])}: {group[0].reason}"])
         sections.append(left)
     return sections
+
+
+def search_verdict(plan: Plan) -> str:
+    """Whether the winner is proven cheapest, or what a search cut short by --max-runs could have missed."""
+    left = plan.unsearched
+    if not left:
+        return "complete: every cheaper candidate was simulated or ruled out"
+    than = "the winner" if plan.winner else "any candidate simulated"
+    return (f"cut short by --max-runs after {plan.simulations} runs: {len(left)} candidate(s) from "
+            f"${left[0].usd_per_hour:,.2f}/h were not simulated and could be cheaper than {than} "
+            f"(e.g. {_short(left[0])}); raise --max-runs to at most {plan.simulations + len(left) * len(plan.seeds)} "
+            "to decide")
 
 
 def plan_tables(plan: Plan, show_all: bool = False) -> list[Table]:
