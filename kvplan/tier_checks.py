@@ -6,8 +6,8 @@ above it no longer hold. Two sizes make a tier all but useless without making th
 
 - **smaller than the tier above it.** A tier that holds fewer tokens per instance than the one
   above keeps only what that tier already keeps: its hits are the few chunks the tier above has
-  just evicted, while every chunk is still written into it (the flagship example's ddr held 9,728
-  tokens per instance under an HBM prefix cache of 53,488: 0 % ddr hits, 1.4 TiB written).
+  just evicted, while every chunk is still written into it (the flagship example's ddr once held a
+  fifth of its HBM prefix cache per instance: 0 % ddr hits, 1.4 TiB written).
 - **smaller than one request's prompt.** A cache that cannot hold a typical request's prompt
   (its shared prefix and new text) evicts the prompt's first chunks while storing its last ones,
   and LMCache's lookup stops at the first miss, so the prompt never hits.
