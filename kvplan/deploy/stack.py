@@ -328,12 +328,18 @@ def _monitoring(r: Resolved, vllm_targets: list[str], ceph_hosts: list[str]) -> 
                          "description": "HBM blocks are nearly exhausted: expect preemptions and recomputation."}},
     ]
     if r.ceph is not None:
+        # The mean latency of one OSD op (a RADOS read or write, queueing and replication included) over
+        # the window, on the slowest OSD: Ceph's op_r_latency / op_w_latency, which the mgr's prometheus
+        # module exports as _sum (seconds) and _count per ceph_daemon. The simulator's alert watches the same.
+        ops = "rate(ceph_osd_op_r_latency_{0}[5m]) + rate(ceph_osd_op_w_latency_{0}[5m])"
         ms = round(m.max_ceph_op_latency * 1000, 3)
         rules.append(
-            {"alert": "KVPlanCephOpLatencyHigh", "expr": f"max(ceph_osd_apply_latency_ms) > {ms:g}", "for": "5m",
+            {"alert": "KVPlanCephOpLatencyHigh",
+             "expr": f"max(({ops.format('sum')}) / ({ops.format('count')})) > {m.max_ceph_op_latency:g}", "for": "5m",
              "labels": {"severity": "warning"},
-             "annotations": {"summary": f"Ceph OSD op latency above {ms:g} ms",
-                             "description": "The ceph tier's reads slow down TTFT on misses of the local tiers."}})
+             "annotations": {"summary": f"Ceph OSD op latency above {ms:g} ms (mean of one op, slowest OSD)",
+                             "description": "The ceph tier's reads slow down TTFT on misses of the local tiers; "
+                                            "compare with `kvplan simulate` (Ceph op latency)."}})
     ceph_targets = [f"{ceph_hosts[0]}:9283"] if r.ceph is not None and r.ceph.deploy != "external" and ceph_hosts else []
     return MonitoringVars(monitoring_port=m.prometheus_port, monitoring_listen_address=m.metrics_address,
                           monitoring_scrape_interval=f"{round(m.scrape_interval)}s",

@@ -6,7 +6,8 @@ Each engine step (vllm/v1/core/sched/scheduler.py, simplified to what decides ti
    still prefilling needs the rest of its prompt, cut to the step's token budget
    (max_num_batched_tokens) when chunked prefill is on. When the pool cannot give a request the
    blocks it needs, the most recently admitted running request is preempted (recompute: its
-   blocks go back to the free queue, hashes kept, and it rejoins the front of the waiting queue)
+   blocks go back to the free queue, hashes kept, and it rejoins the front of the waiting queue;
+   its next admission asks LMCache again, a re-lookup counted apart from first lookups)
    until the allocation succeeds.
 2. If nothing was preempted, waiting requests are admitted first come first served while fewer
    than max_num_seqs run and budget remains: vLLM's prefix cache gives the local hit (whole
@@ -341,7 +342,8 @@ class Engine:
         if first:
             seq.hbm_tokens = local
         if self.lm is not None:
-            self.lm.count_lookup(counts, seq.target)
+            self.lm.count_lookup(counts, seq.target, relookup=not first)
+            self.lm.touch(self.index, seq.chunks, spans)
             seq.saved = max(seq.saved, spans[-1].end if spans else 0)
             if external > local:
                 if first:

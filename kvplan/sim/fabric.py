@@ -14,10 +14,27 @@ down. Paths, as the real stack moves KV (reference/lmcache-vllm.md §6):
   plus a network round trip. A host's OSDs are one shared server of `osds_per_host` device-
   seconds per second: CRUSH spreads a host's objects evenly over its OSDs, and one link per host
   instead of per OSD keeps a batch of chunks to a handful of transfers.
+
+What an OSD counts as one op, and so what `ceph_op_latency` measures: Ceph's `op_r_latency` /
+`op_w_latency` (exported by the mgr's prometheus module as `ceph_osd_op_r_latency_sum` / `_count`,
+seconds) time one RADOS op from its arrival at the primary OSD to the reply, queueing in the OSD
+included, replication included for a write, the client's network transfer not. RGW stores an S3
+object (one chunk of one TP rank) as RADOS objects of at most 4 MiB (`rgw_max_chunk_size`,
+`rgw_obj_stripe_size`; CephFS's default layout `object_size` is 4 MiB too) that CRUSH spreads
+over the pool's OSDs; it keeps at most 16 MiB of one S3 request in flight
+(`rgw_put_obj_min_window_size`, `rgw_get_obj_window_size`), and each client process at most
+100 MiB of ops (`objecter_inflight_op_bytes`; kvplan deploys one RGW, and with CephFS each node is
+a client). One op then takes the device class's per-op latency, its bytes at the OSD's bandwidth
+(or one IOP) times the ops queued at each OSD when it is issued (those in flight, a write's
+replicas included, over the pool's OSDs, at least 1), and for a replicated write the forwarding
+of its bytes to the replicas over the primary's NIC. `ceph_batch_latencies` keeps the time of
+each whole batch from issue to completion, network transfers included (the processor-sharing
+links above; the RGW throttle is not applied to them).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from itertools import chain
 from typing import Sequence
@@ -26,6 +43,10 @@ import simpy
 
 from ..resolve import Resolved
 from .links import Link
+
+RADOS_OP_BYTES = 4 * 2**20          # rgw_max_chunk_size = rgw_obj_stripe_size (CephFS object_size): 4 MiB
+REQUEST_WINDOW_BYTES = 16 * 2**20   # rgw_put_obj_min_window_size = rgw_get_obj_window_size
+CLIENT_INFLIGHT_BYTES = 100 * 2**20  # objecter_inflight_op_bytes, per client process
 
 
 class Fabric:
@@ -37,8 +58,12 @@ class Fabric:
         self.d2h = [Link(env, f"pcie-d2h/{i}", host_copy) for i in range(r.instances)]
         self.nvme = [Link(env, f"nvme/{n}", 1.0) for n in range(r.nodes)] if r.nvme else []
         self.ceph = r.ceph
-        self.ceph_latencies: list[float] = []    # seconds from issue to completion of each Ceph read or write
+        self.ceph_batch_latencies: list[float] = []   # seconds from issue to completion of each batched read or write
+        # one OSD op: (seconds, how many ops of a batch took that long, the host of their primary OSD)
+        self.ceph_op_latencies, self.ceph_op_counts, self.ceph_op_hosts = array("d"), array("q"), array("q")
+        self._ceph_in_flight = [0, 0]             # RADOS reads, writes the clients want in flight now
         if r.ceph is not None:
+            self._ceph_clients = 1 if r.ceph.access == "s3" else r.nodes      # one RGW; a CephFS client per node
             nic = r.ceph.network.bandwidth
             self.node_rx = [Link(env, f"nic-rx/node{n}", nic) for n in range(r.nodes)]
             self.node_tx = [Link(env, f"nic-tx/node{n}", nic) for n in range(r.nodes)]
@@ -84,7 +109,7 @@ class Fabric:
 
     def ceph_io(self, node: int, keys: Sequence[int], object_bytes: int, objects_per_key: int, write: bool):
         """A SimPy process: read (from primaries) or write (to every replica) the objects of `keys`, each
-        `object_bytes` (whole bytes) per key."""
+        `object_bytes` (whole bytes) per key, as `objects_per_key` S3 objects (one per TP rank)."""
         c, env = self.ceph, self.env
         dev = c.device_class
         table, n_osds = self.replica_hosts, c.osds
@@ -102,7 +127,35 @@ class Fabric:
         if write and c.pool_size > 1:   # primaries forward replicas over their hosts' NICs
             each = float((c.pool_size - 1) * object_bytes)      # whole bytes: count * each is exact
             events += [self.host_tx[h].transfer(count * each) for h, count in primaries.items()]
+        op, ops_per_key, wanted = self._ceph_op(len(keys), object_bytes, objects_per_key, write)
+        for host, count in primaries.items():
+            self.ceph_op_latencies.append(op)
+            self.ceph_op_counts.append(count * ops_per_key)
+            self.ceph_op_hosts.append(host)
         start = env.now
         yield env.timeout(latency + 2 * c.network.latency)
         yield simpy.AllOf(env, events)
-        self.ceph_latencies.append(env.now - start)
+        self._ceph_in_flight[write] -= wanted
+        self.ceph_batch_latencies.append(env.now - start)
+
+    def _ceph_op(self, keys: int, object_bytes: int, objects_per_key: int, write: bool) -> tuple[float, int, int]:
+        """Issue a batch's RADOS ops: (seconds one of them takes at its OSD, RADOS ops per key, ops the
+        batch wants in flight; the caller takes those back when the batch is done)."""
+        c = self.ceph
+        dev = c.device_class
+        s3_object = object_bytes // objects_per_key
+        per_object = max(1, -(-s3_object // RADOS_OP_BYTES))
+        op_bytes = s3_object / per_object
+        bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
+                                    else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))
+        window = max(1, REQUEST_WINDOW_BYTES // RADOS_OP_BYTES)
+        wanted = min(keys * objects_per_key * per_object, keys * objects_per_key * window)
+        flight = self._ceph_in_flight
+        flight[write] += wanted
+        reads, writes = flight
+        allowed = self._ceph_clients * max(1.0, CLIENT_INFLIGHT_BYTES / op_bytes)
+        throttle = min(1.0, allowed / (reads + writes))
+        queued = (reads + c.pool_size * writes) * throttle / c.osds      # ops at each OSD, replicas included
+        forward = (c.pool_size - 1) * op_bytes / c.network.bandwidth if write else 0.0
+        op = latency + forward + max(op_bytes / bandwidth, 1 / iops) * max(1.0, queued)
+        return op, objects_per_key * per_object, wanted

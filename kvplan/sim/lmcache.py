@@ -7,6 +7,11 @@ The rules (reference/lmcache-vllm.md §2 and §6, read from LMCache 0.5.6):
 - Lookup is the longest contiguous prefix across tiers in the order ddr -> nvme -> ceph: each
   tier says how many consecutive keys it holds from where the previous one stopped; the hit
   ends at the first key no tier holds, so one prefix may be split over tiers (§6 "Lookup").
+  vLLM asks about the whole prompt, and every key found is refreshed in its tier's policy (0.5.6
+  `LMCacheEngine.lookup` pins the hits, then `touch_cache`), the ones vLLM's own prefix cache
+  serves included; only what lies beyond vLLM's hit is loaded.
+- A request's lookup is counted once, at its first admission; a preempted request admitted
+  again looks up again, and that re-lookup is counted apart (`relookup_*`).
 - Stores are write-through to every tier (not demote-on-evict), skip chunks the lookup already
   hit, and happen only at full chunk boundaries; generated tokens only with save_decode_cache
   (§6 "Stores").
@@ -41,8 +46,10 @@ MP_WATERMARK, MP_RATIO = 0.8, 0.2
 
 @dataclass
 class TierCounters:
-    lookup_chunks: int = 0      # keys this tier was asked about
+    lookup_chunks: int = 0      # keys this tier was asked about by requests' first lookups
     hit_chunks: int = 0         # of those, held here
+    relookup_chunks: int = 0    # keys asked about again by preempted requests' re-admissions
+    relookup_hit_chunks: int = 0
     served_chunks: int = 0      # chunks actually loaded from here (beyond vLLM's own HBM hit)
     served_tokens: int = 0
     bytes_read: int = 0
@@ -75,7 +82,11 @@ class LMCacheModel:
             self.counters[t.name] = TierCounters()
         self.order = [t for t in TIERS if t in self.caches]
         self.scope = {t.name: t.scope for t in lm.tiers}
-        self.requested_tokens = 0
+        self.requested_tokens = 0       # prompt tokens of first lookups
+        self.hit_tokens = 0             # of those, the held prefix (whole chunks)
+        self.relookups = 0              # lookups of preempted requests being re-admitted
+        self.relookup_tokens = 0
+        self.relookup_hit_tokens = 0
 
     # ---- where an instance's caches are
     def cache(self, tier: str, instance: int):
@@ -106,13 +117,40 @@ class LMCacheModel:
                 pos += held
         return spans, counts
 
-    def count_lookup(self, counts: list[tuple[str, int, int]], tokens: int) -> None:
-        """Count a lookup of a `tokens`-token prompt (LMCache's num_requested_tokens)."""
+    def count_lookup(self, counts: list[tuple[str, int, int]], tokens: int, relookup: bool = False) -> None:
+        """Count an admitted request's lookup of `tokens` tokens (what `probe` returned as `counts`).
+
+        A request's prefix is counted once, at its first admission: the hit ratios then weigh every
+        request once however often it was preempted. The lookup a preempted request makes when it
+        is admitted again (`relookup`) is counted apart, so a ratio means the same under load.
+        """
+        size = self.r.lmcache.chunk_size
+        held = sum(h for _, _, h in counts) * size
+        if relookup:
+            self.relookups += 1
+            self.relookup_tokens += tokens
+            self.relookup_hit_tokens += held
+            for tier, asked, hit in counts:
+                c = self.counters[tier]
+                c.relookup_chunks += asked
+                c.relookup_hit_chunks += hit
+            return
         self.requested_tokens += tokens
-        for tier, asked, held in counts:
+        self.hit_tokens += held
+        for tier, asked, hit in counts:
             c = self.counters[tier]
             c.lookup_chunks += asked
-            c.hit_chunks += held
+            c.hit_chunks += hit
+
+    def touch(self, instance: int, keys: list[int], spans: list[Span]) -> None:
+        """An admitted request's lookup refreshes every chunk it found, in each tier's policy, the
+        chunks vLLM's own prefix cache already serves included: LMCache 0.5.6 pins the hits of
+        vLLM's lookup and then updates the policy for each of them (in-process:
+        `LMCacheEngine.lookup` -> `StorageManager.touch_cache`; MP: the prefetch controller's
+        `touch_keys` on L1 hits), not only for the chunks a retrieve later reads."""
+        now = self.env.now
+        for span in spans:
+            self.cache(span.tier, instance).touch(keys[span.start:span.end], now)
 
     # ---- retrieve
     def portions(self, spans: list[Span], first_token: int, last_token: int) -> list[tuple[str, int, int, int]]:
@@ -135,7 +173,6 @@ class LMCacheModel:
             c.served_chunks += b - a
             c.served_tokens += tokens
             c.bytes_read += (b - a) * lm.chunk_bytes
-            self.cache(tier, instance).touch(keys[a:b], env.now)
             loads.append(env.process(self._load(instance, tier, keys[a:b], tokens)))
         if loads:
             yield simpy.AllOf(env, loads)

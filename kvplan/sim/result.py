@@ -4,7 +4,9 @@ Hit ratios come in two weights. `token_hit_ratio` of a tier is the prompt tokens
 divided by the prompt tokens that reached it (not served by a tier above); `chunk_hit_ratio` is
 LMCache's own view, the chunks it held among the chunks it was asked about. `served_share` is a
 tier's part of all prompt tokens, so the shares of hbm, ddr, nvme and ceph plus the recomputed
-share add up to 1.
+share add up to 1. Each counts a request once, at its first admission; the lookups of preempted
+requests admitted again are reported apart (`relookup_*`, `relookups`). docs/simulator.md
+("Ratios") defines every ratio in one table.
 """
 
 from __future__ import annotations
@@ -28,8 +30,13 @@ class TierResult(_Result):
     served_share: float
     token_hit_ratio: float
     lookup_chunks: int
+    """Chunks requests' first lookups asked this tier about (0 for hbm)."""
     hit_chunks: int
     chunk_hit_ratio: float
+    relookup_chunks: int
+    """Chunks asked about again when preempted requests were re-admitted (not in lookup_chunks)."""
+    relookup_hit_chunks: int
+    relookup_chunk_hit_ratio: float
     bytes_read: int
     bytes_written: int
     stored_chunks: int
@@ -169,11 +176,20 @@ class SimResult(_Result):
     engine_busy: list[float]
     """Share of the run each instance spent in steps (loading, computing, copying)."""
     ceph_op_latency: Summary | None
-    """Ceph reads and writes, from issue to completion (queueing included)."""
+    """One OSD op (a RADOS read or write of at most 4 MiB) from its arrival at the primary OSD to its
+    reply, queueing and replication included, as Ceph's op_r_latency / op_w_latency count it; over
+    all ops of the run."""
+    ceph_op_latency_slowest_osd: float | None
+    """Mean seconds of one op on the OSD whose ops were slowest: what the Ceph op latency alert watches."""
     alerts: list[str]
     """The design note's monitoring thresholds this run crossed."""
     lmcache_hit_ratio: float | None
-    """LMCache's hit tokens over the prompt tokens it was asked about (its Prometheus hit rate)."""
+    """The prefix LMCache held (whole chunks, any tier) over the prompt tokens it looked up, each
+    request's first lookup only (docs/simulator.md, "Ratios")."""
+    relookups: int
+    """Lookups of preempted requests re-admitted for recomputation, counted apart from the ratios above."""
+    relookup_hit_ratio: float | None
+    """lmcache_hit_ratio of those re-lookups alone."""
     tiers: list[TierResult]
     links: list[LinkResult]
     per_request: RequestTable

@@ -180,12 +180,14 @@ class Simulation:
         tiers.append(TierResult(
             name="hbm", caches=r.instances, capacity_bytes=r.hbm_bytes,
             served_tokens=hbm_served, served_share=_ratio(hbm_served, prompt), token_hit_ratio=_ratio(hbm_served, reached),
-            lookup_chunks=0, hit_chunks=0, chunk_hit_ratio=0.0, bytes_read=0, bytes_written=0, stored_chunks=0,
+            lookup_chunks=0, hit_chunks=0, chunk_hit_ratio=0.0, relookup_chunks=0, relookup_hit_chunks=0,
+            relookup_chunk_hit_ratio=0.0, bytes_read=0, bytes_written=0, stored_chunks=0,
             refused_chunks=0, promoted_chunks=0, evictions=evictions, evicted_bytes=evictions * r.block_bytes,
             expired=0, peak_used_bytes=self.peak.get("hbm", 0), final_used_bytes=self.occupancy["hbm"][-1][1],
             occupancy=self.occupancy["hbm"]))
         reached -= hbm_served
-        lm_hit = None
+        lm_hit = relookup_hit = None
+        relookups = 0
         if self.lmcache:
             lm = self.lmcache
             for tier in lm.order:
@@ -196,16 +198,22 @@ class Simulation:
                     served_tokens=served, served_share=_ratio(served, prompt),
                     token_hit_ratio=_ratio(served, reached), lookup_chunks=c.lookup_chunks,
                     hit_chunks=c.hit_chunks, chunk_hit_ratio=_ratio(c.hit_chunks, c.lookup_chunks),
+                    relookup_chunks=c.relookup_chunks, relookup_hit_chunks=c.relookup_hit_chunks,
+                    relookup_chunk_hit_ratio=_ratio(c.relookup_hit_chunks, c.relookup_chunks),
                     bytes_read=c.bytes_read, bytes_written=c.bytes_written, stored_chunks=c.stored_chunks,
                     refused_chunks=c.refused_chunks, promoted_chunks=c.promoted_chunks,
                     evictions=sum(x.evictions for x in caches), evicted_bytes=sum(x.evicted_bytes for x in caches),
                     expired=sum(getattr(x, "expired", 0) for x in caches), peak_used_bytes=self.peak.get(tier, 0),
                     final_used_bytes=lm.used_bytes(tier), occupancy=self.occupancy[tier]))
                 reached -= served
-            held = sum(lm.counters[t].hit_chunks for t in lm.order) * r.lmcache.chunk_size
-            lm_hit = _ratio(held, lm.requested_tokens)
+            lm_hit = _ratio(lm.hit_tokens, lm.requested_tokens)              # first lookups only
+            relookups, relookup_hit = lm.relookups, _ratio(lm.relookup_hit_tokens, lm.relookup_tokens)
         lat = metrics.latency(recs)
-        ceph_ops = metrics.summary(self.fabric.ceph_latencies) if self.fabric.ceph_latencies else None
+        f = self.fabric
+        ceph_ops = slowest = None
+        if f.ceph_op_counts:
+            ceph_ops = metrics.op_summary(f.ceph_op_latencies, f.ceph_op_counts)
+            slowest = metrics.slowest_mean(f.ceph_op_latencies, f.ceph_op_counts, f.ceph_op_hosts)
         samples = [u for t, u in self.block_utilisation if 0 <= t <= duration]
         mean_util = sum(samples) / len(samples) if samples else 0.0
         generated = int(recs.output_tokens.sum())
@@ -222,8 +230,9 @@ class Simulation:
             goodput_per_s=_ratio(metrics.good_requests(r, recs), duration), slo=metrics.slo_checks(r, lat),
             block_utilisation=self.block_utilisation, mean_block_utilisation=mean_util,
             engine_steps=[e.steps for e in self.engines], engine_busy=[_ratio(e.busy, duration) for e in self.engines],
-            ceph_op_latency=ceph_ops,
-            alerts=metrics.alerts(r, lm_hit, mean_util, ceph_ops), lmcache_hit_ratio=lm_hit, tiers=tiers,
+            ceph_op_latency=ceph_ops, ceph_op_latency_slowest_osd=slowest,
+            alerts=metrics.alerts(r, lm_hit, mean_util, slowest), lmcache_hit_ratio=lm_hit,
+            relookups=relookups, relookup_hit_ratio=relookup_hit, tiers=tiers,
             links=links, per_request=recs)
 
 
