@@ -42,6 +42,11 @@ from .units import fmt_bytes
 GIB = 1024**3
 CEPH_NEARFULL_RATIO = 0.85
 """Ceph warns at 85 % full by default (mon_osd_nearfull_ratio); the KV tier must fit below it."""
+RADOS_OP_BYTES = 4 * 2**20
+"""RGW writes an S3 object as RADOS objects of at most this (rgw_max_chunk_size = rgw_obj_stripe_size, 4 MiB):
+one OSD op, as op_r_latency / op_w_latency count it."""
+OP_ALERT_FACTOR = 2.0
+"""The Ceph op latency alert's default: this many times the slowest unloaded op, i.e. the OSDs queue."""
 
 KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
@@ -125,6 +130,9 @@ class ResolvedCeph(SpecModel):
     options: dict[str, str | int | float | bool]
     device_class: CephDeviceClass
     network: Nic
+    op_latency_alert: float
+    """Seconds one OSD op may take (mean, slowest OSD) before the Ceph alert fires:
+    monitoring.max_ceph_op_latency, else OP_ALERT_FACTOR x the slowest unloaded op (`unloaded_op_latency`)."""
 
 
 class StepCoefficients(SpecModel):
@@ -456,10 +464,26 @@ def _ceph(topo: Topology, device_class: CephDeviceClass, nic: Nic, lm: ResolvedL
                                 f"{fmt_bytes(raw)} raw / {c.pool.size} replicas x {CEPH_NEARFULL_RATIO} = "
                                 f"{fmt_bytes(usable * CEPH_NEARFULL_RATIO)}", budget,
                                 f"<= {fmt_bytes(usable * CEPH_NEARFULL_RATIO)}", "lower the tier size, or add OSDs or hosts"))
+    network = nic if c.network_bandwidth is None else nic.model_copy(update={"bandwidth": c.network_bandwidth})
+    chunk_object = lm.chunk_bytes_per_rank if lm else RADOS_OP_BYTES
+    alert = topo.monitoring.max_ceph_op_latency
+    if alert is None:
+        alert = OP_ALERT_FACTOR * unloaded_op_latency(device_class, network, c.pool.size, chunk_object)
     return ResolvedCeph(
         deploy=c.deploy, hosts=c.hosts, osds=osds, osd_size=c.osd_size, raw_bytes=raw, usable_bytes=usable,
         kv_budget_bytes=budget, pool_name=c.pool.name, pool_size=c.pool.size, pool_min_size=c.pool.min_size,
         pool_pg_num=c.pool.pg_num, pool_adopt=c.pool.adopt, failure_domain=c.failure_domain, access=c.access, rgw_port=c.rgw.port,
         rgw_dns_name=c.rgw.dns_name, rgw_bucket=c.rgw.bucket, rgw_region=c.rgw.region, rgw_user=c.rgw.user, rgw_address=c.rgw.address, osd_devices=list(c.osd_devices), cephfs_mount=c.cephfs_mount,
-        options=dict(c.options), device_class=device_class,
-        network=nic if c.network_bandwidth is None else nic.model_copy(update={"bandwidth": c.network_bandwidth}))
+        options=dict(c.options), device_class=device_class, network=network, op_latency_alert=alert)
+
+
+def unloaded_op_latency(dev: CephDeviceClass, network: Nic, pool_size: int, s3_object_bytes: int) -> float:
+    """Seconds the slower of one RADOS read and one RADOS write of an S3 object's pieces takes at an idle
+    OSD: the device's latency, the op's bytes at its bandwidth (or one IOPS slot) and, for a write, the
+    forwarding to the other replicas. RGW cuts an object into RADOS objects of at most RADOS_OP_BYTES."""
+    pieces = max(1, -(-s3_object_bytes // RADOS_OP_BYTES))
+    op = s3_object_bytes / pieces
+    read = dev.read_latency + max(op / dev.osd_read_bandwidth, 1 / dev.osd_read_iops)
+    write = (dev.write_latency + (pool_size - 1) * op / network.bandwidth
+             + max(op / dev.osd_write_bandwidth, 1 / dev.osd_write_iops))
+    return max(read, write)

@@ -96,7 +96,7 @@ def test_alert_thresholds_are_the_specs(written):
     rules, m = _rules(config_dir), r.monitoring
     assert _threshold(rules["KVPlanLMCacheHitRatioLow"]["expr"], "<") == m.min_lmcache_hit_ratio
     assert _threshold(rules["KVPlanKVBlockUtilizationHigh"]["expr"], ">") == m.max_block_utilization
-    assert _threshold(rules["KVPlanCephOpLatencyHigh"]["expr"], ">") == pytest.approx(m.max_ceph_op_latency), \
+    assert _threshold(rules["KVPlanCephOpLatencyHigh"]["expr"], ">") == pytest.approx(r.ceph.op_latency_alert), \
         "ceph_osd_op_r/w_latency_sum are in seconds, as the spec is"
 
 
@@ -144,7 +144,7 @@ def _op_series(seconds: float, osds: int = 2) -> list[dict]:
 def test_alerts_fire_on_the_far_side_of_each_threshold(written, tmp_path):
     r, _, config_dir = written
     rules, m = _rules(config_dir), r.monitoring
-    ceph_op = m.max_ceph_op_latency
+    ceph_op = r.ceph.op_latency_alert
     tests = [
         _alert_test(rules, "KVPlanLMCacheHitRatioLow", _hit_series(m.min_lmcache_hit_ratio - 0.05), fires=True),
         _alert_test(rules, "KVPlanLMCacheHitRatioLow", _hit_series(min(1.0, m.min_lmcache_hit_ratio + 0.05)), fires=False),

@@ -332,10 +332,11 @@ def _monitoring(r: Resolved, vllm_targets: list[str], ceph_hosts: list[str]) -> 
         # the window, on the slowest OSD: Ceph's op_r_latency / op_w_latency, which the mgr's prometheus
         # module exports as _sum (seconds) and _count per ceph_daemon. The simulator's alert watches the same.
         ops = "rate(ceph_osd_op_r_latency_{0}[5m]) + rate(ceph_osd_op_w_latency_{0}[5m])"
-        ms = round(m.max_ceph_op_latency * 1000, 3)
+        limit = r.ceph.op_latency_alert
+        ms = round(limit * 1000, 3)
         rules.append(
             {"alert": "KVPlanCephOpLatencyHigh",
-             "expr": f"max(({ops.format('sum')}) / ({ops.format('count')})) > {m.max_ceph_op_latency:g}", "for": "5m",
+             "expr": f"max(({ops.format('sum')}) / ({ops.format('count')})) > {limit:g}", "for": "5m",
              "labels": {"severity": "warning"},
              "annotations": {"summary": f"Ceph OSD op latency above {ms:g} ms (mean of one op, slowest OSD)",
                              "description": "The ceph tier's reads slow down TTFT on misses of the local tiers; "

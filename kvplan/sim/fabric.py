@@ -41,10 +41,9 @@ from typing import Sequence
 
 import simpy
 
-from ..resolve import Resolved
+from ..resolve import RADOS_OP_BYTES, Resolved
 from .links import Link
 
-RADOS_OP_BYTES = 4 * 2**20          # rgw_max_chunk_size = rgw_obj_stripe_size (CephFS object_size): 4 MiB
 REQUEST_WINDOW_BYTES = 16 * 2**20   # rgw_put_obj_min_window_size = rgw_get_obj_window_size
 CLIENT_INFLIGHT_BYTES = 100 * 2**20  # objecter_inflight_op_bytes, per client process
 

@@ -77,7 +77,7 @@ def alerts(r: Resolved, lmcache_hit: float | None, mean_block_utilisation: float
         out.append(f"LMCache hit ratio {lmcache_hit:.1%} is below {m.min_lmcache_hit_ratio:.0%}")
     if mean_block_utilisation > m.max_block_utilization:
         out.append(f"HBM block utilisation {mean_block_utilisation:.1%} is above {m.max_block_utilization:.0%}")
-    if ceph_op is not None and ceph_op > m.max_ceph_op_latency:
+    if ceph_op is not None and r.ceph is not None and ceph_op > r.ceph.op_latency_alert:
         out.append(f"Ceph op latency {fmt_duration(ceph_op)} (mean of one OSD op, slowest OSD) is above "
-                   f"{fmt_duration(m.max_ceph_op_latency)}")
+                   f"{fmt_duration(r.ceph.op_latency_alert)}")
     return out

@@ -49,8 +49,10 @@ class Monitoring(SpecModel):
     max_block_utilization: float = Field(0.7, ge=0, le=1)
     """Alert when vLLM's HBM KV block utilisation rises above this."""
 
-    max_ceph_op_latency: Duration = "5ms"
-    """Alert when Ceph OSD op latency (ceph osd perf) rises above this."""
+    max_ceph_op_latency: Duration | None = None
+    """Alert when the mean latency of one OSD op (a RADOS read or write, Ceph's op_r/op_w_latency) on the
+    slowest OSD rises above this. Default: twice the slowest op this cluster serves unloaded (from the
+    catalog's device class and network, for the spec's chunk size), so the alert means the OSDs queue."""
 
     metrics_address: HostName = "127.0.0.1"
     """Address the LMCache server's admin and metrics endpoints bind to: loopback unless Prometheus scrapes from elsewhere."""
