@@ -16,6 +16,8 @@ from typing import Annotated, Iterator, NamedTuple, get_type_hints
 import numpy as np
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, WithJsonSchema
 
+from .steady import TierState
+
 
 class _Result(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -190,6 +192,8 @@ class SimResult(_Result):
     """Lookups of preempted requests re-admitted for recomputation, counted apart from the ratios above."""
     relookup_hit_ratio: float | None
     """lmcache_hit_ratio of those re-lookups alone."""
+    steady_state: list[TierState] = []
+    """Per LMCache tier: whether the run was long enough for it to fill (kvplan.sim.steady)."""
     tiers: list[TierResult]
     links: list[LinkResult]
     per_request: RequestTable

@@ -23,7 +23,7 @@ import numpy as np
 import simpy
 
 from ..resolve import Resolved
-from . import metrics
+from . import metrics, steady
 from . import workload as wl
 from .engine import Engine, Seq
 from .fabric import Fabric
@@ -233,6 +233,8 @@ class Simulation:
             ceph_op_latency=ceph_ops, ceph_op_latency_slowest_osd=slowest,
             alerts=metrics.alerts(r, lm_hit, mean_util, slowest), lmcache_hit_ratio=lm_hit,
             relookups=relookups, relookup_hit_ratio=relookup_hit, tiers=tiers,
+            steady_state=[steady.judge(t.name, t.capacity_bytes, t.peak_used_bytes, t.final_used_bytes, t.evictions,
+                                       r.lmcache.tier(t.name).ttl_s, duration) for t in tiers if t.name != "hbm"],
             links=links, per_request=recs)
 
 
