@@ -79,7 +79,9 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              seeds: int = typer.Option(1, "--seeds", min=1, max=1000,
                                        help="Run N seeds (seed, seed+1, ...) and report mean and 95 % confidence intervals."),
              ablate: bool = typer.Option(False, "--ablate", help="Also run the workload without reuse, HBM only, + ddr, "
-                                                                  "+ nvme and + ceph, and compare them."),
+                                                                  "+ nvme and + ceph, and compare them (each on the "
+                                                                  "--seeds; with 2 or more, each change is tested "
+                                                                  "against the noise)."),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result(s) as JSON to this file."),
              fmt: str = typer.Option("table", "--format", help="table (terminal) or md (Markdown)."),
              profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate "
@@ -88,7 +90,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from .cost import cost_of
     from .report import markdown, sections, terminal
     from .resolve import resolve
-    from .sim.ablation import ablate as run_ablation
+    from .sim.ablation import ablate_seeds
     from .sim.run import run
     from .spec import load
 
@@ -104,7 +106,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         first = resolved.workload.seed if seed is None else seed
         with _progress() as progress:
             results = [run(resolved, seed=first + i, progress=progress) for i in range(seeds)]
-            ablation = run_ablation(topo, seed=first, progress=progress) if ablate else None
+            ablation = ablate_seeds(topo, [first + i for i in range(seeds)], progress=progress) if ablate else None
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     report = sections.result_sections(results[0]) if seeds == 1 else [sections.seeds_section(results)]
@@ -122,7 +124,8 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
         payload = {"results": [r.model_dump(mode="json") for r in results]}
         if ablation:
-            payload["ablation"] = [{"setup": name, "result": r.model_dump(mode="json")} for name, r in ablation]
+            # the first seed's runs: the shape `kvplan report` reads (the table above has every seed)
+            payload["ablation"] = [{"setup": name, "result": rs[0].model_dump(mode="json")} for name, rs in ablation]
         if cost is not None:
             payload["cost"] = cost.model_dump(mode="json")
         if seeds == 1 and not ablation:   # the SimResult's own keys, with "cost" beside them as the last key
@@ -137,6 +140,16 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     else:
         for table in terminal.tables(report):
             out.print(table)
+    from rich.text import Text
+
+    from .report.next_steps import cold_tiers, next_steps
+
+    for line in cold_tiers(results[0]) + next_steps(spec, results[0]):
+        out.print(Text(line))
+    if ablation:
+        err.print(f"ablation on {seeds} seeds: a change is marked within noise when its paired 95 % interval holds 0"
+                  if seeds > 1 else "ablation on 1 seed: its changes are not tested against the noise; "
+                                    "--seeds 3 (or more) tests them")
     if out_file:
         err.print(f"result written to {out_file}")
 
@@ -327,7 +340,9 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
          slo: list[str] = typer.Option([], "--slo", help="Latency target KEY=DURATION, e.g. ttft_p99=500ms (repeatable; "
                                                           "default: the spec's slo)."),
          budget: Optional[str] = typer.Option(None, "--budget", help="Most it may cost, USD per hour, e.g. 100/h."),
-         seeds: int = typer.Option(1, "--seeds", min=1, max=100, help="Simulate each candidate under N seeds; the worst counts."),
+         seeds: int = typer.Option(1, "--seeds", min=1, max=100, help="Simulate each candidate under N seeds: "
+                                                                        "the mean counts, and a margin within the "
+                                                                        "95 % interval is marked as such."),
          workers: int = typer.Option(1, "--workers", min=1, help="Simulations run in parallel."),
          gpus: list[str] = typer.Option([], "--gpu", help="Only these accelerators (repeatable; default: every priced one "
                                                            "of the spec's kind)."),
@@ -518,8 +533,9 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                  slo: Optional[list[str]] = typer.Option(None, "--slo", help="KEY=VALUE target, e.g. ttft_p99=500ms "
                                                                              "(keys as in the spec's slo); repeatable. "
                                                                              "Default: the spec's slo."),
-                 seeds: int = typer.Option(1, "--seeds", min=1, max=1000, help="Seeds per probe; the SLO must hold at "
-                                                                               "the mean over them."),
+                 seeds: int = typer.Option(3, "--seeds", min=1, max=1000, help="Most seeds per probe: a probe starts "
+                                                                               "with 2 and adds seeds while the SLO "
+                                                                               "is within the noise (1: no interval)."),
                  seed: Optional[int] = typer.Option(None, "--seed", help="First seed (default: workload.seed)."),
                  low: Optional[str] = typer.Option(None, "--low", help="Lowest rate to try (e.g. 1/s; a replay "
                                                                        "speed such as 0.5 for traces)."),
@@ -538,7 +554,7 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from .report import terminal
     from .report.sections import Section
     from .spec.slo import parse_slo_flags
-    from .sweep.capacity import SloUsageError, search
+    from .sweep.capacity import SloUsageError, headline, search
     from .sweep.result import TABLE_COLUMNS
     from .units import fmt_duration
 
@@ -547,11 +563,14 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     state = {"n": 0}
 
     def verdict(p) -> str:
-        return "  ".join(f"{key} {fmt_duration(p.metrics[key].mean):>9}" for key in targets)
+        return "  ".join(f"{key} {fmt_duration(p.metrics[key].mean):>9}"
+                         + (f" ± {fmt_duration(p.metrics[key].ci95):>8}" if seeds > 1 else "") for key in targets)
 
     def show(p, fresh: int) -> None:
         state["n"] += 1
-        out.print(f"probe {state['n']:>2}  {fmt(p.rate):>10}  {verdict(p)}  {'met' if p.met else 'MISSED'}")
+        word = {"met": "met", "missed": "MISSED", "undecided": "undecided"}[p.verdict]
+        out.print(f"probe {state['n']:>2}  {fmt(p.rate):>10}  {verdict(p)}  {word}"
+                  + (f" ({len(p.seeds)} seeds)" if seeds > 1 else ""))
 
     try:
         targets = parse_slo_flags(slo or []).targets()
@@ -564,33 +583,63 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         goal = ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in targets.items())
         if targets:
             what = knob.meaning
-            out.print(f"Capacity of {spec}: the highest {knob.path} ({what}) meeting {goal} "
-                      f"at the mean over {seeds} seed(s)")
+            out.print(f"Capacity of {spec}: the highest {knob.path} ({what}) meeting {goal}"
+                      + (f"; each probe runs 2 to {seeds} seeds and is decided at 95 % (mean ± 95 % CI)" if seeds > 1
+                         else " on 1 seed (no interval)"))
         result, simulated = search(spec, targets, seeds=seeds, first_seed=seed, low=low, high=high,
                                    tolerance=tolerance, workers=workers, ray=ray, cache=cache, on_probe=show)
     except SloUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--slo/--low/--high/--tolerance") from None
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
-    if result.outcome == "found":
-        out.print(f"highest sustainable rate: {fmt(result.rate)} (met at {fmt(result.met.rate)}, missed at "
-                  f"{fmt(result.missed.rate)}; tolerance {result.tolerance:.0%})")
-    elif result.outcome == "above_high":
-        out.print(f"the SLO is still met at {fmt(result.rate)}, the highest rate probed: raise --high to search further")
-    else:
-        out.print(f"the SLO is missed even at {fmt(result.missed.rate)}, the lowest rate probed: lower --low, "
-                  "relax the SLO or add capacity")
-    section = Section("Bracketing probes", ["", "rate", *(label for _, label, _ in TABLE_COLUMNS)])
+    for line in headline(result):
+        out.print(line)
+    section = Section("Bracketing probes" + (", mean ± 95 % CI" if seeds > 1 else ""),
+                      ["", "rate", "seeds", *(label for _, label, _ in TABLE_COLUMNS)])
     for name, p in (("met", result.met), ("missed", result.missed)):
         if p is not None:
-            section.rows.append([name, fmt(p.rate), *("-" if p.metrics.get(key) is None else f(p.metrics[key].mean)
-                                                      for key, _, f in TABLE_COLUMNS)])
+            section.rows.append([name, fmt(p.rate), str(len(p.seeds)),
+                                 *("-" if p.metrics.get(key) is None else f(p.metrics[key].mean)
+                                   for key, _, f in TABLE_COLUMNS)])
+            if len(p.seeds) > 1:
+                section.rows.append(["", "± 95 % CI", "", *("" if p.metrics.get(key) is None else f(p.metrics[key].ci95)
+                                                            for key, _, f in TABLE_COLUMNS)])
     for table in terminal.tables([section]):
         out.print(table)
-    _runs_line(len(result.probes) * seeds, simulated, cache)
+    _runs_line(sum(len(p.seeds) for p in result.probes), simulated, cache)
     if out_file:
         Path(out_file).write_text(result.model_dump_json(indent=1) + "\n")
         err.print(f"search written to {out_file}")
+
+
+@app.command("size")
+def size_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
+             seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the workload (default: workload.seed)."),
+             as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
+             out_file: Optional[str] = typer.Option(None, "--out", help="Write the result as JSON to this file "
+                                                                        "(for kvplan report).")) -> None:
+    """Hit ratio against capacity for every tier, from one pass over the workload: working set, the sizes
+    reaching 50/90/99 % of the reuse, and their cost."""
+    from pathlib import Path
+
+    from .report.sizing import terminal_tables
+    from .sizing import size
+    from .spec import load
+
+    try:
+        result = size(load(spec), seed=seed)
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+    data = result.model_dump_json(indent=1) + "\n"
+    if out_file:
+        Path(out_file).write_text(data)
+    if as_json:
+        typer.echo(data, nl=False)
+    else:
+        for table in terminal_tables(result):
+            out.print(table)
+    if out_file:
+        err.print(f"result written to {out_file}", markup=False)
 
 
 @app.command("report")

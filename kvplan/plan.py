@@ -67,7 +67,14 @@ class Candidate:
     reason: str = ""
     """Why it won or lost, in words."""
     measured: dict[str, float] = field(default_factory=dict)
-    """SLO key -> the worst value over the seeds (simulated candidates only)."""
+    """SLO key -> the mean over the seeds (simulated candidates only)."""
+    ci95: dict[str, float] = field(default_factory=dict)
+    """SLO key -> half-width of the 95 % interval of that mean (0 with one seed)."""
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    """SLO key -> the value of each seed, in seed order (the same seeds for every candidate)."""
+    decided: bool = True
+    """False: some target lies within the 95 % interval, so meeting or missing it is not
+    distinguishable at these seeds (always True with one seed, where nothing is tested)."""
     requests_per_s: float | None = None
 
     @property
@@ -468,7 +475,8 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
     feasible.sort(key=lambda c: (c.usd_per_hour, c.index))
     if feasible:
         winner = feasible[0]
-        winner.status, winner.reason = "winner", "cheapest that meets the SLO"
+        winner.status, winner.reason = "winner", "cheapest that meets the SLO" + (
+            "" if winner.decided else " (not distinguishable from missing it)")
         chosen = {_choice(winner)}
         for c in feasible[1:]:
             if _choice(c) in chosen:
@@ -478,7 +486,8 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
                 break
             chosen.add(_choice(c))
             c.status = "alternative"
-            c.reason = f"meets the SLO; +${c.usd_per_hour - winner.usd_per_hour:,.2f}/h"
+            c.reason = f"meets the SLO; +${c.usd_per_hour - winner.usd_per_hour:,.2f}/h" + (
+                "" if c.decided else " (not distinguishable from missing the SLO)")
         for c in candidates:
             if c.status == "missed SLO" and c.usd_per_hour <= winner.usd_per_hour:
                 c.reason = "cheaper, but " + c.reason
@@ -505,18 +514,46 @@ def _capacity(c: Candidate) -> tuple:
 
 
 def _judge(c: Candidate, results: list[SimResult], targets: dict[str, float]) -> None:
-    """Worst value over the seeds of each SLO metric against its target."""
-    for key in targets:
+    """Each SLO metric's mean over the seeds against its target, and whether its 95 % interval
+    decides it (kvplan.sweep.confidence.classify): a candidate meets the SLO when every mean is
+    within its target, and is marked not distinguishable when an interval straddles a target."""
+    from .sweep.confidence import classify, combine
+
+    verdicts = {}
+    for key, target in targets.items():
         metric, pct = key.rsplit("_", 1)
-        c.measured[key] = max(getattr(getattr(res, metric), pct) for res in results)
+        c.samples[key] = [getattr(getattr(res, metric), pct) for res in results]
+        verdicts[key] = v = classify(c.samples[key], target)
+        c.measured[key], c.ci95[key] = v.mean, v.ci95
     c.requests_per_s = sum(res.requests_per_s for res in results) / len(results)
+    c.decided = len(results) < 2 or combine(list(verdicts.values())) != "undecided"
     missed = [k for k in targets if c.measured[k] > targets[k]]
     if missed:
         c.status = "missed SLO"
-        c.reason = ", ".join(f"{_label(k)} {fmt_duration(c.measured[k])} > {fmt_duration(targets[k])}" for k in missed)
+        c.reason = ", ".join(f"{_label(k)} {_with_ci(c, k)} > {fmt_duration(targets[k])}" for k in missed)
+        if not c.decided:
+            c.reason += " (not distinguishable from meeting it)"
     else:
         c.status = "meets SLO"
         c.reason = "meets the SLO"
+        if not c.decided:
+            close = [k for k, v in verdicts.items() if v.outcome == "undecided"]
+            c.reason += (" (not distinguishable from missing it: "
+                         + ", ".join(f"{_label(k)} {_with_ci(c, k)} vs {fmt_duration(targets[k])}" for k in close) + ")")
+
+
+def _with_ci(c: Candidate, key: str) -> str:
+    """'290.1 ms' or, over several seeds, '290.1 ms ± 30.2 ms'."""
+    return fmt_duration(c.measured[key]) + (f" ± {fmt_duration(c.ci95[key])}" if len(c.samples.get(key, [])) > 1 else "")
+
+
+def runner_up_within_noise(winner: Candidate, runner_up: Candidate) -> list[str]:
+    """The SLO keys on which the runner-up's per-seed values are not distinguishable from the
+    winner's (paired over the same seeds); empty with one seed, where nothing is tested."""
+    from .sweep.confidence import compare
+
+    return [k for k in winner.samples if len(winner.samples[k]) > 1 and k in runner_up.samples
+            and not compare(winner.samples[k], runner_up.samples[k]).distinguishable]
 
 
 def _label(key: str) -> str:

@@ -9,7 +9,9 @@ A document is a title and a list of parts; each part has tables (`Section`s, the
 - an ablation: the comparison table and its plots, then the spec as written in detail (both
   parts, seeds first, for `--seeds N --ablate`);
 - a sweep: the points' table, heat maps (two varied paths) or per-point lines, and the cost vs
-  p99 TTFT Pareto frontier when the points carry a cost.
+  p99 TTFT Pareto frontier when the points carry a cost;
+- a tier sizing (`kvplan size --out`): each tier's table, its hit ratio against capacity and all
+  tiers' hit ratio against cost (`sizing.py`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ def build(data: ReportInput) -> Document:
     ids = Ids()
     if data.kind == "sweep":
         return _sweep_document(data, ids)
+    if data.kind == "size":
+        from .sizing import document as size_document
+
+        return size_document(data, ids)
     first = data.results[0]
     subtitle = f"spec {first.spec_hash[:12]}, {data.path.name}"
     parts: list[Part] = []

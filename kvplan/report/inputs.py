@@ -3,7 +3,8 @@
 - `kvplan simulate SPEC --out FILE`: one SimResult object (keys `spec_hash`, `per_request`, ...);
 - `kvplan simulate SPEC --seeds N --out FILE` and/or `--ablate`: `{"results": [SimResult, ...],
   "ablation": [{"setup": NAME, "result": SimResult}, ...]}` (`ablation` only with `--ablate`);
-- `kvplan sweep ... --out FILE`: a SweepResult object (keys `varied`, `points`, ...).
+- `kvplan sweep ... --out FILE`: a SweepResult object (keys `varied`, `points`, ...);
+- `kvplan size SPEC --out FILE`: a SizeResult object (`"kind": "size"`).
 
 Anything else (a missing file, broken JSON, another tool's JSON, a result written by an
 incompatible kvplan) is a `SpecError` naming the file, what is wrong and how to get a good file.
@@ -31,13 +32,15 @@ class ReportInput:
 
     path: Path
     kind: str
-    """'result', 'seeds', 'ablation' or 'sweep'."""
+    """'result', 'seeds', 'ablation', 'sweep' or 'size'."""
     results: list[SimResult] = field(default_factory=list)
     ablation: list[tuple[str, SimResult]] = field(default_factory=list)
     sweep: Any = None
     """A kvplan.sweep.result.SweepResult when kind == 'sweep'."""
     cost: Any = None
     """The kvplan.cost.CostBreakdown of the spec as written, when the file carries one."""
+    size: Any = None
+    """A kvplan.sizing.SizeResult when kind == 'size'."""
 
 
 def _problem(path: Path, message: str, fix: str, where: str = "(file)", value: Any = None) -> SpecError:
@@ -87,6 +90,10 @@ def load(path: str | Path) -> ReportInput:
         return ReportInput(path, "result", results=[_validated(path, SimResult, data, "")], cost=cost)
     if isinstance(data.get("results"), list):
         return _simulate_payload(path, data)
+    if data.get("kind") == "size":
+        from ..sizing import SizeResult
+
+        return ReportInput(path, "size", size=_validated(path, SizeResult, data, ""))
     if "points" in data and "varied" in data:
         from ..sweep.result import SweepResult
 

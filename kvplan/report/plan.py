@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..plan import Candidate, Plan
+from ..plan import Candidate, Plan, runner_up_within_noise
 from ..units import fmt_duration
 from .sections import Section
 from .terminal import tables
@@ -18,8 +18,21 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
         ["considered", f"{len(plan.candidates)} candidates ({plan.invalid} other combinations did not validate)"],
         ["simulated", f"{sum(1 for c in plan.candidates if c.measured)} candidates x {len(plan.seeds)} seed(s) = "
                       f"{plan.simulations} runs"]])
+    n = len(plan.seeds)
+    head.rows.append(["seeds", f"{n} ({plan.seeds[0]}..{plan.seeds[-1]}): each SLO metric is the mean over them, "
+                               "decided at 95 %; --seeds N for more" if n > 1 else
+                      f"1 (seed {plan.seeds[0]}): differences are not tested against the noise; "
+                      "--seeds 3 (or more) tests them"])
     winner = plan.winner
-    head.rows.append(["winner", _short(winner) + f", ${winner.usd_per_hour:,.2f}/h" if winner else "none"])
+    head.rows.append(["winner", _short(winner) + f", ${winner.usd_per_hour:,.2f}/h"
+                      + ("" if winner.decided else "; meets the SLO, but not distinguishably from missing it")
+                      if winner else "none"])
+    runner = plan.alternatives[0] if winner and plan.alternatives else None
+    if runner is not None and n > 1:
+        close = runner_up_within_noise(winner, runner)
+        head.rows.append(["runner-up", _short(runner) + f", +${runner.usd_per_hour - winner.usd_per_hour:,.2f}/h; "
+                          + (f"its {', '.join(_label(k) for k in close)} not distinguishable from the winner's "
+                             f"at {n} seeds" if close else "its SLO metrics differ from the winner's beyond the noise")])
     head.rows.append(["search", search_verdict(plan)])
 
     shown = plan.candidates if show_all else [c for c in plan.candidates if c.measured]
@@ -29,7 +42,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
     for c in shown:
         d = c.describe()
         table.rows.append([str(c.index), d["accelerator"], _tiers(d) or "-", d["eviction"],
-                           f"{c.usd_per_hour:,.2f}", *[fmt_duration(c.measured[k]) if k in c.measured else "-" for k in keys],
+                           f"{c.usd_per_hour:,.2f}", *[_measured(c, k) for k in keys],
                            _verdict(c)])
     sections = [head, table]
     if not show_all:
@@ -74,9 +87,15 @@ def _label(key: str) -> str:
     return f"{metric.upper()} {pct}"
 
 
+def _measured(c: Candidate, key: str) -> str:
+    if key not in c.measured:
+        return "-"
+    return fmt_duration(c.measured[key]) + (f" ± {fmt_duration(c.ci95[key])}" if len(c.samples.get(key, [])) > 1 else "")
+
+
 def _verdict(c: Candidate) -> str:
     if c.status == "winner":
-        return "WINNER"
+        return "WINNER" + ("" if c.decided else " (not distinguishable from missing the SLO)")
     if c.status == "alternative":
         return "alternative: " + c.reason.split("; ", 1)[-1]
     return c.reason

@@ -68,15 +68,46 @@ def result_sections(res: SimResult) -> list[Section]:
     return sections
 
 
-def ablation_section(results: list[tuple[str, SimResult]]) -> Section:
-    """One row per variant: what each tier adds."""
+ABLATION_METRICS = [("req/s", lambda r: r.requests_per_s, lambda x: f"{x:.2f}"),
+                    ("TTFT p50", lambda r: r.ttft.p50, fmt_duration), ("TTFT p99", lambda r: r.ttft.p99, fmt_duration),
+                    ("TPOT p50", lambda r: r.tpot.p50, fmt_duration), ("E2E p50", lambda r: r.e2e.p50, fmt_duration),
+                    ("recomputed", lambda r: r.recomputed_tokens / r.prompt_tokens if r.prompt_tokens else 0.0, pct),
+                    ("HBM blocks", lambda r: r.mean_block_utilisation, pct)]
+"""The ablation table's columns: name, how to read it from a run, how to print it."""
+
+
+def ablation_section(results: list[tuple[str, SimResult | list[SimResult]]]) -> Section:
+    """One row per variant: what each tier adds. Each setup holds one run, or one per seed (the
+    same seeds for every setup); then each row shows mean ± 95 % CI, and its last column which
+    metrics differ from the row above beyond the noise (paired over the seeds) and which are
+    within noise. With one seed that column says the change is not tested."""
+    from ..sweep.confidence import compare
+
+    runs = [(name, r if isinstance(r, list) else [r]) for name, r in results]
+    n = len(runs[0][1]) if runs else 1
     section = Section("Ablation: the same workload, one tier at a time",
-                      ["setup", "req/s", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p50", "recomputed", "HBM blocks"])
-    for name, res in results:
-        section.rows.append([name, f"{res.requests_per_s:.2f}", fmt_duration(res.ttft.p50), fmt_duration(res.ttft.p99),
-                             fmt_duration(res.tpot.p50), fmt_duration(res.e2e.p50),
-                             pct(res.recomputed_tokens / res.prompt_tokens if res.prompt_tokens else 0),
-                             pct(res.mean_block_utilisation)])
+                      ["setup", *(label for label, _, _ in ABLATION_METRICS),
+                       f"vs the row above ({n} seeds, paired)" if n > 1 else "vs the row above"])
+    previous = None
+    for name, rs in runs:
+        values = {label: [get(r) for r in rs] for label, get, _ in ABLATION_METRICS}
+        row = [name]
+        for label, _, fmt in ABLATION_METRICS:
+            mean, half = confidence(values[label])
+            row.append(fmt(mean) + (f" ± {fmt(half)}" if n > 1 else ""))
+        if previous is None:
+            change = "-"
+        elif n < 2:
+            change = "not tested (1 seed; --seeds 3 tests it)"
+        else:
+            differs = [label for label, _, _ in ABLATION_METRICS
+                       if compare(previous[label], values[label]).distinguishable]
+            same = [label for label, _, _ in ABLATION_METRICS if label not in differs]
+            change = "; ".join(part for part in (f"differs: {', '.join(differs)}" if differs else "",
+                                                 f"within noise: {', '.join(same)}" if same else "") if part)
+        row.append(change)
+        section.rows.append(row)
+        previous = values
     return section
 
 

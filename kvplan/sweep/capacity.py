@@ -7,17 +7,22 @@ The searched knob is the workload's load:
 - trace replays: the replay speed, a multiple of the spec's own pace; speed x sets
   `workload.trace.time_scale` to the spec's time_scale / x (x2 replays twice as fast).
 
-A *probe* runs the spec at one rate with each seed. It *meets* the SLO when every target holds
-at the mean over seeds (e.g. the mean of the seeds' TTFT p99 is at most `ttft_p99`). The search
-starts from `low`/`high` when given, else from the spec's own rate, doubling or halving until a
-probe that meets the SLO and one that misses it bracket the answer; then it bisects until the
-two are within `tolerance` (relative) of each other. Probe rates are rounded to 4 significant
-digits, so the same search always probes the same specs and the run cache serves a repeated
-search (or one sharing probes with a sweep) without simulating anything.
+A *probe* runs the spec at one rate on MIN_SEEDS seeds, adding one at a time up to `seeds`
+while it is undecided (kvplan.sweep.confidence): it *surely meets* the SLO when every target's
+95 % interval over its seeds is at or below the target, *surely misses* it when one target's
+interval is above it, and is *undecided* otherwise. The search starts from `low`/`high` when
+given, else from the spec's own rate, doubling or halving until a probe that surely meets and
+one that surely misses bracket the answer; then it bisects the gaps between the highest surely
+met, the undecided probes (the noise band: more probes there cannot decide at these seeds) and
+the lowest surely missed, until each gap is within `tolerance` (relative). Probe rates are
+rounded to 4 significant digits, so the same search always probes the same specs and the run
+cache serves a repeated search (or one sharing probes with a sweep) without simulating anything.
 
-The answer is the rate of the highest probe that met the SLO; the lowest probe that missed it
-is reported beside it. When even `low` misses, or `high` still meets, the result says so
-(`outcome`) instead of inventing a rate.
+The answer is a rate with its 95 % interval: `low` (the highest rate surely met) to `high` (the
+lowest surely missed), around the point estimate `rate` (the highest probe whose mean meets the
+SLO, below every probe whose mean misses it). With one seed there is no interval: the values
+decide as they are, the bracket is the plain bisection's, and `tested` is False. When even `low`
+misses, or `high` still meets, the result says so (`outcome`) instead of inventing a rate.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from ..spec import from_mapping, read_yaml
 from ..spec.topology import Topology
 from .cache import RunCache, run_cached
 from .executor import Task
-from .result import Stat, summarise
+from .confidence import Outcome, classify, combine, fmt_interval, rounded
+from .result import METRICS, Stat, summarise
 from .variants import apply
 
 MAX_STEPS = 10
@@ -81,6 +87,13 @@ class Knob:
     def fmt(self, rate: float) -> str:
         return f"x{rate:g}" if self.time_scale is not None else f"{rate:g}/s"
 
+    def fmt_interval(self, rate: float, low: float, high: float) -> str:
+        """'7.0/s (6.0\u20138.5/s)' or 'x2.1 (x1.9\u2013x2.4)': rounded to what the interval supports."""
+        w = high - low
+        if self.time_scale is not None:
+            return f"x{rounded(rate, w)} (x{rounded(low, w)}\u2013x{rounded(high, w)})"
+        return fmt_interval(rate, low, high, "/s")
+
     def parse(self, text: str, flag: str) -> float:
         """A --low/--high value: a rate ('2/s', '120/min', '2') or, for a trace, a speed ('2', '2x')."""
         from ..units import parse_rate
@@ -120,9 +133,14 @@ class Probe(_Model):
     """Requests per second (synthetic workloads) or replay speed (traces)."""
     spec_hash: str
     met: bool
-    """Every SLO target holds at the mean over seeds."""
+    """Every SLO target holds at the mean over seeds (the point estimate)."""
     metrics: dict[str, Stat | None]
     """The same metrics as a sweep point (kvplan.sweep.result.METRICS)."""
+    verdict: Outcome = "met"
+    """met: every target's 95 % interval is at or below it; missed: one target's interval is above
+    it; undecided: neither, at the most seeds allowed (the noise band). With one seed, as `met` says."""
+    seeds: list[int] = []
+    """The seeds this probe ran (more when fewer could not decide it)."""
 
 
 class CapacityResult(_Model):
@@ -135,24 +153,40 @@ class CapacityResult(_Model):
     slo: dict[str, float]
     """The targets, in seconds."""
     seeds: list[int]
+    """The most seeds a probe may run (a probe starts with MIN_SEEDS of them)."""
     tolerance: float
     outcome: Literal["found", "below_low", "above_high"]
-    """found: `rate` met the SLO and `missed` (within tolerance above it) did not; below_low: even
-    the lowest rate probed missed it; above_high: even the highest rate probed met it."""
+    """found: `rate` is bracketed by `low` and `high`; below_low: even the lowest rate probed
+    missed it; above_high: even the highest rate probed met it."""
     rate: float | None
-    """The highest rate probed that met the SLO (None when none did)."""
+    """The point estimate: the highest probe between `low` and `high` whose mean over seeds met
+    the SLO, below every one whose mean missed it (None when none met it)."""
     met: Probe | None
+    """The highest probe that surely met the SLO (the interval's low end; None when none did)."""
     missed: Probe | None
-    """The lowest rate probed that missed the SLO (None when none did)."""
+    """The lowest probe that surely missed the SLO (the interval's high end; None when none did)."""
     probes: list[Probe]
     """Every probe, in the order run."""
+    low: float | None = None
+    high: float | None = None
+    """The capacity's 95 % interval: the highest rate surely met and the lowest surely missed
+    (with one seed, the bracket of the point estimates: no interval, `tested` is False)."""
+    noise_band: list[float] = []
+    """Rates probed inside the interval whose SLO stayed undecided at the most seeds."""
+    tested: bool = True
+    """False with one seed: no probe had an interval; the answer was not tested against noise."""
 
 
 OnProbe = Callable[[Probe, int], None]
 """Called as on_probe(probe, simulated) after each probe; simulated = runs not found in the cache."""
 
+MIN_SEEDS = 2
+"""Seeds a probe starts with; it adds one at a time, up to --seeds, while undecided."""
+DEFAULT_SEEDS = 3
+"""--seeds by default: enough for an interval, few enough that a first search stays fast."""
 
-def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds: int = 1,
+
+def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds: int = DEFAULT_SEEDS,
            first_seed: int | None = None, low: str | None = None, high: str | None = None,
            tolerance: float = 0.05, workers: int = 1, ray: str | None = None, cache: RunCache | None = None,
            on_probe: OnProbe | None = None) -> tuple[CapacityResult, int]:
@@ -167,6 +201,8 @@ def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds:
                         str(spec_path))
     if not 0 < tolerance < 1:
         raise SloUsageError(f"--tolerance must be between 0 and 1 (a share of the rate), not {tolerance}")
+    if seeds < 1:
+        raise SloUsageError(f"--seeds must be at least 1, not {seeds}")
     knob = Knob.of(base)
     lo_rate = knob.parse(low, "--low") if low is not None else None
     hi_rate = knob.parse(high, "--high") if high is not None else None
@@ -186,59 +222,136 @@ def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds:
             spec = from_mapping(apply(data, knob.path, knob.value(rate)), base_dir=spec_path.parent)
         except SpecError as exc:
             raise exc.with_source(f"{spec_path} at {knob.fmt(rate)}") from None
-        results, fresh = run_cached([Task(spec, s) for s in seed_list], cache, workers=workers, ray=ray)
+        results, fresh = [], 0
+        n = min(MIN_SEEDS, seeds)
+        while True:      # add seeds while the SLO is undecided, up to --seeds
+            more, new = run_cached([Task(spec, s) for s in seed_list[len(results):n]], cache, workers=workers, ray=ray)
+            results += more
+            fresh += new
+            verdict = _verdict(results, targets)
+            if verdict != "undecided" or n >= seeds:
+                break
+            n += 1
         simulated += fresh
         metrics = summarise(results)
         met = all(metrics[key] is not None and metrics[key].mean <= target for key, target in targets.items())
-        probes[rate] = p = Probe(rate=rate, spec_hash=spec.spec_hash(), met=met, metrics=metrics)
+        probes[rate] = p = Probe(rate=rate, spec_hash=spec.spec_hash(), met=met, metrics=metrics, verdict=verdict,
+                                 seeds=seed_list[:n])
         if on_probe:
             on_probe(p, fresh)
         return p
 
-    def done(outcome: str, met: Probe | None, missed: Probe | None) -> tuple[CapacityResult, int]:
+    def bracket() -> tuple[Probe | None, Probe | None, list[Probe]]:
+        """The lowest probe surely missed, the highest surely met below it, and the undecided between."""
+        ordered = sorted(probes.values(), key=lambda p: p.rate)
+        hi = next((p for p in ordered if p.verdict == "missed"), None)
+        below = [p for p in ordered if hi is None or p.rate < hi.rate]
+        lo = next((p for p in reversed(below) if p.verdict == "met"), None)
+        band = [p for p in below if p.verdict == "undecided" and (lo is None or p.rate > lo.rate)]
+        return lo, hi, band
+
+    def done(outcome: str) -> tuple[CapacityResult, int]:
+        lo, hi, band = bracket()
+        if outcome == "below_low":     # the lowest probe, surely missed or missed at the mean
+            lo, hi = None, min(probes.values(), key=lambda p: p.rate)
+        inside = sorted((p for p in probes.values() if (lo is None or p.rate >= lo.rate)
+                         and (hi is None or p.rate <= hi.rate)), key=lambda p: p.rate)
+        first_miss = next((p.rate for p in inside if not p.met), None)
+        estimate = [p for p in inside if p.met and (first_miss is None or p.rate < first_miss)]
+        rate = estimate[-1].rate if estimate and outcome != "below_low" else None
         return CapacityResult(name=base.name, spec_hash=base.spec_hash(), knob=knob.path, unit=knob.unit, slo=targets,
-                              seeds=seed_list, tolerance=tolerance, outcome=outcome,
-                              rate=met.rate if met else None, met=met, missed=missed,
-                              probes=list(probes.values())), simulated
+                              seeds=seed_list, tolerance=tolerance, outcome=outcome, rate=rate, met=lo, missed=hi,
+                              probes=list(probes.values()),
+                              low=lo.rate if lo is not None and outcome == "found" else None,
+                              high=hi.rate if hi is not None and outcome == "found" else None,
+                              noise_band=[p.rate for p in band] if outcome == "found" else [],
+                              tested=seeds > 1), simulated
 
-    lo = hi = None
     if lo_rate is not None:
-        lo = probe(lo_rate)
-        if not lo.met:
-            return done("below_low", None, lo)
+        p = probe(lo_rate)
+        if p.verdict == "missed" or (p.verdict == "undecided" and not p.met):
+            return done("below_low")
     if hi_rate is not None:
-        hi = probe(hi_rate)
-        if hi.met:
-            return done("above_high", hi, None)
-    if lo is None and hi is None:
-        start = probe(knob.start)
-        lo, hi = (start, None) if start.met else (None, start)
-    for _ in range(MAX_STEPS):
-        if hi is not None:
+        p = probe(hi_rate)
+        if p.verdict == "met" or (p.verdict == "undecided" and p.met):
+            return done("above_high")
+    if not probes:
+        probe(knob.start)
+    for _ in range(MAX_STEPS):      # up, until a probe surely misses
+        lo, hi, band = bracket()
+        if hi is not None or hi_rate is not None:
             break
-        p = probe(lo.rate * 2)
-        lo, hi = (p, None) if p.met else (lo, p)
+        probe(max(probes) * 2)
     else:
-        if hi is None:
-            return done("above_high", lo, None)
-    for _ in range(MAX_STEPS):
-        if lo is not None:
+        if bracket()[1] is None:
+            return done("above_high")
+    for _ in range(MAX_STEPS):      # down, until a probe surely meets
+        lo, hi, band = bracket()
+        if lo is not None or lo_rate is not None:
             break
-        p = probe(hi.rate / 2)
-        lo, hi = (p, hi) if p.met else (None, p)
+        probe(min(p for p in probes if p < hi.rate) / 2)
     else:
-        if lo is None:
-            return done("below_low", None, hi)
-    while hi.rate - lo.rate > tolerance * lo.rate:
-        mid = _round((lo.rate + hi.rate) / 2)
-        if not lo.rate < mid < hi.rate:
+        if bracket()[0] is None:
+            return done("below_low")
+    for _ in range(4 * MAX_STEPS):  # bisect the gaps on either side of the noise band
+        lo, hi, band = bracket()
+        if lo is None or hi is None:
             break
-        p = probe(mid)
-        if p.met:
-            lo = p
-        else:
-            hi = p
-    return done("found", lo, hi)
+        edges = [lo.rate, *(p.rate for p in band), hi.rate]
+        gaps = [(a, b) for a, b in ((edges[0], edges[1]), (edges[-2], edges[-1]))
+                if b - a > tolerance * lo.rate and a < _round((a + b) / 2) < b]
+        if not gaps:
+            break
+        a, b = max(gaps, key=lambda g: g[1] - g[0])
+        probe((a + b) / 2)
+    lo, hi, _ = bracket()
+    if hi is None:
+        return done("above_high")
+    if lo is None and not any(p.met for p in probes.values() if p.rate < hi.rate):
+        return done("below_low")
+    return done("found")
 
 
-__all__ = ["CapacityResult", "Knob", "MAX_STEPS", "OnProbe", "Probe", "SloUsageError", "search"]
+def headline(result: CapacityResult) -> list[str]:
+    """The answer in words: the rate with its interval, how many seeds decided it, how to ask for more."""
+    knob = Knob(result.knob, 1.0, 1.0 if result.unit == "x" else None)
+    fmt, most = knob.fmt, len(result.seeds)
+    more = f"--seeds {max(DEFAULT_SEEDS, 2 * most)}"
+    if result.outcome == "above_high":
+        lines = [f"the SLO is still met at {fmt(result.rate)}, the highest rate probed: raise --high to search further"]
+    elif result.outcome == "below_low":
+        lines = [f"the SLO is missed even at {fmt(result.probes[0].rate if result.missed is None else result.missed.rate)}, "
+                 "the lowest rate probed: lower --low, relax the SLO or add capacity"]
+    elif not result.tested:
+        return [f"highest sustainable rate: {fmt(result.rate)} (met at {fmt(result.low)}, missed at {fmt(result.high)}; "
+                f"tolerance {result.tolerance:.0%})",
+                f"1 seed per probe: no interval, so the rate is not tested against noise; {more} to test it"]
+    else:
+        seeds = sorted({len(p.seeds) for p in result.probes})
+        used = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
+        lines = [f"highest sustainable rate: {knob.fmt_interval(result.rate, result.low, result.high)}, 95 %, "
+                 f"{used} seeds per probe",
+                 f"  surely met at {fmt(result.low)}, surely missed at {fmt(result.high)}"
+                 + (f"; undecided at {', '.join(fmt(r) for r in result.noise_band)} (within the noise at {most} seeds)"
+                    if result.noise_band else f"; tolerance {result.tolerance:.0%}")]
+        if result.noise_band:
+            lines.append(f"  the interval is the noise band at {most} seeds: {more} narrows it")
+            return lines
+    if not result.tested:
+        lines.append(f"1 seed per probe: not tested against noise; {more} to test it")
+    return lines
+
+
+def _verdict(results: list, targets: dict[str, float]) -> Outcome:
+    """The probe's runs (one per seed) against every target: met, missed or undecided at 95 %."""
+    verdicts = []
+    for key, target in targets.items():
+        values = [METRICS[key](r) for r in results]
+        if any(v is None for v in values):
+            return "missed"
+        verdicts.append(classify(values, target))
+    return combine(verdicts)
+
+
+__all__ = ["CapacityResult", "DEFAULT_SEEDS", "Knob", "MAX_STEPS", "MIN_SEEDS", "OnProbe", "Probe", "SloUsageError",
+           "headline", "search"]
