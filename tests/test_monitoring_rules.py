@@ -100,13 +100,13 @@ def test_alert_thresholds_are_the_specs(written):
         "ceph_osd_op_r/w_latency_sum are in seconds, as the spec is"
 
 
-def test_the_hit_ratio_rule_reads_vllms_external_prefix_cache_counters_in_both_modes(written):
+def test_the_hit_ratio_rule_reads_vllms_prefix_cache_counters_in_both_modes(written):
     # in-process LMCache's num_hit_tokens / num_requested_tokens count only what a retrieve asked for,
     # so that ratio is near 1 whenever anything loads; vLLM's counters are what the simulator's alert uses
     r, _, config_dir = written
     expr = _rules(config_dir)["KVPlanLMCacheHitRatioLow"]["expr"]
-    assert expr == ("(sum(rate(vllm:external_prefix_cache_hits_total[5m])) / "
-                    "sum(rate(vllm:external_prefix_cache_queries_total[5m])))"
+    assert expr == ("((sum(rate(vllm:prefix_cache_hits_total[5m])) + sum(rate(vllm:external_prefix_cache_hits_total[5m]))) / "
+                    "sum(rate(vllm:prefix_cache_queries_total[5m])))"
                     f" < {r.monitoring.min_lmcache_hit_ratio}")
 
 
@@ -119,13 +119,15 @@ def _alert_test(rules: dict, alert: str, series: list[dict], fires: bool) -> dic
 
 
 def _hit_series(ratio: float) -> list[dict]:
-    """Token counters of both LMCache modes, `ratio` of the requested tokens hitting."""
-    hits, requested = round(1000 * ratio), 1000
+    """vLLM's prefix-cache counters with `ratio` of the prompt tokens served from a cache: 60 % of the
+    hits from its own prefix cache, the rest from LMCache beyond it."""
+    queries, hbm = 1000, round(600 * ratio)
+    external = round(1000 * ratio) - hbm
     return [
-        {"series": 'lmcache:num_hit_tokens_total{model_name="m",worker_id="0"}', "values": f"0+{hits}x30"},
-        {"series": 'lmcache:num_requested_tokens_total{model_name="m",worker_id="0"}', "values": f"0+{requested}x30"},
-        {"series": 'vllm:external_prefix_cache_hits_total{model_name="m",engine="0"}', "values": f"0+{hits}x30"},
-        {"series": 'vllm:external_prefix_cache_queries_total{model_name="m",engine="0"}', "values": f"0+{requested}x30"},
+        {"series": 'vllm:prefix_cache_queries_total{model_name="m",engine="0"}', "values": f"0+{queries}x30"},
+        {"series": 'vllm:prefix_cache_hits_total{model_name="m",engine="0"}', "values": f"0+{hbm}x30"},
+        {"series": 'vllm:external_prefix_cache_queries_total{model_name="m",engine="0"}', "values": f"0+{queries - hbm}x30"},
+        {"series": 'vllm:external_prefix_cache_hits_total{model_name="m",engine="0"}', "values": f"0+{external}x30"},
     ]
 
 

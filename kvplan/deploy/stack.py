@@ -305,15 +305,15 @@ def _vllm(r: Resolved) -> VllmVars:
 
 
 def hit_ratio_expr(r: Resolved) -> str:
-    """LMCache's token hit ratio in PromQL, in both modes from vLLM's external prefix-cache counters:
-    of the prompt tokens beyond vLLM's own prefix-cache hit, those LMCache (ddr, nvme or ceph)
-    supplied, counted at a request's first admission (vLLM 0.33 counts preempted ones apart). The
-    simulator's alert watches the same ratio (kvplan.sim.run: `offload_hit`). In-process
-    LMCache's own num_hit_tokens / num_requested_tokens count only what a retrieve asked for, so that
-    ratio is near 1 whenever anything loads; the MP server's exporter would bind 0.0.0.0, so kvplan
-    runs it with --disable-metrics."""
-    return ("sum(rate(vllm:external_prefix_cache_hits_total[5m])) / "
-            "sum(rate(vllm:external_prefix_cache_queries_total[5m]))")
+    """The cache hit ratio in PromQL, in both modes from vLLM's counters: the prompt tokens whose KV
+    came from a cache, vLLM's prefix cache (prefix_cache_hits) or LMCache's tiers beyond it
+    (external_prefix_cache_hits), over all prompt tokens (prefix_cache_queries), each request's first
+    admission (vLLM 0.33 counts preempted ones apart). The simulator's alert watches the same ratio
+    (kvplan.sim.run: `cache_hit`). In-process LMCache's own num_hit_tokens / num_requested_tokens count
+    only what a retrieve asked for, so that ratio is near 1 whenever anything loads; the MP server's
+    exporter would bind 0.0.0.0, so kvplan runs it with --disable-metrics."""
+    return ("(sum(rate(vllm:prefix_cache_hits_total[5m])) + sum(rate(vllm:external_prefix_cache_hits_total[5m]))) / "
+            "sum(rate(vllm:prefix_cache_queries_total[5m]))")
 
 
 def _monitoring(r: Resolved, vllm_targets: list[str], ceph_hosts: list[str]) -> MonitoringVars:

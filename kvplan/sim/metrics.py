@@ -3,8 +3,8 @@
 Percentiles use numpy's default linear interpolation. Goodput counts the requests that met every
 SLO target on their own; the SLO check compares each target (e.g. ttft_p99 <= 500 ms) with the
 run's percentile. Alerts are the design note's monitoring thresholds (spec `monitoring`), each on
-the figure the deployed Prometheus rule of the same name watches: LMCache's token hit ratio (of
-the prompt tokens beyond vLLM's prefix cache, those ddr, nvme or ceph supplied) below its minimum, mean HBM block utilisation above its maximum, and the mean latency of one OSD op on the
+the figure the deployed Prometheus rule of the same name watches: the cache hit ratio (prompt
+tokens whose KV came from vLLM's prefix cache or an LMCache tier) below its minimum, mean HBM block utilisation above its maximum, and the mean latency of one OSD op on the
 slowest OSD above its maximum (the rule: max over OSDs of rate(op latency sum) / rate(op count)).
 """
 
@@ -69,13 +69,13 @@ def good_requests(r: Resolved, table: RequestTable) -> int:
     return int(good.sum())
 
 
-def alerts(r: Resolved, offload_hit: float | None, mean_block_utilisation: float,
+def alerts(r: Resolved, cache_hit: float | None, mean_block_utilisation: float,
            ceph_op: float | None) -> list[str]:
     """`ceph_op`: mean seconds of one OSD op on the slowest OSD (`slowest_mean`), None without Ceph traffic."""
     m, out = r.monitoring, []
-    if offload_hit is not None and offload_hit < m.min_lmcache_hit_ratio:
-        out.append(f"LMCache token hit ratio {offload_hit:.1%} (prompt tokens beyond vLLM's prefix cache that ddr, "
-                   f"nvme or ceph supplied) is below {m.min_lmcache_hit_ratio:.0%}")
+    if cache_hit is not None and cache_hit < m.min_lmcache_hit_ratio:
+        out.append(f"cache hit ratio {cache_hit:.1%} (prompt tokens whose KV came from vLLM's prefix cache or "
+                   f"LMCache) is below {m.min_lmcache_hit_ratio:.0%}")
     if mean_block_utilisation > m.max_block_utilization:
         out.append(f"HBM block utilisation {mean_block_utilisation:.1%} is above {m.max_block_utilization:.0%}")
     if ceph_op is not None and r.ceph is not None and ceph_op > r.ceph.op_latency_alert:

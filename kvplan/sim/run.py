@@ -208,9 +208,9 @@ class Simulation:
                 reached -= served
             lm_hit = _ratio(lm.hit_tokens, lm.requested_tokens)              # first lookups only
             relookups, relookup_hit = lm.relookups, _ratio(lm.relookup_hit_tokens, lm.relookup_tokens)
-        # The "LMCache hit ratio" alert's figure, as vLLM's external_prefix_cache_hits / _queries count it:
-        # of the prompt tokens vLLM's prefix cache did not supply, those ddr, nvme or ceph did.
-        offload_hit = _ratio(sum(t.served_tokens for t in tiers[1:]), prompt - hbm_served) if self.lmcache else None
+        # The "LMCache hit ratio" alert's figure, as vLLM's counters give it live: prompt tokens whose KV came
+        # from a cache (vLLM's prefix cache or an LMCache tier) over all prompt tokens.
+        cache_hit = _ratio(sum(t.served_tokens for t in tiers), prompt) if self.lmcache else None
         lat = metrics.latency(recs)
         f = self.fabric
         ceph_ops = slowest = None
@@ -234,7 +234,7 @@ class Simulation:
             block_utilisation=self.block_utilisation, mean_block_utilisation=mean_util,
             engine_steps=[e.steps for e in self.engines], engine_busy=[_ratio(e.busy, duration) for e in self.engines],
             ceph_op_latency=ceph_ops, ceph_op_latency_slowest_osd=slowest,
-            alerts=metrics.alerts(r, offload_hit, mean_util, slowest), lmcache_hit_ratio=lm_hit,
+            alerts=metrics.alerts(r, cache_hit, mean_util, slowest), lmcache_hit_ratio=lm_hit,
             relookups=relookups, relookup_hit_ratio=relookup_hit, tiers=tiers,
             steady_state=[steady.judge(t.name, t.capacity_bytes, t.peak_used_bytes, t.final_used_bytes, t.evictions,
                                        r.lmcache.tier(t.name).ttl_s, duration) for t in tiers if t.name != "hbm"],

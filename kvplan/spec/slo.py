@@ -44,7 +44,8 @@ class Slo(SpecModel):
 
 class Monitoring(SpecModel):
     min_lmcache_hit_ratio: float = Field(0.8, ge=0, le=1)
-    """Alert when LMCache's token hit ratio falls below this."""
+    """Alert when the cache hit ratio (prompt tokens whose KV came from vLLM's prefix cache or LMCache, vLLM's
+    prefix_cache and external_prefix_cache counters) falls below this."""
 
     max_block_utilization: float = Field(0.7, ge=0, le=1)
     """Alert when vLLM's HBM KV block utilisation rises above this."""
