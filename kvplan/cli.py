@@ -144,7 +144,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
     from .report.next_steps import cold_tiers, next_steps
 
-    for line in cold_tiers(results[0]) + next_steps(spec, results[0]):
+    for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=resolved.workload.kind == "trace"):
         out.print(Text(line))
     if ablation:
         err.print(f"ablation on {seeds} seeds: a change is marked within noise when its paired 95 % interval holds 0"

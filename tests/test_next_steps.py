@@ -28,3 +28,10 @@ def test_a_tier_that_served_nothing_is_named():
 def test_a_run_that_meets_its_slo_with_every_tier_serving_needs_no_advice():
     result = run(resolve(spec("local", workload__requests=60, lmcache=None, ceph=None, slo={"ttft_p99": "60s"})))
     assert next_steps("x.yaml", result) == []
+
+
+def test_a_trace_is_pointed_at_capacity_not_at_the_planner():
+    result = run(resolve(spec("local", workload__requests=60, slo={"ttft_p99": "1ms"})))
+    lines = next_steps("trace.yaml", result, trace=True)
+    assert any(line.lstrip().startswith("kvplan capacity trace.yaml") for line in lines)
+    assert not any("kvplan plan" in line for line in lines), "the planner refuses a trace: it sets its own rate"

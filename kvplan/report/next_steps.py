@@ -3,7 +3,8 @@
 A run that misses its SLO, or that has a tier serving nothing, is where a planner starts, not
 where they stop. The three commands that answer "what should change" are named with the spec:
 `kvplan size` (how big each tier must be for this workload's reuse), `kvplan plan` (the
-cheapest topology that meets the SLO at this rate) and `simulate --ablate` (what each tier adds).
+cheapest topology that meets the SLO at this rate; `kvplan capacity` for a trace, whose rate is its
+own) and `simulate --ablate` (what each tier adds).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ def cold_tiers(result: SimResult) -> list[str]:
     return [f"warning: {state.note}" for state in result.steady_state if not state.steady]
 
 
-def next_steps(spec: str, result: SimResult) -> list[str]:
-    """Lines to print after the tables; empty when the SLO is met and every tier serves something."""
+def next_steps(spec: str, result: SimResult, trace: bool = False) -> list[str]:
+    """Lines to print after the tables; empty when the SLO is met and every tier serves something.
+    A trace replays its own timestamps, so for one the planner's place is taken by `capacity` (the
+    replay speed the topology sustains)."""
     missed = [c for c in result.slo if not c.met]
     idle = [t.name for t in result.tiers if t.name != "hbm" and t.served_tokens == 0]
     if not missed and not idle:
@@ -31,6 +34,8 @@ def next_steps(spec: str, result: SimResult) -> list[str]:
         why.append(f"the {', '.join(idle)} tier{'s' if len(idle) > 1 else ''} served no prompt token")
     targets = " ".join(f"--slo {c.key}={fmt_duration(c.target).replace(' ', '')}" for c in result.slo)
     commands = [(f"kvplan size {spec}", "how big each tier must be for this workload's reuse"),
+                (f"kvplan capacity {spec}", "the fastest replay of the trace this topology serves within the SLO")
+                if trace else
                 (f"kvplan plan {spec} --rate {result.requests_per_s:.3g}/s {targets}".rstrip(),
                  "the cheapest topology that meets the SLO at this rate"),
                 (f"kvplan simulate {spec} --ablate --seeds 3", "what each tier adds, tested against the noise")]
