@@ -94,7 +94,7 @@ def test_inventory_errors_say_how_to_fix_them(tmp_path):
 def test_instances_fill_nodes_in_order_with_their_own_devices_and_ports():
     from kvplan.deploy.stack import build
 
-    r = resolve(spec("codegen-70b"))       # 4 instances of TP 4 on 8-GPU nodes
+    r = resolve(spec("codegen-70b", serving__instances=4))       # 4 instances of TP 4 on 8-GPU nodes
     placed = build(r, ["gpu-1", "gpu-2"], ["10.0.1.1"]).instances
     assert placed["gpu-1"] == [{"index": 0, "port": 8000, "devices": "0,1,2,3"},
                                {"index": 1, "port": 8001, "devices": "4,5,6,7"}]

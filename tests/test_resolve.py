@@ -69,7 +69,7 @@ def test_hbm_blocks_of_the_design_notes_setup(catalog):
     assert r.block_bytes_per_rank == 16 * 800 * KIB
     assert r.hbm_blocks == kv_budget // (16 * 800 * KIB)
     assert r.hbm_tokens == r.hbm_blocks * 16
-    assert r.max_num_seqs == 8                                   # set in the spec
+    assert r.max_num_seqs == 32                                  # set in the spec
     assert r.max_num_batched_tokens == 2048                      # vLLM's default on an A100
 
 
@@ -78,9 +78,9 @@ def test_inprocess_tiers_are_per_rank(catalog):
     chunk = 256 * 800 * KIB                                      # 200 MiB
     ddr = r.lmcache.tier("ddr")
     assert (ddr.scope, ddr.caches) == ("instance", 4)
-    assert ddr.capacity_bytes == 8 * 10**9                       # one GPU per node: the node's 8 GB
-    assert ddr.capacity_chunks == 8 * 10**9 // chunk == 38
-    assert ddr.configured_gb == pytest.approx(8e9 / GIB)         # max_local_cpu_size
+    assert ddr.capacity_bytes == 64 * 10**9                      # one GPU per node: the node's 64 GB
+    assert ddr.capacity_chunks == 64 * 10**9 // chunk == 305
+    assert ddr.configured_gb == pytest.approx(64e9 / GIB)        # max_local_cpu_size
     ceph = r.lmcache.tier("ceph")
     assert (ceph.scope, ceph.caches, ceph.configured_gb, ceph.eviction, ceph.ttl_s) == ("cluster", 1, None, "none", 86400)
     assert r.ceph.raw_bytes == 3 * 4 * 3_840_000_000_000
@@ -90,17 +90,17 @@ def test_inprocess_tiers_are_per_rank(catalog):
 def test_inprocess_ranks_split_the_node_share():
     r = resolve(spec("chat-llama2-13b", serving__gpus_per_node=4))
     assert r.instances_per_node == 4 and r.nodes == 1
-    assert r.lmcache.tier("ddr").configured_gb == pytest.approx(2e9 / GIB)
+    assert r.lmcache.tier("ddr").configured_gb == pytest.approx(16e9 / GIB)
 
 
 def test_mp_tiers_are_per_node_and_ceph_is_split_over_servers():
     r = resolve(spec("codegen-70b"))
-    assert (r.gpus_total, r.nodes, r.instances_per_node) == (16, 2, 2)
+    assert (r.gpus_total, r.nodes, r.instances_per_node) == (32, 4, 2)
     ddr, ceph = r.lmcache.tier("ddr"), r.lmcache.tier("ceph")
-    assert (ddr.scope, ddr.caches, ddr.configured_gb) == ("node", 2, 512.0)     # --l1-size-gb
+    assert (ddr.scope, ddr.caches, ddr.configured_gb) == ("node", 4, 512.0)     # --l1-size-gb
     assert ddr.capacity_chunks == 512 * GIB // (80 * 1024 * KIB) == 6553
     assert ddr.capacity_tokens == 6553 * 256
-    assert ceph.configured_gb == pytest.approx(20e12 / 2 / GIB)               # max_capacity_gb per server
+    assert ceph.configured_gb == pytest.approx(40e12 / 4 / GIB)               # max_capacity_gb per server
 
 
 def test_vllm_batch_defaults_follow_the_gpu():
@@ -133,4 +133,4 @@ def test_storage_network_bandwidth_can_be_overridden():
 def test_block_and_hbm_bytes_cover_every_rank_and_instance():
     r = resolve(spec("codegen-70b"))
     assert r.block_bytes == r.block_bytes_per_rank * 4 == 16 * 320 * KIB
-    assert r.hbm_bytes == r.hbm_blocks * r.block_bytes * 4
+    assert r.hbm_bytes == r.hbm_blocks * r.block_bytes * 8

@@ -22,8 +22,9 @@ UNSAFE_TAG = "!unsafe"
 _STR = "tag:yaml.org,2002:str"
 
 
-WIDTH = 150
-"""Under yamllint's 160 columns: PyYAML folds longer quoted strings at their spaces (losslessly)."""
+WIDTH = 100
+"""PyYAML folds longer quoted strings at their spaces (losslessly), so that a line, its indentation and
+one long word included, stays within yamllint's 160 columns."""
 
 
 class _Dumper(yaml.SafeDumper):
