@@ -13,7 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, spec
+import yaml
+
+from conftest import REPO, example_data, spec, with_changes
 from kvplan.resolve import resolve
 from kvplan.sim.run import run
 from kvplan.tier_checks import tier_warnings, typical_prompt_tokens
@@ -28,8 +30,12 @@ def warned(r) -> dict[str, list]:
     return found
 
 
+NOTE_DDR = "8GB"
+"""The design note's DDR cache per node, which the flagship example had until validate warned about it."""
+
+
 def test_a_ddr_tier_below_the_hbm_prefix_cache_is_warned_about_with_both_sizes():
-    r = resolve(spec("chat-llama2-13b"))
+    r = resolve(spec("chat-llama2-13b", lmcache__ddr__size=NOTE_DDR))
     ddr = r.lmcache.tier("ddr")
     [warning] = warned(r)["lmcache.ddr.size"]
     per_instance = ddr.capacity_tokens * ddr.caches // r.instances
@@ -39,7 +45,7 @@ def test_a_ddr_tier_below_the_hbm_prefix_cache_is_warned_about_with_both_sizes()
 
 
 def test_the_warned_tier_serves_almost_nothing_and_the_suggested_size_does():
-    r = resolve(spec("chat-llama2-13b", workload__requests=1500))
+    r = resolve(spec("chat-llama2-13b", workload__requests=1500, lmcache__ddr__size=NOTE_DDR))
     [warning] = warned(r)["lmcache.ddr.size"]
     suggested = warning.fix.split("above ")[1].split(",")[0]
     fixed = resolve(spec("chat-llama2-13b", workload__requests=1500, lmcache__ddr__size=suggested))
@@ -67,7 +73,7 @@ def test_tiers_that_each_add_room_are_not_warned_about():
 
 
 def test_without_vllms_prefix_cache_hbm_holds_no_reuse_to_compare_with():
-    r = resolve(spec("chat-llama2-13b", serving__prefix_caching=False))
+    r = resolve(spec("chat-llama2-13b", serving__prefix_caching=False, lmcache__ddr__size=NOTE_DDR))
     assert not any("HBM prefix cache" in w.message for w in tier_warnings(r))
 
 
@@ -79,12 +85,14 @@ def test_a_trace_workloads_typical_prompt_is_its_median_input():
     assert min(lengths) <= typical_prompt_tokens(r.workload) <= max(lengths)
 
 
-def test_validate_prints_warnings_and_still_exits_0():
+def test_validate_prints_warnings_and_still_exits_0(tmp_path):
     env = {**os.environ, "COLUMNS": "120"}
-    done = subprocess.run([KVPLAN, "validate", "examples/chat-llama2-13b.yaml"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=60)
+    data = with_changes(example_data("chat-llama2-13b"), lmcache__ddr__size=NOTE_DDR)
+    path = tmp_path / "chat-llama2-13b.yaml"
+    path.write_text(yaml.safe_dump(data))
+    done = subprocess.run([KVPLAN, "validate", str(path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "warning: lmcache.ddr.size: holds" in done.stdout
-    as_json = subprocess.run([KVPLAN, "validate", "examples/chat-llama2-13b.yaml", "--json"], cwd=REPO, env=env,
+    as_json = subprocess.run([KVPLAN, "validate", str(path), "--json"], cwd=REPO, env=env,
                              capture_output=True, text=True, timeout=60)
     assert as_json.returncode == 0 and json.loads(as_json.stdout)["name"] == "chat-llama2-13b"
     assert "warning: lmcache.ddr.size" in as_json.stderr
