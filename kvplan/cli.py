@@ -585,7 +585,7 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             what = knob.meaning
             out.print(f"Capacity of {spec}: the highest {knob.path} ({what}) meeting {goal}"
                       + (f"; each probe runs 2 to {seeds} seeds and is decided at 95 % (mean ± 95 % CI)" if seeds > 1
-                         else " on 1 seed (no interval)"))
+                         else " on 1 seed (no interval)"), markup=False)
         result, simulated = search(spec, targets, seeds=seeds, first_seed=seed, low=low, high=high,
                                    tolerance=tolerance, workers=workers, ray=ray, cache=cache, on_probe=show)
     except SloUsageError as exc:
@@ -593,7 +593,7 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     for line in headline(result):
-        out.print(line)
+        out.print(line, markup=False)
     section = Section("Bracketing probes" + (", mean ± 95 % CI" if seeds > 1 else ""),
                       ["", "rate", "seeds", *(label for _, label, _ in TABLE_COLUMNS)])
     for name, p in (("met", result.met), ("missed", result.missed)):
