@@ -30,12 +30,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kvplan.live.bench import Target, new_salt  # noqa: E402
-from kvplan.live.calibrate import apply_profile, fit, write_profile  # noqa: E402
+from kvplan.live.calibrate import fit  # noqa: E402
 from kvplan.live.compare import predict, rows  # noqa: E402
 from kvplan.live.observed import read_run  # noqa: E402
 from kvplan.live.runner import bench  # noqa: E402
 from kvplan.resolve import resolve  # noqa: E402
 from kvplan.spec import load  # noqa: E402
+from kvplan.spec.profile import apply_profile, write_profile  # noqa: E402
 
 SHARE_TARGET_PP = 2.0
 TTFT_TARGET = 0.15

@@ -46,6 +46,10 @@ class DeviceEfficiency(SpecModel):
     request_overhead: Duration = 0.0
     """Latency of each request outside engine steps (the API server's HTTP handling and streaming), added to
     its TTFT and E2E; 0 unless measured (kvplan calibrate fits it)."""
+    layer_overhead: Duration = 0.0
+    """GPU time of every transformer layer in every step outside the roofline (norms, rotary, activation, adds)."""
+    allreduce_efficiency: float = Field(1.0, gt=0, le=1)
+    """Achieved bus bandwidth of a large all-reduce / the link's one-direction bandwidth."""
     sources: list[Source] = Field(min_length=1)
     """Public sources that support the numbers (at least one)."""
     note: str | None = None

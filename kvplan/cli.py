@@ -99,7 +99,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     try:
         topo = load(spec)
         if profile is not None:
-            from .live.calibrate import apply_profile, read_profile
+            from .spec.profile import apply_profile, read_profile
 
             topo = apply_profile(topo, read_profile(profile))
         resolved = resolve(topo)

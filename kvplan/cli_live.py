@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 
 from .cli import _fail, app, err, out
-from .errors import SpecError
+from .errors import Problem, SpecError
 from .units import fmt_duration
 
 EXIT_LIVE = 5
@@ -28,7 +28,7 @@ def _spec(spec: str, profile: str | None = None):
         base = resolve(topo)
         if profile is None:
             return topo, base, base
-        from .live.calibrate import apply_profile, read_profile
+        from .spec.profile import apply_profile, read_profile
 
         return topo, base, resolve(apply_profile(topo, read_profile(profile)))
     except SpecError as exc:
@@ -194,20 +194,32 @@ def _value(unit: str, v: float | None) -> str:
 
 
 @app.command()
-def calibrate(spec: str = typer.Argument(..., help="The spec the runs benched."),
-              observed: List[str] = typer.Option(..., "--observed", help="Bench run directory (repeat to fit several)."),
+def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment that was benched."),
+              observed: List[str] = typer.Option([], "--observed", help="kvplan bench run directory (repeat to fit several)."),
+              vllm_result: List[str] = typer.Option([], "--vllm-result", help="A `vllm bench serve --save-result` JSON "
+                                                    "file of the same deployment (repeat to fit several)."),
               out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML).")) -> None:
-    """Fit the step-time coefficients to bench runs and write them as a device profile."""
-    from .live.calibrate import fit, write_profile
+    """Fit the step-time coefficients to benchmarks and write them as a device profile."""
+    from .gpufit.calibrate import fit_vllm_results
+    from .live.calibrate import fit
+    from .spec.profile import write_profile
     from .live.compare import check_same_spec, predict
     from .live.observed import read_run
 
-    _, resolved, _ = _spec(spec)
+    if bool(observed) == bool(vllm_result):
+        _fail(SpecError([Problem("--observed / --vllm-result", "give the benchmarks to fit: kvplan bench runs "
+                                 "(--observed) or vllm bench serve results (--vllm-result), one kind per profile",
+                                 fix="kvplan calibrate SPEC --observed RUN_DIR -o profile.yaml, or "
+                                     "kvplan calibrate SPEC --vllm-result result.json -o profile.yaml")]))
+    topo, resolved, _ = _spec(spec)
     try:
-        runs = [(path, read_run(path)) for path in observed]
-        for path, run in runs:
-            check_same_spec(resolved, run, path)
-        profile = fit(resolved, runs, [predict(resolved, run) for _, run in runs])
+        if vllm_result:
+            profile = fit_vllm_results(resolved, topo, vllm_result)
+        else:
+            runs = [(path, read_run(path)) for path in observed]
+            for path, run in runs:
+                check_same_spec(resolved, run, path)
+            profile = fit(resolved, runs, [predict(resolved, run) for _, run in runs])
     except SpecError as exc:
         _fail(exc)
     write_profile(profile, Path(out_file))
@@ -215,5 +227,9 @@ def calibrate(spec: str = typer.Argument(..., help="The spec the runs benched.")
     out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
     out.print(f"  compute_efficiency {s.compute_efficiency:.3f}, attention_efficiency {s.attention_efficiency:.3f}, "
               f"step_overhead {fmt_duration(s.step_overhead)}, request_overhead {fmt_duration(s.request_overhead)}")
-    out.print(f"  fitted to {f['requests']:.0f} requests; median TTFT {fmt_duration(f['ttft_p50_observed_s'])} observed, "
-              f"{fmt_duration(f['ttft_p50_simulated_s'])} simulated with the profile")
+    if vllm_result:
+        for name, error in f.items():
+            out.print(f"  {name} with the profile: {error:+.1%}")
+    else:
+        out.print(f"  fitted to {f['requests']:.0f} requests; median TTFT {fmt_duration(f['ttft_p50_observed_s'])} observed, "
+                  f"{fmt_duration(f['ttft_p50_simulated_s'])} simulated with the profile")

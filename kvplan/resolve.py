@@ -34,6 +34,7 @@ from .spec import Topology
 from .spec.architecture import Architecture
 from .spec.base import SpecModel
 from .spec.cost import CostOverrides
+from .spec.profile import read_profile
 from .spec.serving import StepModel
 from .spec.slo import Monitoring, Slo
 from .spec.workload import Workload
@@ -150,6 +151,10 @@ class StepCoefficients(SpecModel):
     """Seconds one tensor-parallel all-reduce costs besides its bytes over the link."""
     request_overhead: float
     """Seconds of each request outside engine steps (HTTP, streaming), added to its TTFT and E2E."""
+    layer_overhead: float
+    """Seconds every transformer layer adds to every step besides the roofline (small kernels)."""
+    allreduce_efficiency: float
+    """Achieved / link bandwidth of a large all-reduce."""
     allreduce_bandwidth: float
     """Bytes/s one direction of the link the all-reduce ring uses: NVLink, else PCIe, else host memory."""
     overridden: list[str] = []
@@ -321,7 +326,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
     storing_ranks = 1 if model.attention == "mla" else tp
     resolved_lm = _lmcache(topo, per_rank_token, storing_ranks, instances_per_node, nodes, problems) if lm else None
     ceph = _ceph(topo, ceph_class, nic, resolved_lm, problems) if topo.ceph and ceph_class and nic else None
-    step = _step_coefficients(device, s.step_model, problems)
+    step = _step_coefficients(device, s.step_model, s.step_profile, problems)
 
     if problems:
         raise SpecError(problems)
@@ -388,15 +393,25 @@ def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype) -
 
 
 STEP_FIELDS = ("compute_efficiency", "attention_efficiency", "memory_efficiency", "step_overhead", "allreduce_latency",
-               "request_overhead")
+               "request_overhead", "layer_overhead", "allreduce_efficiency")
 
 
-def _step_coefficients(device: Device, overrides: StepModel | None, problems: list[Problem]) -> StepCoefficients | None:
-    """The catalog's efficiency block for `device`, with the spec's serving.step_model on top."""
+def _step_coefficients(device: Device, overrides: StepModel | None, profile: str | None,
+                       problems: list[Problem]) -> StepCoefficients | None:
+    """The catalog's efficiency block for `device`, with the serving.step_profile file's step_model on top, and the
+    spec's serving.step_model on top of that."""
     given = {k: v for k, v in (overrides.model_dump() if overrides else {}).items() if v is not None}
+    if profile is not None:
+        fitted = read_profile(profile, "serving.step_profile")
+        if fitted.device != device.name:
+            problems.append(Problem("serving.step_profile", f"the profile was fitted on {fitted.device}; this spec runs on "
+                                    f"{device.name}", profile, fix=f"calibrate on {device.name}, or drop serving.step_profile"))
+            return None
+        given = {**{k: v for k, v in fitted.step_model.model_dump().items() if v is not None}, **given}
     default = device.efficiency.model_dump(include=set(STEP_FIELDS)) if device.efficiency else {}
     default = {k: v for k, v in default.items() if v is not None}
-    values = {"request_overhead": 0.0, **default, **given}     # unmeasured HTTP overhead: none
+    # unmeasured: no HTTP or per-layer overhead, and all-reduces at the link's bandwidth
+    values = {"request_overhead": 0.0, "layer_overhead": 0.0, "allreduce_efficiency": 1.0, **default, **given}
     if "compute_efficiency" in values:                         # attention as efficient as the rest unless measured
         values.setdefault("attention_efficiency", values["compute_efficiency"])
     missing = [k for k in STEP_FIELDS if k not in values]

@@ -37,7 +37,8 @@ import pytest
 
 from kvplan.errors import SpecError
 from kvplan.live.bench import Bench, BenchError, Outcome, Target, check_target
-from kvplan.live.calibrate import Profile, apply_profile, fit, read_profile, write_profile
+from kvplan.live.calibrate import fit
+from kvplan.spec.profile import Profile, apply_profile, read_profile, write_profile
 from kvplan.live.compare import Row, check_same_spec, rows
 from kvplan.live.observe import Component, Snapshot, parse_metrics, read_lmcache_log, snapshot
 from kvplan.live.observed import BenchRun, columns, derive, read_run, write_run

@@ -28,31 +28,14 @@ spec's serving.step_model, for the accelerator it was fitted on only.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from ..sim.steptime import StepTime
+from ..spec.profile import Profile
 from ..spec.serving import StepModel
-from ..spec.topology import Topology
 from .observed import BenchRun
-
-
-class Profile(BaseModel):
-    """A device profile: step-time coefficients measured on one accelerator (and model)."""
-
-    model_config = ConfigDict(extra="forbid")
-    device: str
-    model: str
-    step_model: StepModel
-    fitted: list[str]
-    """The coefficients the fit set (the others in step_model are the catalog's at fit time)."""
-    fitted_on: list[dict]
-    fit: dict[str, float]
 
 
 def fit(r: Resolved, runs: list[tuple[str, BenchRun]], predicted: list) -> Profile:
@@ -179,45 +162,3 @@ def least_absolute(X: np.ndarray, y: np.ndarray, iterations: int = 100) -> np.nd
             break
         b = new
     return b / scale
-
-
-def write_profile(profile: Profile, path: Path) -> None:
-    s = profile.step_model
-    body = {
-        "device": profile.device, "model": profile.model,
-        "step_model": {"compute_efficiency": s.compute_efficiency, "attention_efficiency": s.attention_efficiency,
-                       "memory_efficiency": s.memory_efficiency,
-                       "step_overhead": _ms(s.step_overhead), "allreduce_latency": _ms(s.allreduce_latency),
-                       "request_overhead": _ms(s.request_overhead)},
-        "fitted": profile.fitted, "fitted_on": profile.fitted_on, "fit": profile.fit,
-    }
-    runs = ", ".join(f"{run['name']} ({run['started_at']})" for run in profile.fitted_on)
-    header = (f"# Device profile of {profile.device} serving {profile.model}, fitted by `kvplan calibrate` to the bench "
-              f"run(s) {runs}.\n# Apply with `kvplan simulate|compare SPEC --profile {path.name}`, "
-              "or copy step_model under the spec's serving:.\n")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(header + yaml.safe_dump(body, sort_keys=False))
-
-
-def _ms(seconds: float | None) -> str | None:
-    return None if seconds is None else f"{seconds * 1000:.4g}ms"
-
-
-def read_profile(path: str | Path) -> Profile:
-    p = Path(path)
-    try:
-        return Profile.model_validate(yaml.safe_load(p.read_text()))
-    except FileNotFoundError:
-        raise SpecError([Problem("--profile", f"no profile at {p}", fix="give the file `kvplan calibrate -o` wrote")]) from None
-    except (ValidationError, yaml.YAMLError, OSError, TypeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SpecError([Problem("--profile", f"{p} is not a kvplan device profile: {first}",
-                                 fix="give the file `kvplan calibrate -o` wrote")]) from None
-
-
-def apply_profile(topo: Topology, profile: Profile, where: str = "--profile") -> Topology:
-    """`topo` with the profile's step_model as serving.step_model; SpecError for another accelerator."""
-    if profile.device != topo.serving.gpu:
-        raise SpecError([Problem(where, f"the profile was fitted on {profile.device}; this spec runs on {topo.serving.gpu}",
-                                 topo.serving.gpu, fix=f"calibrate on {topo.serving.gpu}, or drop --profile")])
-    return topo.model_copy(update={"serving": topo.serving.model_copy(update={"step_model": profile.step_model})})

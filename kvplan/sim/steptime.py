@@ -1,24 +1,30 @@
 """How long one vLLM engine step takes: a roofline over compute and memory traffic, plus
-tensor-parallel all-reduces and a fixed per-step overhead (docs/step-time.md).
+tensor-parallel all-reduces and fixed per-step and per-layer costs (docs/step-time.md; fitted to
+public A100 and H100 measurements in docs/fidelity-gpu.md).
 
 One step is one forward pass of one instance: TP ranks each do 1/TP of the work in parallel,
 so everything below is per rank (per GPU). A step's batch holds prefill chunks, each `q` new
 tokens after `c` tokens already in the KV cache, and decoding sequences, each one new token
 after a context of `L` tokens. With N = all new tokens in the step (sum of q, plus one per
-decoding sequence):
+decoding sequence) and R = the rows it samples (one per chunk, one per decoding sequence):
 
-    FLOPs  = [ 2 P_active N                                          linear layers, every token
-             + A ( sum over chunks q (c + (q + 1) / 2)  +  sum over decodes L ) ] / TP
-             A = 2 x layers x attention heads x (qk dim + v dim)     per (query, key) pair
-    bytes  = W / TP + K_rank ( sum of c + sum of L )  +  K_rank N
-             weights once      KV read                    KV written for the new tokens
-    time   = max( linear FLOPs / (peak x compute_efficiency) + attention FLOPs / (peak x attention_efficiency),
-                  bytes / (HBM bandwidth x memory_efficiency) )
-             + [TP > 1] 2 x layers x ( allreduce_latency + 2 (TP - 1) / TP x N x hidden x 2 B / link )
-             + step_overhead
+    FLOPs   = [ 2 P_body N  +  2 V h R                              linear layers; LM head per row
+              + A ( sum over chunks q (c + (q + 1) / 2)  +  sum over decodes L ) ] / TP
+              A = 2 x layers x attention heads x (qk dim + v dim)   per (query, key) pair
+    bytes   = W / TP + K_rank ( sum of c + sum of L )  +  (K_rank + E_rank) N
+              weights once      KV read                   KV written, elementwise traffic
+    compute = linear FLOPs / (peak x compute_efficiency) + attention FLOPs / (peak x attention_efficiency)
+    memory  = bytes / (HBM bandwidth x memory_efficiency)
+    time    = roofline(compute, memory) = (compute^1.5 + memory^1.5)^(1/1.5)
+              + [TP > 1] 2 x layers x ( allreduce_latency + 2 (TP - 1) / TP x N x hidden x 2 B
+                                                            / (link x allreduce_efficiency) )
+              + step_overhead + layers x layer_overhead
 
-- P_active is `active_params` (mixture of experts) or `params`; W = params x bytes per weight,
-  `Resolved.weight_bytes_per_gpu`; K_rank = `Resolved.kv_bytes_per_token_per_rank`.
+- P_body is `active_params` (mixture of experts) or `params`, less the embedding table and the
+  LM head (V x h each, once if tied): vLLM looks the embedding up and computes logits only at
+  the positions it samples, the last scheduled token of each request in the step. W = params x
+  bytes per weight, `Resolved.weight_bytes_per_gpu`; K_rank = `Resolved.kv_bytes_per_token_per_rank`;
+  E_rank = `activation_bytes_per_token`.
 - Attention is causal: a chunk's i-th new token attends to c + i keys, so a chunk costs
   q (c + (q + 1) / 2) pairs; splitting a prompt into chunks does not change the total. For
   GQA/MHA the qk and v dims are both head_dim, so A = 4 x layers x heads x head_dim. For MLA the
@@ -26,17 +32,18 @@ decoding sequence):
   use): qk dim = kv_lora_rank + qk_rope_head_dim (= head_dim), v dim = kv_lora_rank. vLLM
   computes MLA prefill in the cheaper decompressed form, so this over-counts MLA prefill
   attention; linear FLOPs dominate it below a few thousand tokens of context.
+- roofline(): compute and memory overlap only partly; see ROOFLINE_EXPONENT.
 - Two all-reduces per layer (after attention and after the MLP), each of N x hidden_size
   activations of 2 bytes, as a ring: every rank sends 2 (TP - 1) / TP of it over its link
   (NVLink, else PCIe), plus a fixed latency. None at TP 1.
-- Known simplifications: one max() over the whole step (real kernels alternate between
-  compute- and memory-bound), activations' own traffic ignored, the embedding table counted in
-  the weights and in 2 P FLOPs, every expert of an MoE read every step. The coefficients
-  absorb what this misses; calibration fits them.
+- Known simplifications: GEMM tile effects (a smooth roofline), every expert of an MoE read
+  every step. The coefficients absorb what this misses; kvplan.gpufit fits them to public GPU
+  data, calibration to a live stack.
 
-The coefficients come from `Resolved.step` (catalog defaults per accelerator, overridden by
-serving.step_model). `StepTime` precomputes every constant in __init__, so `step` is plain float
-arithmetic; `decode_run` gives many consecutive pure-decode steps at once with numpy.
+The coefficients come from `Resolved.step` (catalog defaults per accelerator, a serving.step_profile
+on top, serving.step_model on top of that). `StepTime` precomputes every constant when built, so
+`step` is plain float arithmetic; `decode_run` gives many consecutive pure-decode steps at once
+with numpy.
 """
 
 from __future__ import annotations
@@ -46,11 +53,33 @@ from typing import Sequence
 
 import numpy as np
 
-from ..resolve import Resolved
+from ..resolve import Resolved, StepCoefficients
 from ..spec.architecture import Architecture
 
 ACTIVATION_BYTES = 2
 """Bytes per activation element in the tensor-parallel all-reduce (bf16/fp16)."""
+
+
+ROOFLINE_EXPONENT = 1.5
+"""How a step's compute time and memory time combine: (compute^p + memory^p)^(1/p). p = 1 would add them
+(no overlap), p -> infinity is the classic max(); 1.5 is what one layer's measured times on A100 and H100
+show across the ridge (docs/fidelity-gpu.md; the decode- and prefill-size steps far from it barely care)."""
+_P, _INVERSE = ROOFLINE_EXPONENT, 1.0 / ROOFLINE_EXPONENT
+
+
+def roofline(compute_s: float, memory_s: float) -> float:
+    """A step's time from its compute-bound and memory-bound times (see ROOFLINE_EXPONENT)."""
+    return (compute_s ** _P + memory_s ** _P) ** _INVERSE
+
+
+def activation_bytes_per_token(model: Architecture, tp: int) -> float:
+    """Bytes per new token (per rank) that a step's elementwise kernels move through HBM in all layers: two
+    RMSNorms and two residual adds over the hidden state (read and write, ~10 x hidden), rotary over the
+    rank's query and key heads (read and write), and the gated activation (reads 2 x, writes 1 x the rank's
+    intermediate width); 2 B per element."""
+    heads = (model.num_attention_heads + model.num_kv_heads) / tp
+    per_layer = 10 * model.hidden_size + 2 * heads * model.head_dim + 3 * model.intermediate_size / tp
+    return float(model.num_layers * per_layer * ACTIVATION_BYTES)
 
 
 def attention_dims(model: Architecture) -> tuple[int, int]:
@@ -75,7 +104,7 @@ class StepCost:
     allreduce_s: float
     overhead_s: float
     seconds: float
-    """max(compute_s, memory_s) + allreduce_s + overhead_s: equals StepTime.step."""
+    """roofline(compute_s, memory_s) + allreduce_s + overhead_s: equals StepTime.step."""
 
     @property
     def bound(self) -> str:
@@ -86,29 +115,57 @@ class StepCost:
 class StepTime:
     """Step times of one vLLM instance of `Resolved` (see the module docstring for the formula)."""
 
-    __slots__ = ("linear_flops", "attention_flops", "attention_cost", "weight_bytes", "kv_bytes", "flops_rate",
-                 "bytes_rate", "allreduce_fixed", "allreduce_per_token", "overhead")
+    __slots__ = ("linear_flops", "head_flops", "attention_flops", "attention_cost", "weight_bytes", "layer_weight_bytes",
+                 "token_bytes", "kv_bytes", "flops_rate", "bytes_rate", "layer_overhead", "allreduce_fixed",
+                 "allreduce_per_token", "overhead")
 
     def __init__(self, r: Resolved):
-        m, c, tp = r.model, r.step, r.tensor_parallel
+        self._setup(r.model, r.tensor_parallel, r.step, r.peak_flops, r.hbm_bandwidth, float(r.weight_bytes_per_gpu),
+                    float(r.kv_bytes_per_token_per_rank))
+
+    @classmethod
+    def of(cls, model: Architecture, tp: int, step: StepCoefficients, peak_flops: float, hbm_bandwidth: float,
+           weight_bytes_per_gpu: float, kv_bytes_per_token_per_rank: float) -> "StepTime":
+        """Step times from the parts `Resolved` supplies (for fitting the model to measured layers, where no spec exists)."""
+        self = cls.__new__(cls)
+        self._setup(model, tp, step, peak_flops, hbm_bandwidth, weight_bytes_per_gpu, kv_bytes_per_token_per_rank)
+        return self
+
+    def _setup(self, m: Architecture, tp: int, c: StepCoefficients, peak_flops: float, hbm_bandwidth: float,
+               weight_bytes: float, kv_bytes: float) -> None:
         qk, v = attention_dims(m)
-        self.linear_flops = 2.0 * (m.active_params or m.params) / tp             # per new token, per rank
+        head = m.vocab_size * m.hidden_size                                      # LM-head (= embedding) parameters
+        outside = head * (1 if m.tie_word_embeddings else 2)                     # embedding table + LM head
+        self.linear_flops = 2.0 * ((m.active_params or m.params) - outside) / tp  # per new token, per rank
+        self.head_flops = 2.0 * head / tp                                        # per sampled row (vocab-parallel)
         self.attention_flops = 2.0 * m.num_layers * m.num_attention_heads * (qk + v) / tp   # per (query, key) pair
-        self.weight_bytes = float(r.weight_bytes_per_gpu)
-        self.kv_bytes = float(r.kv_bytes_per_token_per_rank)
-        self.flops_rate = r.peak_flops * c.compute_efficiency
+        self.weight_bytes = weight_bytes
+        self.layer_weight_bytes = weight_bytes * (m.params - outside) / m.params
+        self.kv_bytes = kv_bytes
+        # per new token: the KV written for it and its activations through the elementwise kernels of every layer
+        self.token_bytes = kv_bytes + activation_bytes_per_token(m, tp)
+        self.flops_rate = peak_flops * c.compute_efficiency
         # attention FLOPs as linear-layer FLOPs of the same time: attention runs at attention_efficiency
         self.attention_cost = self.attention_flops * (c.compute_efficiency / c.attention_efficiency)
-        self.bytes_rate = r.hbm_bandwidth * c.memory_efficiency
+        self.bytes_rate = hbm_bandwidth * c.memory_efficiency
         if tp > 1:
             allreduces = 2 * m.num_layers
             self.allreduce_fixed = allreduces * c.allreduce_latency
             self.allreduce_per_token = (allreduces * 2.0 * (tp - 1) / tp * m.hidden_size * ACTIVATION_BYTES
-                                        / c.allreduce_bandwidth)
+                                        / (c.allreduce_bandwidth * c.allreduce_efficiency))
         else:
             self.allreduce_fixed = 0.0
             self.allreduce_per_token = 0.0
-        self.overhead = c.step_overhead
+        self.layer_overhead = m.num_layers * c.layer_overhead
+        self.overhead = c.step_overhead + self.layer_overhead
+
+    def linear_layers(self, tokens: int) -> float:
+        """Seconds the transformer layers' matrix multiplies and elementwise kernels take for `tokens` new tokens:
+        the part of a step a per-layer operator profile measures (no attention, LM head, all-reduce or per-step
+        overhead; the KV written is left out too, as those profiles write none)."""
+        compute = self.linear_flops * tokens / self.flops_rate
+        memory = (self.layer_weight_bytes + (self.token_bytes - self.kv_bytes) * tokens) / self.bytes_rate
+        return roofline(compute, memory) + self.layer_overhead
 
     def step(self, prefills: Sequence[tuple[int, int]], decode_seqs: int, decode_context: int) -> float:
         """Seconds for one engine step: `prefills` = (new tokens q, cached context c) per prefill chunk in the
@@ -123,10 +180,11 @@ class StepTime:
             read += c
         if tokens <= 0:
             return 0.0
-        compute = (self.linear_flops * tokens + self.attention_cost * pairs) / self.flops_rate
-        memory = (self.weight_bytes + self.kv_bytes * (read + tokens)) / self.bytes_rate
-        return ((compute if compute > memory else memory) + self.allreduce_fixed + self.allreduce_per_token * tokens
-                + self.overhead)
+        rows = decode_seqs + len(prefills)
+        compute = (self.linear_flops * tokens + self.head_flops * rows + self.attention_cost * pairs) / self.flops_rate
+        memory = (self.weight_bytes + self.kv_bytes * read + self.token_bytes * tokens) / self.bytes_rate
+        return ((compute ** _P + memory ** _P) ** _INVERSE + self.allreduce_fixed
+                + self.allreduce_per_token * tokens + self.overhead)
 
     def decode_run(self, seqs: int, context: int, steps: int) -> np.ndarray:
         """Cumulative end times (seconds from now) of `steps` consecutive pure-decode steps of `seqs` sequences
@@ -137,9 +195,10 @@ class StepTime:
         if seqs <= 0:
             return np.zeros(steps)
         ctx = context + seqs * np.arange(steps, dtype=np.float64)
-        compute = (self.linear_flops * seqs + self.attention_cost * ctx) / self.flops_rate
-        memory = (self.weight_bytes + self.kv_bytes * (ctx + seqs)) / self.bytes_rate
-        each = np.maximum(compute, memory) + self.allreduce_fixed + self.allreduce_per_token * seqs + self.overhead
+        compute = ((self.linear_flops + self.head_flops) * seqs + self.attention_cost * ctx) / self.flops_rate
+        memory = (self.weight_bytes + self.kv_bytes * ctx + self.token_bytes * seqs) / self.bytes_rate
+        each = (compute ** _P + memory ** _P) ** _INVERSE + self.allreduce_fixed \
+            + self.allreduce_per_token * seqs + self.overhead
         return np.cumsum(each)
 
     def prefill_seconds(self, tokens: int, context: int = 0) -> float:
@@ -149,13 +208,14 @@ class StepTime:
     def breakdown(self, prefills: Sequence[tuple[int, int]], decode_seqs: int, decode_context: int) -> StepCost:
         """The parts of `step` (for tests, docs and reports; not for the hot path)."""
         tokens = decode_seqs + sum(q for q, _ in prefills)
+        rows = decode_seqs + len(prefills)
         pairs = decode_context + sum(q * (c + (q + 1) * 0.5) for q, c in prefills)
         read = decode_context + sum(c for _, c in prefills)
         if tokens <= 0:
             return StepCost(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        flops = self.linear_flops * tokens + self.attention_flops * pairs
-        nbytes = self.weight_bytes + self.kv_bytes * (read + tokens)
-        compute = (self.linear_flops * tokens + self.attention_cost * pairs) / self.flops_rate
+        flops = self.linear_flops * tokens + self.head_flops * rows + self.attention_flops * pairs
+        nbytes = self.weight_bytes + self.kv_bytes * read + self.token_bytes * tokens
+        compute = (self.linear_flops * tokens + self.head_flops * rows + self.attention_cost * pairs) / self.flops_rate
         memory = nbytes / self.bytes_rate
         allreduce = self.allreduce_fixed + self.allreduce_per_token * tokens
         return StepCost(tokens, flops, nbytes, compute, memory, allreduce, self.overhead,

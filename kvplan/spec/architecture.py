@@ -55,6 +55,9 @@ class Architecture(SpecModel):
     vocab_size: int = Field(ge=1)
     """Vocabulary size."""
 
+    tie_word_embeddings: bool = False
+    """The LM head shares the input embedding's matrix (Hugging Face config tie_word_embeddings)."""
+
     params: float = Field(gt=0)
     """Total parameters."""
 

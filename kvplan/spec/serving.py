@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from ..units import Duration, Size
-from .base import SpecModel
+from .base import SpecModel, spec_file
 from .grammar import HostName, ModelId
 
 Router = Literal["round_robin", "least_loaded", "session_affinity", "prefix_aware"]
@@ -41,6 +41,13 @@ class StepModel(SpecModel):
 
     request_overhead: Duration | None = None
     """Latency of each request outside engine steps (HTTP handling, streaming), added to TTFT and E2E, e.g. '9ms'."""
+
+    layer_overhead: Duration | None = None
+    """GPU time of every transformer layer in every step besides its roofline (the small kernels: norms, rotary,
+    activation, residual adds, GEMM tails), e.g. '30us'."""
+
+    allreduce_efficiency: float | None = Field(None, gt=0, le=1)
+    """Achieved / link bandwidth of a large tensor-parallel all-reduce (bus bandwidth / one direction of NVLink), e.g. 0.75."""
 
 
 class Serving(SpecModel):
@@ -105,3 +112,14 @@ class Serving(SpecModel):
 
     step_model: StepModel | None = None
     """Step-time coefficients that override the accelerator's catalog defaults (any subset)."""
+
+    step_profile: str | None = None
+    """A device profile file (`kvplan calibrate -o`) whose step_model the simulator uses for this accelerator;
+    step_model keys set here win over it. A relative path is read from the spec file's folder."""
+
+    @field_validator("step_profile")
+    @classmethod
+    def _profile_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        return spec_file(value, info, "device profile", "give the file `kvplan calibrate -o` wrote")

@@ -8,13 +8,12 @@ JSONL trace. Every random choice is drawn from `seed`.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..units import Duration, Rate
-from .base import SpecModel
+from .base import SpecModel, spec_file
 
 
 class Dist(SpecModel):
@@ -107,14 +106,7 @@ class Trace(SpecModel):
     @field_validator("path")
     @classmethod
     def _exists(cls, value: str, info: ValidationInfo) -> str:
-        base = (info.context or {}).get("base_dir")
-        path = Path(value).expanduser()
-        if not path.is_absolute() and base is not None:
-            path = Path(base) / path
-        if not path.is_file():
-            raise ValueError(f"trace file not found: {path} (a relative path is read from the spec "
-                             f"file's folder); fix: point path at a Mooncake JSONL file")
-        return str(path.resolve())
+        return spec_file(value, info, "trace file", "point path at a Mooncake JSONL file")
 
 
 class Workload(SpecModel):
