@@ -224,12 +224,12 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
         _fail(exc)
     write_profile(profile, Path(out_file))
     s, f = profile.step_model, profile.fit
-    out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
+    out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}", markup=False)
     out.print(f"  compute_efficiency {s.compute_efficiency:.3f}, attention_efficiency {s.attention_efficiency:.3f}, "
               f"step_overhead {fmt_duration(s.step_overhead)}, request_overhead {fmt_duration(s.request_overhead)}")
     if vllm_result:
         for name, error in f.items():
-            out.print(f"  {name} with the profile: {error:+.1%}")
+            out.print(f"  {name} with the profile: {error:+.1%}", markup=False)
     else:
         out.print(f"  fitted to {f['requests']:.0f} requests; median TTFT {fmt_duration(f['ttft_p50_observed_s'])} observed, "
                   f"{fmt_duration(f['ttft_p50_simulated_s'])} simulated with the profile")

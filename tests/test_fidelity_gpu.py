@@ -139,7 +139,8 @@ def test_all_at_once_prompts_share_steps_and_wait():
 @pytest.mark.parametrize("fields, why", [({"max_concurrency": 4, "num_prompts": 100}, "closed loop at concurrency 4"),
                                          ({"input_len": None}, "lengths not stated"),
                                          ({"tensor_parallel": None}, "tensor-parallel degree not stated"),
-                                         ({"excluded": "multi-step scheduling"}, "multi-step scheduling")])
+                                         ({"excluded": "multi-step scheduling"}, "multi-step scheduling"),
+                                         ({"input_lens": [10, 20], "output_lens": [5]}, "do not pair up")])
 def test_what_cannot_be_replayed_says_why(fields, why):
     assert why in bench(**fields).replayable()
 
@@ -176,7 +177,10 @@ def test_a_result_file_brings_its_prompts_and_the_spec_its_deployment(tmp_path):
 
 @pytest.mark.parametrize("content, says", [(None, "no such file"), ("{not json", "not a JSON file"),
                                            ('{"date": 1}', "not a `vllm bench serve` result"),
-                                           ('{"median_ttft_ms": 1, "completed": 0}', "no request completed")])
+                                           ('{"median_ttft_ms": 1, "completed": 0}', "no request completed"),
+                                           ('{"median_ttft_ms": 1, "completed": 2, "total_input_tokens": 9}',
+                                            "lacks 'total_output_tokens'"),
+                                           ('{"median_ttft_ms": 1, "completed": "two"}', "cannot read")])
 def test_a_bad_result_file_is_an_error_naming_it(tmp_path, content, says):
     path = tmp_path / "bad.json"
     if content is not None:
@@ -212,6 +216,16 @@ def test_calibrate_from_vllm_results_writes_a_profile_a_spec_can_name(tmp_path):
     r = resolve(named)
     assert r.step.step_overhead == pytest.approx(float(written["step_model"]["step_overhead"].rstrip("ms")) * 1e-3)
     assert "step_overhead" in r.step.overridden
+
+
+def test_file_names_are_printed_as_text(tmp_path):
+    """A result file named like console markup keeps its brackets in calibrate's report."""
+    name = "[bold]run.json"
+    path = result(tmp_path, name, input_lens=[512] * 4, output_lens=[32] * 4, errors=[""] * 4)
+    out = tmp_path / "[red]p.yaml"
+    done = run("calibrate", str(h100_spec(tmp_path)), "--vllm-result", str(path), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "[bold]run: ttft_median_ms" in done.stdout and "[red]p.yaml" in done.stdout
 
 
 def test_results_of_one_prompt_length_fit_only_the_overheads(tmp_path):

@@ -75,6 +75,8 @@ class Benchmark(BaseModel):
             return self.excluded
         if self.tensor_parallel is None:
             return "tensor-parallel degree not stated"
+        if self.input_lens is not None and len(self.input_lens) != len(self.output_lens or []):
+            return "per-request prompt and output lengths do not pair up"
         if self.input_lens is None and (self.input_len is None or self.output_len is None):
             return "prompt and output lengths not stated"
         if self.input_lens is None and self.num_prompts is None:
@@ -163,9 +165,19 @@ def read_vllm_result(path: str | Path, topo: Topology) -> Benchmark:
     if not isinstance(data, dict) or "median_ttft_ms" not in data or "completed" not in data:
         raise SpecError([Problem(where, "not a `vllm bench serve` result: it lacks median_ttft_ms and completed",
                                  fix="save the result with `vllm bench serve ... --save-result`")])
+    try:
+        return _benchmark(p, data, topo)
+    except (KeyError, TypeError, ValueError, IndexError, ValidationError) as exc:
+        what = f"lacks {exc}" if isinstance(exc, KeyError) else f"has a value kvplan cannot read ({str(exc).splitlines()[0]})"
+        raise SpecError([Problem(where, f"this `vllm bench serve` result {what}",
+                                 fix="give the file `vllm bench serve --save-result` wrote, unedited")]) from None
+
+
+def _benchmark(p: Path, data: dict, topo: Topology) -> Benchmark:
     completed = int(data["completed"])
     if completed < 1:
-        raise SpecError([Problem(where, "no request completed in this run", fix="bench again once the server answers")])
+        raise SpecError([Problem(f"--vllm-result {p}", "no request completed in this run",
+                                 fix="bench again once the server answers")])
     lens: dict[str, list[int] | None] = {"input_lens": None, "output_lens": None}
     if isinstance(data.get("input_lens"), list) and isinstance(data.get("output_lens"), list):
         errors = data.get("errors") or [""] * len(data["input_lens"])
@@ -229,6 +241,9 @@ class Replay:
         from ..sim.run import run
 
         table = run(self.resolved(b, step_model), seed=0).per_request
+        if len(table.ttft) == 0:
+            raise SpecError([Problem(b.id, "no request of this benchmark fits the replayed deployment's max_model_len",
+                                     fix="raise serving.max_model_len in the spec to the benchmark's longest prompt")])
         ttft = np.asarray(table.ttft)
         tpot = np.asarray(table.tpot)[np.asarray(table.output_tokens) > 1]
         out = float(np.sum(table.output_tokens))
