@@ -421,8 +421,22 @@ def _step_coefficients(device: Device, overrides: StepModel | None, profile: str
                                 fix=f"add an efficiency: block to {device.name} in models/hardware/gpus.yaml, or set "
                                     + ", ".join(f"serving.step_model.{k}" for k in missing)))
         return None
-    link = device.nvlink or device.pcie or device.memory_bandwidth
-    return StepCoefficients(**values, allreduce_bandwidth=link, overridden=[k for k in STEP_FIELDS if k in given])
+    return StepCoefficients(**values, allreduce_bandwidth=allreduce_link(device),
+                            overridden=[k for k in STEP_FIELDS if k in given])
+
+
+def allreduce_link(device: Device) -> float:
+    """Bytes/s one direction of the link a tensor-parallel ring uses: NVLink, else PCIe, else (a CPU) host memory."""
+    return device.nvlink or device.pcie or device.memory_bandwidth
+
+
+def catalog_step(device: Device) -> StepCoefficients:
+    """The catalog's step coefficients of `device`, no spec on top: what kvplan.gpufit fits and checks."""
+    problems: list[Problem] = []
+    step = _step_coefficients(device, None, None, problems)
+    if step is None:
+        raise SpecError(problems)
+    return step
 
 
 def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_per_node: int, nodes: int,

@@ -17,6 +17,7 @@ from kvplan.catalog import load_catalog
 from kvplan.errors import SpecError
 from kvplan.gpufit import operators, report
 from kvplan.gpufit.benchmarks import Benchmark, Replay, public, read_vllm_result
+from kvplan.resolve import catalog_step
 from kvplan.resources import data_root
 from kvplan.sim.steptime import StepTime
 from kvplan.spec import from_mapping, load
@@ -55,11 +56,11 @@ def test_the_catalog_holds_the_fitted_coefficients(gpu, fits):
 def test_the_operator_fit_recovers_coefficients_it_is_given():
     """Layer times made by the model itself, at known coefficients, on the profiled shapes: the fit gives them back."""
     device = load_catalog().devices["H100-SXM"]
-    truth = report.base_step(device).model_copy(update={"compute_efficiency": 0.71, "memory_efficiency": 0.8,
+    truth = catalog_step(device).model_copy(update={"compute_efficiency": 0.71, "memory_efficiency": 0.8,
                                                         "layer_overhead": 25e-6})
     measured = operators.points("h100")
     made = [replace(p, seconds=operators.predict(p, device, truth)) for p in measured]
-    got = operators.fit(made, device, report.base_step(device))
+    got = operators.fit(made, device, catalog_step(device))
     assert got["memory_efficiency"] == pytest.approx(0.8, rel=0.01)
     assert got["layer_overhead"] == pytest.approx(25e-6, rel=0.02)
     assert got["compute_efficiency"] == pytest.approx(0.71, rel=0.01)

@@ -15,7 +15,9 @@ plans use): the prompts become a trace of unique (uncached) prompts that arrive 
 or as a seeded Poisson stream (a request rate). A benchmark at another fixed concurrency is a
 closed loop, which kvplan's open-loop workloads do not replay; `replayable` says so, with the
 other reasons a benchmark cannot be replayed (lengths or prompt count not stated, a scheduler
-the simulator does not model).
+the simulator does not model). `fit_overheads` moves step_overhead and request_overhead until
+replays meet what benchmarks measured (the public fit in `report` and `kvplan calibrate
+--vllm-result` both use it).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import Problem, SpecError
-from ..resolve import Resolved, resolve
+from ..resolve import Resolved, StepCoefficients, resolve
 from ..spec import from_mapping
 from ..spec.topology import Topology
 
+OVERHEAD_ROUNDS = 4
 ALONE_GAP_S = 3600.0
 """Seconds between the prompts of a max-concurrency-1 benchmark: each runs alone."""
 
@@ -257,3 +260,25 @@ class Replay:
 
     def close(self) -> None:
         self._dir.cleanup()
+
+
+def step_model(step: StepCoefficients) -> dict[str, float]:
+    return step.model_dump(exclude={"allreduce_bandwidth", "overridden"})
+
+
+def fit_overheads(train: list[Benchmark], replay: Replay, step: StepCoefficients) -> dict[str, float]:
+    """step_overhead and request_overhead: a few rounds of replaying the training benchmarks, each moving
+    step_overhead by the median gap in TPOT and request_overhead by the median gap in TTFT."""
+    step_o, req_o = step.step_overhead, step.request_overhead
+    for _ in range(OVERHEAD_ROUNDS):
+        trial = step_model(step.model_copy(update={"step_overhead": step_o, "request_overhead": req_o}))
+        pred = [replay.predict(b, trial) for b in train]
+        gaps: dict[str, list[float]] = {"ttft": [], "tpot": []}
+        for b, p in zip(train, pred):
+            for m in compared(b):
+                if m.startswith(("ttft", "tpot")):
+                    gaps[m[:4]].append(b.metrics[m] - p.get(m))
+        ttft, tpot = gaps["ttft"], gaps["tpot"]
+        step_o = max(step_o + (float(np.median(tpot)) * 1e-3 if tpot else 0.0), 0.0)
+        req_o = max(req_o + (float(np.median(ttft)) * 1e-3 if ttft else 0.0), 0.0)
+    return {"step_overhead": round(step_o, 6), "request_overhead": round(req_o, 6)}

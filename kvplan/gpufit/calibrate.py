@@ -9,7 +9,7 @@ TP). Each file is replayed through the simulator (`benchmarks.Replay`), and:
   shortest to the longest prompt as much as the measured TTFT did, found by bisection (the fixed
   costs cancel in that difference). attention_efficiency keeps its ratio to it;
 - step_overhead and request_overhead: moved until the replays' TPOT and TTFT meet the measured
-  ones (`report.fit_overheads`).
+  ones (`benchmarks.fit_overheads`).
 
 memory_efficiency, layer_overhead and the all-reduce terms stay the resolved ones (the catalog's,
 fitted to public profiles, or the spec's): single-request decode cannot tell memory_efficiency
@@ -25,8 +25,7 @@ from ..spec.profile import Profile
 from ..resolve import Resolved, StepCoefficients
 from ..spec.serving import StepModel
 from ..spec.topology import Topology
-from .benchmarks import Benchmark, Replay, read_vllm_result
-from .report import fit_overheads, step_model
+from .benchmarks import Benchmark, Replay, fit_overheads, read_vllm_result, step_model
 
 SPAN = 4.0
 LONG_PROMPT = 1024

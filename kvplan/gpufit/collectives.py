@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..catalog import Device
+from ..resolve import allreduce_link
 from .operators import root
 
 LARGE = 16 << 20
@@ -49,12 +50,8 @@ def ring_seconds(p: AllReducePoint, link: float, latency: float, efficiency: flo
     return latency + 2.0 * (p.tp - 1) / p.tp * p.size / (link * efficiency)
 
 
-def link(device: Device) -> float:
-    return device.nvlink or device.pcie or device.memory_bandwidth
-
-
 def fit(pts: list[AllReducePoint], device: Device, latency: float) -> float:
     """allreduce_efficiency: the median over large messages of the efficiency that reproduces each."""
     big = [p for p in pts if p.size >= LARGE]
-    eff = [2.0 * (p.tp - 1) / p.tp * p.size / (link(device) * (p.seconds - latency)) for p in big]
+    eff = [2.0 * (p.tp - 1) / p.tp * p.size / (allreduce_link(device) * (p.seconds - latency)) for p in big]
     return round(float(np.median(eff)), 3)

@@ -17,15 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..catalog import Device, load_catalog
-from ..resolve import StepCoefficients
+from ..catalog import load_catalog
+from ..resolve import allreduce_link, catalog_step
 from ..units import fmt_duration
 from . import collectives, operators
-from .benchmarks import Benchmark, Replay, compared, public
+from .benchmarks import Benchmark, Replay, compared, fit_overheads, public, step_model
 
 OPERATOR_GPUS = {"A100-80GB": "a100", "H100-SXM": "h100"}
 CATALOG_MODELS = ("Llama-2-7b-hf", "Llama-2-70b-hf", "Meta-Llama-3-8B", "Meta-Llama-3-70B")
-OVERHEAD_ROUNDS = 4
 
 
 def _key(b: Benchmark) -> str:
@@ -36,15 +35,6 @@ def held_back_ids(benchmarks: list[Benchmark]) -> set[str]:
     """Every third replayable benchmark (of one GPU) in the order of a hash of its id, from the second on."""
     ranked = sorted((b for b in benchmarks if b.replayable() is None), key=_key)
     return {b.id for k, b in enumerate(ranked) if k % 3 == 1}
-
-
-def base_step(device: Device) -> StepCoefficients:
-    e = device.efficiency
-    return StepCoefficients(compute_efficiency=e.compute_efficiency, attention_efficiency=e.attention_efficiency
-                            or e.compute_efficiency, memory_efficiency=e.memory_efficiency, step_overhead=e.step_overhead,
-                            allreduce_latency=e.allreduce_latency, request_overhead=e.request_overhead,
-                            layer_overhead=e.layer_overhead, allreduce_efficiency=e.allreduce_efficiency,
-                            allreduce_bandwidth=collectives.link(device))
 
 
 @dataclass
@@ -62,7 +52,7 @@ class GpuFit:
 def fit_gpu(gpu: str, replay: Replay) -> GpuFit:
     cat = load_catalog()
     device = cat.devices[gpu]
-    base = base_step(device)
+    base = catalog_step(device)
     fitted: dict[str, float] = {}
     layers: list = []
     if gpu in OPERATOR_GPUS:
@@ -78,7 +68,7 @@ def fit_gpu(gpu: str, replay: Replay) -> GpuFit:
         ar = collectives.points(setup, tps)
         fitted["allreduce_efficiency"] = collectives.fit(ar, device, step.allreduce_latency)
         step = step.model_copy(update=fitted)
-        allreduce = [(p, collectives.ring_seconds(p, collectives.link(device), step.allreduce_latency,
+        allreduce = [(p, collectives.ring_seconds(p, allreduce_link(device), step.allreduce_latency,
                                                   step.allreduce_efficiency)) for p in ar if p.size >= collectives.LARGE]
     mine = [b for b in public() if b.gpu == gpu]
     held = held_back_ids(mine)
@@ -89,28 +79,6 @@ def fit_gpu(gpu: str, replay: Replay) -> GpuFit:
     overrides = step_model(step)
     benchmarks = [(b, b.replayable() or replay.predict(b, overrides), b.id in held) for b in mine]
     return GpuFit(gpu, fitted, layers, allreduce, benchmarks)
-
-
-def step_model(step: StepCoefficients) -> dict[str, float]:
-    return step.model_dump(exclude={"allreduce_bandwidth", "overridden"})
-
-
-def fit_overheads(train: list[Benchmark], replay: Replay, step: StepCoefficients) -> dict[str, float]:
-    """step_overhead and request_overhead: a few rounds of replaying the training benchmarks, each moving
-    step_overhead by the median gap in TPOT and request_overhead by the median gap in TTFT."""
-    step_o, req_o = step.step_overhead, step.request_overhead
-    for _ in range(OVERHEAD_ROUNDS):
-        trial = step_model(step.model_copy(update={"step_overhead": step_o, "request_overhead": req_o}))
-        pred = [replay.predict(b, trial) for b in train]
-        gaps: dict[str, list[float]] = {"ttft": [], "tpot": []}
-        for b, p in zip(train, pred):
-            for m in compared(b):
-                if m.startswith(("ttft", "tpot")):
-                    gaps[m[:4]].append(b.metrics[m] - p.get(m))
-        ttft, tpot = gaps["ttft"], gaps["tpot"]
-        step_o = max(step_o + (float(np.median(tpot)) * 1e-3 if tpot else 0.0), 0.0)
-        req_o = max(req_o + (float(np.median(ttft)) * 1e-3 if ttft else 0.0), 0.0)
-    return {"step_overhead": round(step_o, 6), "request_overhead": round(req_o, 6)}
 
 
 def _stats(errors: list[float]) -> str:
