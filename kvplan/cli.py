@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from . import __version__
 from .errors import SpecError
@@ -24,7 +25,7 @@ EXIT_INVALID = 1
 
 
 def _fail(exc: SpecError) -> None:
-    err.print(f"[bold red]invalid:[/] {exc.render()}", markup=True)
+    err.print(f"[bold red]invalid:[/] {escape(exc.render())}", markup=True)     # paths and values are text
     raise typer.Exit(EXIT_INVALID)
 
 

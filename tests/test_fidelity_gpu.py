@@ -229,6 +229,13 @@ def test_file_names_are_printed_as_text(tmp_path):
     assert "[bold]run: ttft_median_ms" in done.stdout and "[red]p.yaml" in done.stdout
 
 
+def test_a_refused_file_is_named_as_text(tmp_path):
+    bad = tmp_path / "[bold]x.json"
+    bad.write_text("{}")
+    done = run("calibrate", str(h100_spec(tmp_path)), "--vllm-result", str(bad), "-o", str(tmp_path / "p.yaml"))
+    assert done.returncode == 1 and "[bold]x.json" in done.stderr
+
+
 def test_results_of_one_prompt_length_fit_only_the_overheads(tmp_path):
     from kvplan.gpufit.calibrate import fit_vllm_results
     from kvplan.resolve import resolve
