@@ -29,7 +29,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kvplan.live.bench import Target, new_salt  # noqa: E402
+from kvplan.live.bench import Bench, Outcome, Target, new_salt, stream_completion  # noqa: E402
 from kvplan.live.calibrate import fit  # noqa: E402
 from kvplan.live.compare import predict, rows  # noqa: E402
 from kvplan.live.observed import read_run  # noqa: E402
@@ -40,6 +40,7 @@ from kvplan.spec.profile import apply_profile, write_profile  # noqa: E402
 
 SHARE_TARGET_PP = 2.0
 TTFT_TARGET = 0.15
+PRIME_REQUESTS = 8
 
 
 PLAN = REPO / "examples" / "fidelity" / "workloads.yaml"
@@ -101,6 +102,7 @@ def main() -> None:
         base = (PLAN.parent / yaml.safe_load(PLAN.read_text())["base"]).resolve()
         if args.inventory:                          # the workloads run on the base stack: make sure that is what runs
             deploy(base, args.inventory, args.state_dir)
+        prime(specs[calibrate_on], target)
         runs = {name: bench_one(name, specs[name], target, out) for name in specs if name not in variants}
         if variants and args.inventory:
             for name, path in variants.items():
@@ -111,6 +113,16 @@ def main() -> None:
         if name not in runs:
             print(f"{name}: not benched (a variant needs --inventory to redeploy the stack for it)")
     report({n: p for n, p in specs.items() if n in runs}, calibrate_on, runs, out, args.json, write=not args.reuse)
+
+
+def prime(path: Path, target: Target, requests: int = PRIME_REQUESTS) -> None:
+    """Before anything is measured, send the calibration workload's first new conversations one at a time, under a
+    salt no run shares (so they leave nothing a measured prompt could reuse): the first requests a freshly
+    (re)deployed vLLM serves can run slower than the rest, and the fit is to the engine's steady state."""
+    runner = Bench(resolve(load(str(path))), [target], salt=new_salt())
+    for req in [q for q in runner.requests() if q.turn == 0][:requests]:
+        stream_completion(target, runner.body(req, {}), runner.timeout, time.monotonic,
+                          Outcome(req.id, -1, 0, 0, 0.0, req.prompt_tokens, req.output_tokens))
 
 
 def bench_one(name: str, path: Path, target: Target, out: Path):

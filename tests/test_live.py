@@ -37,7 +37,7 @@ import pytest
 
 from kvplan.errors import SpecError
 from kvplan.live.bench import Bench, BenchError, Outcome, Target, check_target
-from kvplan.live.calibrate import fit
+from kvplan.live.calibrate import bounded_least_absolute, fit
 from kvplan.spec.profile import Profile, apply_profile, read_profile, write_profile
 from kvplan.live.compare import Row, check_same_spec, rows
 from kvplan.live.observe import Component, Snapshot, parse_metrics, read_lmcache_log, snapshot
@@ -937,6 +937,40 @@ def test_fit_recovers_the_coefficients_a_simulation_ran_with(truth):
     assert got.memory_efficiency == base.step.memory_efficiency           # not fitted: the catalog's
     assert profile.device == "cpu-epyc-2vcpu" and profile.model == MODEL
     assert profile.fitted_on[0]["run"] == "runs/x" and profile.fit["requests"] == len(sim.per_request.id)
+
+
+def test_fit_keeps_both_efficiencies_apart_only_when_the_runs_pin_their_ratio_down():
+    """Noise-free latencies give the attention efficiency back; the same latencies with +-40 % of noise (a busy
+    2-core machine) cannot tell attention from the matrix multiplies, and the profile fits one shared
+    efficiency instead of a split that is noise, and says so."""
+    base = local(calibration_workload(60))
+    sim = simulate(local(calibration_workload(60), step_model={"compute_efficiency": 0.5, "attention_efficiency": 0.15}))
+    clean = fit(base, [("r", as_bench_run(base, sim))], [sim])
+    assert clean.step_model.attention_efficiency == pytest.approx(0.15, rel=0.15)
+    assert "attention_efficiency" in clean.fitted
+    run = as_bench_run(base, sim)
+    noise = np.random.default_rng(7).uniform(0.6, 1.4, len(run.requests["ttft"]))
+    noisy_run = run.model_copy(update={"requests": dict(run.requests, ttft=list(np.asarray(run.requests["ttft"]) * noise))})
+    noisy = fit(base, [("r", noisy_run)], [sim])
+    assert noisy.step_model.attention_efficiency == noisy.step_model.compute_efficiency
+    assert "attention_efficiency (= compute_efficiency: the runs cannot tell them apart)" in noisy.fitted
+    lo, hi = noisy.fit["attention_to_linear_slope_p5"], noisy.fit["attention_to_linear_slope_p95"]
+    assert hi / lo > 3.0
+
+
+def test_bounded_least_absolute_is_the_best_line_inside_the_bounds():
+    """An efficiency above the peak is not clamped after the fit: the bound is part of the fit, and the other
+    coefficients are those that best draw the data with it. Checked against a brute-force search."""
+    rng = np.random.default_rng(3)
+    x1, x2 = rng.uniform(0, 1, 50), rng.uniform(0, 1, 50)
+    y = 0.2 + 0.6 * x1 + 2.0 * x2 + rng.normal(0, 0.02, 50)        # slope 0.6 on x1: an efficiency of 1.7
+    X = np.c_[np.ones(50), x1, x2]
+    b = bounded_least_absolute(X, y, lower=np.array([0.0, 1.0, 1.0]))
+    assert b[1] == 1.0
+    grid = [(a, c) for a in np.linspace(0, 0.4, 81) for c in np.linspace(1.0, 3.0, 81)]
+    cost = lambda a, c: np.abs(y - a - x1 - c * x2).sum()  # noqa: E731
+    best = min(grid, key=lambda ac: cost(*ac))
+    assert np.abs(y - X @ b).sum() <= cost(*best) + 1e-9
 
 
 def test_fit_leaves_failed_requests_out():
