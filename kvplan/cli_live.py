@@ -54,6 +54,9 @@ def _components(components) -> None:
 def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workload is replayed."),
           target: List[str] = typer.Option(..., "--target", help="vLLM's OpenAI endpoint, e.g. http://127.0.0.1:8000 "
                                                                  "(repeat for several instances: round robin)."),
+          router: Optional[str] = typer.Option(None, "--router", help="Send the requests through the deployed router "
+                                                                      "(e.g. http://127.0.0.1:30000); --target still "
+                                                                      "names every instance, whose counters are read."),
           out_dir: Optional[str] = typer.Option(None, "--out", help="Run directory (default: STATE_DIR/bench/<time>-<name>)."),
           state_dir: str = typer.Option(".kvplan", "--state-dir", help="Where bench runs are kept."),
           seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed (default: workload.seed)."),
@@ -68,6 +71,7 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
 
     topo, resolved, _ = _spec(spec)
     targets = _targets(target)
+    via = _targets([router])[0] if router else None
     directory = Path(out_dir) if out_dir else default_run_dir(resolved, Path(state_dir))
     last = [0]
 
@@ -78,7 +82,7 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
 
     try:
         run = run_bench(resolved, Path(spec).read_text(), targets, directory, salt=new_salt() if salt is None else salt,
-                        seed=seed, timeout=timeout, lmcache_log=Path(lmcache_log), progress=progress)
+                        seed=seed, timeout=timeout, lmcache_log=Path(lmcache_log), progress=progress, router=via)
     except BenchError as exc:
         err.print(f"[bold red]bench failed:[/] {exc.render()}", markup=True)
         raise typer.Exit(EXIT_LIVE)

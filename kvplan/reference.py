@@ -18,6 +18,7 @@ from pydantic_core import PydanticUndefined
 from .catalog import Catalog, load_catalog
 from .resolve import kv_bytes_per_token
 from .spec import Topology
+from .spec.deployment import LEDGER
 from .spec.rules import REAL_POLICIES, TTL_TIERS
 from .units import UNIT_KINDS, fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
 
@@ -89,6 +90,13 @@ def spec_reference() -> str:
     for mode, tiers in REAL_POLICIES.items():
         lines.append(f"| `{mode}` | " + " | ".join(", ".join(tiers[t]) for t in ("ddr", "nvme", "ceph")) + " |")
     lines += ["", f"A `ttl` is real only on: {', '.join(TTL_TIERS)} (an RGW lifecycle rule).", ""]
+    lines += ["## What the deployment does with each field", "",
+              "From `kvplan/spec/deployment.py`, which tests/test_deploy_fields.py holds to the schema: *deployed* fields "
+              "are rendered into the stack (the test finds each one there), *simulation-only* ones make `validate` ask "
+              "for `simulate_only: true` and `render` refuse the spec, and the rest the deployment needs neither way.", "",
+              "| field | class | where it goes, or why not |", "|---|---|---|"]
+    lines += [f"| `{path}` | {kind} | {why} |" for path, (kind, why) in LEDGER.items()]
+    lines.append("")
     return "\n".join(lines)
 
 

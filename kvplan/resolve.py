@@ -97,6 +97,7 @@ class ResolvedLMCache(SpecModel):
     merging_max_tokens: int | None
     warmup_system_prompts: int
     warmup_template_tokens: list[int]
+    warmup_template_names: list[str] = []
 
     def tier(self, name: str) -> ResolvedTier | None:
         return next((t for t in self.tiers if t.name == name), None)
@@ -167,6 +168,8 @@ class Resolved(SpecModel):
     name: str
     spec_hash: str
     simulate_only: bool
+    simulation_only: list[tuple[str, str]] = []
+    """(field, why the real stack cannot honour it) for each setting that needs simulate_only."""
     model: Architecture
     device: Device
 
@@ -186,6 +189,9 @@ class Resolved(SpecModel):
     prefix_caching: bool
     chunked_prefill: bool
     router: str
+    router_port: int = 30000
+    router_metrics_port: int = 30001
+    """The router's Prometheus port: the one after its API port."""
     kv_cache_dtype: str
     """vLLM --kv-cache-dtype value."""
     kv_cache_memory_bytes: int | None
@@ -196,6 +202,8 @@ class Resolved(SpecModel):
     api_port: int
     """Port of the first vLLM instance on a node (the next ones count up)."""
     weights_dtype: str
+    quantization: str | None = None
+    """vLLM --quantization (serving.quantization)."""
 
     kv_dtype_bytes: int
     weight_bytes_per_param: float
@@ -323,6 +331,12 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
     gpus_total = s.instances * tp
     nodes = math.ceil(gpus_total / s.gpus_per_node)
     instances_per_node = min(s.instances, s.gpus_per_node // tp)  # rules: tp divides gpus_per_node
+    vllm_ports = range(s.port, s.port + instances_per_node)
+    if s.router_port in vllm_ports or s.router_port + 1 in vllm_ports:
+        problems.append(Problem("serving.router_port", f"the router and its metrics (ports {s.router_port} and "
+                                f"{s.router_port + 1}) share the first gpu host with vLLM's ports {s.port}.."
+                                f"{s.port + instances_per_node - 1}", s.router_port,
+                                fix=f"use router_port: {s.port + instances_per_node + 1000}"))
     storing_ranks = 1 if model.attention == "mla" else tp
     resolved_lm = _lmcache(topo, per_rank_token, storing_ranks, instances_per_node, nodes, problems) if lm else None
     ceph = _ceph(topo, ceph_class, nic, resolved_lm, problems) if topo.ceph and ceph_class and nic else None
@@ -333,13 +347,16 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
 
     peak = device.fp8_tflops if weights_dtype == "fp8" and device.fp8_tflops else device.bf16_tflops
     return Resolved(
-        name=topo.name, spec_hash=topo.spec_hash(), simulate_only=topo.simulate_only, model=model, device=device,
+        name=topo.name, spec_hash=topo.spec_hash(), simulate_only=topo.simulate_only,
+        simulation_only=[(p.path, p.message) for p in topo.simulation_only_settings()] if topo.simulate_only else [],
+        model=model, device=device,
         instances=s.instances, tensor_parallel=tp, gpus_per_node=s.gpus_per_node, gpus_total=gpus_total, nodes=nodes,
         instances_per_node=instances_per_node, block_size=s.block_size, max_model_len=max_model_len,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batched, gpu_memory_utilization=s.gpu_memory_utilization,
-        prefix_caching=s.prefix_caching, chunked_prefill=s.chunked_prefill, router=s.router, kv_cache_dtype=kv_dtype,
+        prefix_caching=s.prefix_caching, chunked_prefill=s.chunked_prefill, router=s.router,
+        router_port=s.router_port, router_metrics_port=s.router_port + 1, kv_cache_dtype=kv_dtype,
         kv_cache_memory_bytes=s.kv_cache_memory, model_path=s.model_path or model.hf_id, api_host=s.host, api_port=s.port,
-        weights_dtype=weights_dtype, kv_dtype_bytes=kv_dtype_bytes, weight_bytes_per_param=WEIGHT_BYTES[weights_dtype],
+        weights_dtype=weights_dtype, quantization=s.quantization, kv_dtype_bytes=kv_dtype_bytes, weight_bytes_per_param=WEIGHT_BYTES[weights_dtype],
         peak_flops=peak * 1e12, kv_bytes_per_token=kv_bytes, kv_heads_per_rank=kv_heads_per_rank,
         kv_bytes_per_token_per_rank=per_rank_token, block_bytes_per_rank=block_bytes_per_rank,
         block_bytes=block_bytes_per_rank * tp, hbm_bytes=hbm_blocks * block_bytes_per_rank * tp * s.instances,
@@ -389,7 +406,7 @@ def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype) -
     return Problem("serving.tensor_parallel", f"{model.name}'s weights ({fmt_bytes(weight_bytes_per_gpu)} per GPU in {weights_dtype}) "
                    f"leave no room for KV cache in {fmt_bytes(usable)} usable of {device.name} "
                    f"(gpu_memory_utilization {s.gpu_memory_utilization}, activation memory {fmt_bytes(s.activation_memory)})",
-                   s.tensor_parallel, None, f"{fix}, weights_dtype: fp8, or a larger accelerator")
+                   s.tensor_parallel, None, f"{fix}, weights_dtype: fp8 with quantization: fp8, or a larger accelerator")
 
 
 STEP_FIELDS = ("compute_efficiency", "attention_efficiency", "memory_efficiency", "step_overhead", "allreduce_latency",
@@ -477,7 +494,8 @@ def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_
         merging_window_s=lm.merging.window if lm.merging else None,
         merging_max_tokens=lm.merging.max_tokens if lm.merging else None,
         warmup_system_prompts=lm.warmup.system_prompts if lm.warmup else 0,
-        warmup_template_tokens=[t.tokens for t in lm.warmup.templates] if lm.warmup else [])
+        warmup_template_tokens=[t.tokens for t in lm.warmup.templates] if lm.warmup else [],
+        warmup_template_names=[t.name for t in lm.warmup.templates] if lm.warmup else [])
 
 
 def _ceph(topo: Topology, device_class: CephDeviceClass, nic: Nic, lm: ResolvedLMCache | None,

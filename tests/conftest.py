@@ -20,6 +20,14 @@ def catalog():
     return load_catalog()
 
 
+def shipped_inventory(example: Path) -> Path:
+    """The inventory an example names in its header (`# Deploy: kvplan deploy ... -i inventories/NAME`)."""
+    for line in example.read_text().splitlines():
+        if line.startswith("# Deploy: kvplan deploy ") and " -i inventories/" in line:
+            return REPO / line.split(" -i ", 1)[1].strip()
+    raise AssertionError(f"{example.name} names no inventory (# Deploy: kvplan deploy {example.name} -i inventories/NAME)")
+
+
 def example_data(name: str) -> dict:
     """An example spec as a plain mapping, ready to be changed by a test."""
     return read_yaml(REPO / "examples" / f"{name}.yaml")

@@ -130,12 +130,15 @@ def test_a_device_with_a_line_break_cannot_add_a_key_to_ceph_conf(tmp_path):
 
 
 STAND_IN_CEPH = '''#!{python}
-"""Stand-in `ceph`: records its argv as a JSON line and answers `config dump -f json` with []."""
+"""Stand-in `ceph`: records its argv as a JSON line, answers `config dump -f json` with [] and `config help NAME -f json`
+as Ceph does for an option a daemon takes at run time."""
 import json, sys
 with open({record!r}, "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\\n")
 if sys.argv[1:] == ["config", "dump", "-f", "json"]:
     print("[]")
+if sys.argv[1:3] == ["config", "help"]:
+    print(json.dumps({{"name": sys.argv[3], "can_update_at_runtime": True, "flags": ["runtime"]}}))
 '''
 
 
@@ -152,6 +155,7 @@ def test_an_option_value_with_a_space_reaches_ceph_as_one_argument(tmp_path):
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     assert calls == [["config", "dump", "-f", "json"],
                      ["config", "set", "global", "osd_memory_target", "1 --yes-i-really-mean-it"],
+                     ["config", "help", "osd_memory_target", "-f", "json"],
                      ["config", "set", "client.rgw", "rgw_dns_name", "rgw.kvplan.local"]]
 
 

@@ -4,7 +4,8 @@ Every example that the real stack can honour is rendered, and each number the si
 with — read from the simulator's own objects, not from the spec — must appear identically in
 the rendered LMCache configuration, the vLLM arguments and the Ceph role's variables: block
 size, chunk size, the capacity and eviction policy of each LMCache tier (per rank in-process,
-per server in MP mode), the pool's replica count, and the ceph tier's expiry.
+per server in MP mode), the pool's replica count, the ceph tier's expiry, the weights' bytes,
+the router's policy and the warm-up prompts.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from kvplan.deploy.secrets import Secrets
 from kvplan.errors import SpecError
 from kvplan.resolve import GIB, resolve
 from kvplan.sim.eviction import POLICIES, TTL
+from kvplan.deploy.stack import VLLM_DTYPE, router_policy
+from kvplan.sim import workload as wl
 from kvplan.sim.run import Simulation
+from kvplan.spec.serving import QUANTIZATIONS
 from kvplan.spec import load
 
 SPECS = sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "docs" / "examples").glob("*.yaml"))
@@ -92,6 +96,21 @@ def test_the_rendered_stack_carries_the_simulators_numbers(path, tmp_path):
     placed = [ansible_yaml.load((root / "project" / "host_vars" / f"gpu-{i + 1}.yml").read_text())["vllm_instances"]
               for i in range(r.nodes)]
     assert sum(len(p) for p in placed) == len(sim.engines) == r.instances
+    # the weights the simulator's steps stream are the ones vLLM loads: 16-bit as --dtype, else quantised
+    per_param = sim.engines[0].steptime.weight_bytes * r.tensor_parallel / r.model.params
+    if "--quantization" in vllm:
+        assert vllm["--quantization"][0] in QUANTIZATIONS[r.weights_dtype] and per_param < 2
+    else:
+        assert vllm["--dtype"] == [VLLM_DTYPE[r.weights_dtype]] and per_param == pytest.approx(2.0, rel=1e-6)
+    # the router routes as the simulator's Router does, over every instance
+    args, wanted = role_vars(root, "router")["router_args"], router_policy(sim.router.kind)
+    assert any(args[i:i + len(wanted)] == wanted for i in range(len(args))), (args, wanted)
+    workers = args[args.index("--worker-urls") + 1:]
+    assert len(workers[:next(i for i, a in enumerate(workers) if a.startswith("--"))]) == len(sim.engines)
+    # the warm-up play prefills exactly the simulator's warm-up requests
+    warmup_vars = root / "project" / "group_vars" / "all" / "warmup.yml"
+    warm = role_vars(root, "warmup")["warmup_prompts"] if warmup_vars.is_file() else []
+    assert [len(p["prompt"]) for p in warm] == [w.prompt_tokens for w in wl.warmup(r, sim.seed)]
 
     if r.lmcache is not None:
         lm = role_vars(root, "lmcache")

@@ -66,7 +66,8 @@ def test_request_merging_holds_arrivals_to_prefill_them_together(tmp_path):
     trace = tmp_path / "burst.jsonl"
     trace.write_text("".join(f'{{"timestamp": {t}, "input_length": 600, "output_length": 4, "hash_ids": [{i}, {i + 100}]}}\n'
                              for i, t in enumerate((0, 10, 20))))
-    base = dict(workload__trace={"path": str(trace)}, serving__instances=1, serving__router="round_robin")
+    # request merging is simulation-only: neither vLLM nor LMCache has the setting
+    base = dict(workload__trace={"path": str(trace)}, serving__instances=1, serving__router="round_robin", simulate_only=True)
     _, plain = simulate("mooncake-replay", **base)
     _, merged = simulate("mooncake-replay", lmcache__merging={"window": "50ms", "max_tokens": 100000}, **base)
     assert plain.per_request[0].queue == pytest.approx(0)

@@ -55,17 +55,15 @@ def _stack(r: Resolved):
     return build(r, [f"gpu-{i}" for i in range(r.nodes)], ["ceph-1"])
 
 
-# Variants that reach the other branches of the in-process config: CephFS instead of RGW, no nvme
+# Variants that reach the other branches of the in-process config: no nvme
 # tier, no ddr tier (LMCache still stages chunks in CPU memory), and another eviction policy.
 INPROCESS_VARIANTS = {
-    "chat-llama2-13b, ceph through cephfs": dict(ceph__access="cephfs", lmcache__ceph__ttl=None),
     "chat-llama2-13b, ddr and ceph only": dict(lmcache__nvme=None),
     "chat-llama2-13b, nvme only": dict(lmcache__ddr=None, lmcache__ceph=None),
     "chat-llama2-13b, LFU": dict(lmcache__ddr={"size": "8GB", "eviction": "LFU"},
                                  lmcache__nvme={"size": "1TB", "eviction": "LFU", "device": "gen4", "path": "/mnt/nvme0/lmcache"}),
 }
 MP_VARIANTS = {
-    "codegen-70b, ceph through cephfs": ("codegen-70b", dict(ceph__access="cephfs", lmcache__ceph__ttl=None)),
     "codegen-70b, no nvme": ("codegen-70b", dict(lmcache__nvme=None)),
 }
 

@@ -44,11 +44,21 @@ def test_secrets_are_owner_only_and_reused(tmp_path):
     assert not [p for p in others if first.ceph_rgw_secret_key in p.read_text(errors="ignore")]
 
 
-def test_a_simulate_only_spec_is_refused_with_the_reason(tmp_path):
-    r = resolve(spec("local", simulate_only=True))
+def test_a_simulate_only_spec_is_refused_naming_each_setting_the_stack_cannot_honour(tmp_path):
+    r = resolve(spec("local", simulate_only=True, lmcache__merging={"window": "20ms"}, lmcache__ddr__ttl="1h"))
     with pytest.raises(SpecError) as exc:
         render(r, LOCAL, tmp_path / "run", KEYS)
-    assert "settings the real stack cannot honour" in problems(exc)["simulate_only"]
+    found = problems(exc)
+    assert found["lmcache.merging"] == ("simulation-only: neither vLLM nor LMCache has a setting that holds requests back "
+                                        "to merge their prefills")
+    assert "no expiry by age on the ddr tier" in found["lmcache.ddr.ttl"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_simulate_only_spec_that_needs_it_for_nothing_is_refused_saying_so(tmp_path):
+    with pytest.raises(SpecError) as exc:
+        render(resolve(spec("local", simulate_only=True)), LOCAL, tmp_path / "run", KEYS)
+    assert "it sets nothing the real stack cannot honour" in problems(exc)["simulate_only"]
 
 
 def test_a_missing_inventory_group_is_named_before_ansible_starts(tmp_path):

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from conftest import REPO
-from kvplan.deploy.stack import CephVars, LMCacheVars, MonitoringVars, VllmVars
+from kvplan.deploy.stack import CephVars, LMCacheVars, MonitoringVars, RouterVars, VllmVars, WarmupVars
 
-ROLES = {"ceph": CephVars, "lmcache": LMCacheVars, "vllm": VllmVars, "monitoring": MonitoringVars}
+ROLES = {"ceph": CephVars, "lmcache": LMCacheVars, "vllm": VllmVars, "router": RouterVars, "warmup": WarmupVars, "monitoring": MonitoringVars}
 ANSIBLE_TYPE = {int: "int", str: "str", bool: "bool", float: "float", list: "list", dict: "dict"}
 
 

@@ -1,7 +1,8 @@
 """The rendered Ansible project is production quality.
 
-examples/local.yaml is rendered for inventories/local and the whole project/ (site.yml, the
-variables kvplan wrote, every role) is linted with ansible-lint's `production` profile (FQCN,
+Every shipped example is rendered for the shipped inventory it names (inventories/local for
+examples/local.yaml, ...) and the whole project/ (site.yml, the variables kvplan wrote, every
+role) is linted with ansible-lint's `production` profile (FQCN,
 role-prefixed variables, argument specs, explicit modes, changed_when, ...), offline, so that it
 never tries to install collections. Findings are reported per area so that one role's findings do
 not hide another's. ansible-playbook must also accept the playbook (--syntax-check).
@@ -23,17 +24,19 @@ from kvplan.deploy.secrets import load_or_create
 from kvplan.resolve import resolve
 from kvplan.spec import load
 
-from conftest import REPO
+from conftest import EXAMPLES, shipped_inventory
 
 BIN = Path(sys.executable).parent
-AREAS = ["roles/daemon", "roles/lmcache", "roles/vllm", "roles/monitoring", "roles/ceph", "playbook and variables"]
+AREAS = ["roles/daemon", "roles/lmcache", "roles/vllm", "roles/router", "roles/warmup", "roles/monitoring", "roles/ceph",
+         "playbook and variables"]
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    r = resolve(load(REPO / "examples" / "local.yaml"))
+@pytest.fixture(scope="module", params=EXAMPLES, ids=lambda p: p.stem)
+def project(request, tmp_path_factory) -> Path:
+    r = resolve(load(request.param))
     tmp = tmp_path_factory.mktemp("lint")
-    rendered = render(r, inventory.load(REPO / "inventories" / "local"), tmp / "render", load_or_create(tmp / "state", r.name))
+    rendered = render(r, inventory.load(shipped_inventory(request.param)), tmp / "render",
+                      load_or_create(tmp / "state", r.name))
     return rendered.project
 
 

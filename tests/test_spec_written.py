@@ -19,7 +19,8 @@ def test_every_example_written_back_loads_as_the_same_spec(path):
 
 
 def test_quantities_are_in_human_units_and_defaults_are_left_out():
-    written = human_mapping(spec("chat-llama2-13b", lmcache__ddr__size=2 * 10**9, serving__activation_memory="2GiB"))
+    written = human_mapping(spec("chat-llama2-13b", lmcache__ddr__size=2 * 10**9, serving__activation_memory="2GiB",
+                                 lmcache__merging={"window": "50ms"}, simulate_only=True))
     assert written["lmcache"]["ddr"]["size"] == "2GB"
     assert written["lmcache"]["merging"] == {}, "merging on, at its default window"
     assert written["workload"]["sessions"]["think_time"] == "20s"

@@ -39,9 +39,10 @@ VENV = Path("/opt/kvplan/vllm-venv")
 MODEL_DIR = "/var/lib/kvplan/models/tiny-llama"
 NVME_DIR = Path("/var/lib/kvplan/lmcache-disk")
 API = ("127.0.0.1", 8000)
+ROUTER = ("127.0.0.1", 30000)
 MODEL = "kvplan-tiny-llama"
 PID_DIR = Path("/run/kvplan")
-SERVICES = ("prometheus", "vllm-0", "lmcache-server")
+SERVICES = ("prometheus", "vllm-0", "lmcache-server", "kvplan-router")
 CHUNK = 256
 
 
@@ -85,8 +86,8 @@ def session_pids(sid: int) -> list[int]:
     return out
 
 
-def post(path: str, body: dict, timeout: float = 120) -> dict:
-    req = urllib.request.Request(f"http://{API[0]}:{API[1]}{path}", data=json.dumps(body).encode(),
+def post(path: str, body: dict, timeout: float = 120, via: tuple[str, int] = API) -> dict:
+    req = urllib.request.Request(f"http://{via[0]}:{via[1]}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.load(resp)
@@ -166,6 +167,14 @@ def test_a_completion_is_served_by_the_tiny_model(stack):
     assert out["choices"][0]["text"]
 
 
+def test_the_router_in_front_serves_the_instance(stack):
+    finished = counter("request_success_total")
+    out = post("/v1/completions", {"model": MODEL, "prompt": "kalo mine rusa", "max_tokens": 8, "temperature": 0},
+               via=ROUTER)
+    assert out["usage"]["completion_tokens"] == 8
+    assert counter("request_success_total") == finished + 1, "the router's request reached vLLM"
+
+
 @pytest.fixture(scope="module")
 def long_prompt(stack):
     """A fresh ~1,800-token prompt, sent once: its full chunks go to every LMCache tier."""
@@ -215,10 +224,12 @@ TTFT_BOUND = 0.40
 
 @pytest.fixture(scope="module")
 def fidelity(stack, tmp_path_factory):
-    """benchmarks/fidelity.py at half length: bench three workloads and, on the stack redeployed with vLLM's prefix
-    cache off, a fourth; calibrate on one, predict all four; the base stack is deployed back at the end."""
+    """benchmarks/fidelity.py at half length, the calibration workload at full length: bench three workloads and,
+    on the stack redeployed with vLLM's prefix cache off, a fourth; calibrate on one, predict all four; the base
+    stack is deployed back at the end."""
     out = tmp_path_factory.mktemp("fidelity")
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fidelity.py"), "--scale", "0.5", "--out", str(out),
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fidelity.py"), "--scale", "0.5",
+                           "--calibration-scale", "1", "--router", f"http://{ROUTER[0]}:{ROUTER[1]}", "--out", str(out),
                            "--json", str(out / "figures.json"), "--inventory", INVENTORY, "--state-dir", str(stack["state"])],
                           cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, f"benchmarks/fidelity.py failed:\n{done.stdout}\n{done.stderr}"
@@ -327,6 +338,52 @@ def test_a_killed_lmcache_server_is_reported_and_a_redeploy_brings_it_back(stack
     assert alive(int((PID_DIR / "lmcache-server.pid").read_text()))
     out = post("/v1/completions", {"model": MODEL, "prompt": "kalo mine rusa", "max_tokens": 4, "temperature": 0})
     assert out["usage"]["completion_tokens"] == 4
+
+
+def test_a_redeploy_restarts_the_osds_for_a_start_up_option_and_prefills_the_warm_up(stack, tmp_path):
+    """examples/local.yaml deployed again with an OSD option Ceph reads only at start-up, a warm-up of its four
+    shared prefixes, and vLLM's prefix cache off (so reuse can only come from LMCache); the base spec deployed
+    back at the end. The OSDs restart one by one and the cluster is healthy after; the first request of a bench
+    run, which starts with a warmed prefix (the warm salt), loads it from LMCache's tiers, token for token as
+    much as the simulator says."""
+    import yaml
+
+    from kvplan.live.bench import Bench, Outcome, Target, new_salt, stream_completion
+    from kvplan.resolve import resolve
+    from kvplan.sim.run import run as simulate
+    from kvplan.spec import load
+
+    spec = yaml.safe_load((REPO / "examples" / "local.yaml").read_text())
+    spec["serving"]["prefix_caching"] = False
+    spec["lmcache"]["warmup"] = {"system_prompts": 4}
+    spec["ceph"]["options"] = {**spec["ceph"]["options"], "osd_op_num_threads_per_shard": 2}
+    path = tmp_path / "local-warm.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    osds = {p.name: int(p.read_text()) for p in Path("/run/ceph").glob("ceph-osd.*.pid")}
+    try:
+        done = kvplan("deploy", str(path), "-i", INVENTORY, state=stack["state"])
+        assert done.returncode == 0, done.stdout + done.stderr
+
+        now = {p.name: int(p.read_text()) for p in Path("/run/ceph").glob("ceph-osd.*.pid")}
+        assert len(now) == 2 and now.keys() == osds.keys() and all(now[k] != osds[k] for k in now), (osds, now)
+        shown = json.loads(ceph_local.ceph("config", "show", "osd.0", "osd_op_num_threads_per_shard", "-f", "json"))
+        assert str(shown) == "2", shown
+        assert "HEALTH_OK" in ceph_local.ceph("health")
+
+        r = resolve(load(path))
+        runner = Bench(r, [Target.parse(f"http://{API[0]}:{API[1]}")], salt=new_salt())
+        first = runner.requests()[0]
+        before = counter("external_prefix_cache_hits_total")
+        out = Outcome(first.id, -1, 0, 0, 0.0, first.prompt_tokens, first.output_tokens)
+        stream_completion(runner.targets[0], runner.body(first, {}), 120.0, time.monotonic, out)
+        assert out.ok, out.error
+        got = counter("external_prefix_cache_hits_total") - before
+        predicted = simulate(r).per_request[0]
+        assert predicted.ddr_tokens >= CHUNK, predicted
+        assert got == predicted.ddr_tokens + predicted.nvme_tokens + predicted.ceph_tokens, (got, predicted)
+    finally:
+        back = deploy(stack["state"])
+        assert back.returncode == 0, back.stdout + back.stderr
 
 
 def test_a_second_apply_changes_nothing(stack):

@@ -41,7 +41,7 @@ from .stack import Stack, build
 
 MANIFEST = "kvplan.json"
 """What was rendered (spec, hash, kvplan version, stack), for people and tools; it decides nothing."""
-ROLES = ("ceph", "lmcache", "vllm", "monitoring", "daemon")
+ROLES = ("ceph", "lmcache", "vllm", "router", "warmup", "monitoring", "daemon")
 
 
 class Rendered:
@@ -66,9 +66,12 @@ def _env() -> jinja2.Environment:
 def check_deployable(r: Resolved, inv: inventory_mod.Inventory) -> None:
     problems = []
     if r.simulate_only:
-        problems.append(Problem("simulate_only", "the spec is marked simulate_only: it uses settings the real stack "
-                                "cannot honour, so there is nothing faithful to deploy", True,
-                                fix="remove simulate_only after `kvplan validate` passes without it"))
+        problems += [Problem(path, f"simulation-only: {why}", fix="remove the setting (and simulate_only) to deploy this spec")
+                     for path, why in r.simulation_only]
+        if not r.simulation_only:
+            problems.append(Problem("simulate_only", "the spec is marked simulate_only, so render refuses it, but it sets "
+                                    "nothing the real stack cannot honour", True, fix="remove simulate_only"))
+    problems += _quantised_weights(r)
     if not r.model_path:
         problems.append(Problem("serving.model_path", f"{r.model.name} has no hf_id in the catalog, so vLLM would not know "
                                 "what to serve", None, fix="set serving.model_path to a Hugging Face id or a local directory"))
@@ -83,6 +86,24 @@ def check_deployable(r: Resolved, inv: inventory_mod.Inventory) -> None:
                                     "set ceph.rgw.address, or give the first ceph host an ansible_host IP"))
     if problems:
         raise SpecError(problems)
+
+
+def _quantised_weights(r: Resolved) -> list[Problem]:
+    """A simulation of fp8 or int4 weights deploys only with a checkpoint that vLLM loads as such."""
+    if r.weights_dtype not in ("fp8", "int4"):
+        return []
+    methods = {"fp8": "fp8 (vLLM quantises the 16-bit checkpoint as it loads it)",
+               "int4": "awq or gptq, with serving.model_path an AWQ or GPTQ checkpoint of the model"}[r.weights_dtype]
+    if r.quantization is None:
+        return [Problem("serving.quantization", f"serving.weights_dtype is {r.weights_dtype}, but nothing says how vLLM gets "
+                        f"{r.weights_dtype} weights: it would serve {r.model_path or 'the checkpoint'} as released", None,
+                        fix=f"set serving.quantization: {methods}")]
+    if r.quantization != "fp8" and r.model_path is not None and r.model_path == r.model.hf_id:
+        return [Problem("serving.model_path", f"serving.quantization: {r.quantization} needs a checkpoint quantised that "
+                        f"way, and {r.model_path} is the catalog's release of {r.model.name}", r.model_path,
+                        fix=f"set serving.model_path to a {r.quantization} checkpoint of {r.model.name} (a Hugging Face id "
+                            "or a local directory)")]
+    return []
 
 
 def render(r: Resolved, inv: inventory_mod.Inventory, out: Path,
@@ -121,7 +142,7 @@ def _write(r: Resolved, inv: inventory_mod.Inventory, secrets: Secrets, output: 
     template("project/down.yml.j2", "project/down.yml")
     template("project/ansible.cfg.j2", "project/ansible.cfg")
     template("env/settings.j2", "env/settings")
-    for role in ("ceph", "lmcache", "vllm", "monitoring"):
+    for role in ("ceph", "lmcache", "vllm", "router", "warmup", "monitoring"):
         values = getattr(stack, role)
         if values is not None:
             template("project/role_vars.yml.j2", f"project/group_vars/all/{role}.yml", role=role,

@@ -11,9 +11,10 @@ Real-stack facts used (shared/reference/lmcache-vllm.md):
 - in-process LMCache reads a YAML file of `LMCacheEngineConfig` keys, sizes in GB per rank (§1.1);
 - MP mode runs `lmcache server` with --l1-size-gb, --eviction-policy, --chunk-size and one
   --l2-adapter JSON per lower tier (§1.2, §3.3); `noop` is its name for no eviction;
-- LMCache reaches Ceph through RGW S3 with virtual-hosted addressing (s3://<bucket>.<dns>:<port>)
-  or a CephFS path; credentials come from the standard AWS environment variables, so they stay
-  out of command lines and config files (§3.2, §4);
+- LMCache reaches Ceph through RGW S3 with virtual-hosted addressing (s3://<bucket>.<dns>:<port>);
+  (a CephFS path is the other way, which kvplan refuses: it does not deploy CephFS); credentials
+  come from the standard AWS environment variables, so they stay out of command lines and config
+  files (§3.2, §4);
 - PYTHONHASHSEED must be equal on every process that shares a persistent tier (§3.3);
 - usage telemetry is off with LMCACHE_TRACK_USAGE=false / VLLM_NO_USAGE_STATS=1 / DO_NOT_TRACK=1 (§1.1, §4);
 - the CPU build of vLLM takes its KV space from VLLM_CPU_KVCACHE_SPACE (GiB) and pairs with an
@@ -34,6 +35,9 @@ LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
 
 PYTHONHASHSEED = "0"
 """Same chunk hashes on every vLLM and LMCache process, so shared and persistent tiers hit."""
+
+VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
+"""kvplan weights dtype -> vLLM --dtype, for weights served unquantised (exactly the bytes the simulation counts)."""
 
 MP_POLICY = {"none": "noop"}
 """kvplan policy name -> LMCache MP server name, where they differ."""
@@ -75,7 +79,6 @@ class CephVars(SpecModel):
     ceph_rgw_user: str
     ceph_rgw_expiration_days: int | None
     """Lifecycle expiration of the bucket (the ceph tier's ttl), whole days."""
-    ceph_cephfs_mount: str
 
 
 class LMCacheVars(SpecModel):
@@ -110,6 +113,24 @@ class VllmVars(SpecModel):
     """In-process LMCache runs inside vLLM, so vLLM gets the RGW keys (as AWS_* variables)."""
 
 
+class RouterVars(SpecModel):
+    """Variables of the router role (it runs on the first gpu host)."""
+
+    router_args: list[str]
+    """`vllm-router` arguments: listen address, the vLLM instances, the policy and its thresholds, metrics."""
+    router_url: str
+    """Where clients reach the router (kvplan bench --router)."""
+
+
+class WarmupVars(SpecModel):
+    """Variables of the warmup role."""
+
+    warmup_model: str
+    warmup_address: str
+    warmup_prompts: list[dict[str, Any]]
+    """{name, prompt: token ids} for each prompt lmcache.warmup prefills (kvplan.sim.workload.warmup)."""
+
+
 class MonitoringVars(SpecModel):
     """Variables of the monitoring role."""
 
@@ -128,6 +149,10 @@ class Stack(SpecModel):
     ceph: CephVars | None
     lmcache: LMCacheVars | None
     vllm: VllmVars
+    router: RouterVars
+    router_host: str
+    """The inventory host the router runs on: the first gpu host."""
+    warmup: WarmupVars | None
     monitoring: MonitoringVars
     instances: dict[str, list[dict[str, Any]]]
     """GPU host -> its vLLM instances ({index, port, devices})."""
@@ -138,7 +163,9 @@ def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str], gpu_addresse
     instances = _placement(r, gpu_hosts)
     address = dict(zip(gpu_hosts, gpu_addresses or gpu_hosts))
     ports = [f"{address[host]}:{i['port']}" for host, items in instances.items() for i in items]
+    workers = [f"http://{p}" for p in ports]
     return Stack(ceph=_ceph(r, ceph_hosts) if r.ceph else None, lmcache=_lmcache(r) if r.lmcache else None, vllm=_vllm(r),
+                 router=_router(r, workers, address[gpu_hosts[0]]), router_host=gpu_hosts[0], warmup=_warmup(r),
                  monitoring=_monitoring(r, ports, ceph_hosts), instances=instances)
 
 
@@ -162,12 +189,12 @@ def _ceph(r: Resolved, ceph_hosts: list[str]) -> CephVars:
         ceph_osd_devices=c.osd_devices, ceph_device_class=c.device_class.name, ceph_failure_domain=c.failure_domain,
         ceph_crush_rule=f"kvplan-{c.device_class.name}-{c.failure_domain}",
         ceph_pool_name=c.pool_name, ceph_pool_size=c.pool_size, ceph_pool_min_size=c.pool_min_size,
-        ceph_pool_pg_num=c.pool_pg_num, ceph_pool_application="rgw" if c.access == "s3" else "cephfs",
+        ceph_pool_pg_num=c.pool_pg_num, ceph_pool_application="rgw",
         ceph_pool_adopt=c.pool_adopt,
         ceph_options={k: _ceph_value(v) for k, v in c.options.items()}, ceph_access=c.access,
         ceph_rgw_port=c.rgw_port, ceph_rgw_address=c.rgw_address or ceph_hosts[0], ceph_rgw_dns_name=c.rgw_dns_name, ceph_rgw_bucket=c.rgw_bucket,
         ceph_rgw_region=c.rgw_region, ceph_rgw_user=c.rgw_user,
-        ceph_rgw_expiration_days=round(ttl / 86400) if ttl else None, ceph_cephfs_mount=c.cephfs_mount)
+        ceph_rgw_expiration_days=round(ttl / 86400) if ttl else None)
 
 
 def _ceph_value(value: str | int | float | bool) -> str:
@@ -209,11 +236,8 @@ def inprocess_config(r: Resolved) -> dict[str, Any]:
         cfg["local_disk"] = f"file://{lm.nvme_path.rstrip('/')}/"
         cfg["max_local_disk_size"] = nvme.configured_gb
     if ceph:
-        if r.ceph.access == "s3":
-            cfg["remote_url"] = s3_endpoint(r)
-            cfg["extra_config"] = {"s3_region": r.ceph.rgw_region, "disable_tls": True, "s3_prefer_http2": False}
-        else:
-            cfg["remote_url"] = f"fs://localhost:0{r.ceph.cephfs_mount}"
+        cfg["remote_url"] = s3_endpoint(r)
+        cfg["extra_config"] = {"s3_region": r.ceph.rgw_region, "disable_tls": True, "s3_prefer_http2": False}
         cfg["remote_serde"] = "naive"
     cfg["cache_policy"] = (ddr or nvme).eviction if (ddr or nvme) else "LRU"
     cfg["save_decode_cache"] = lm.save_decode_cache
@@ -245,11 +269,8 @@ def server_args(r: Resolved) -> list[str]:
                    "eviction": _eviction(nvme)}
         args += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
     if ceph:
-        if r.ceph.access == "s3":
-            adapter = {"type": "s3", "s3_endpoint": s3_endpoint(r), "s3_region": r.ceph.rgw_region, "disable_tls": True,
-                       "s3_prefer_http2": False}
-        else:
-            adapter = {"type": "fs_native", "base_path": r.ceph.cephfs_mount}
+        adapter = {"type": "s3", "s3_endpoint": s3_endpoint(r), "s3_region": r.ceph.rgw_region, "disable_tls": True,
+                   "s3_prefer_http2": False}
         adapter.update(max_capacity_gb=ceph.configured_gb, shared=True, eviction=_eviction(ceph))
         args += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
     if r.device.kind == "cpu":
@@ -267,8 +288,11 @@ def kv_transfer_config(r: Resolved) -> dict[str, Any] | None:
         return None
     if r.lmcache.mode == "inprocess":
         return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both", "kv_load_failure_policy": "recompute"}
+    extra: dict[str, Any] = {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": r.lmcache.port}
+    if r.lmcache.save_decode_cache:
+        extra["lmcache.mp.save_decode_cache"] = True
     return {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-            "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": r.lmcache.port}}
+            "kv_connector_extra_config": extra}
 
 
 def vllm_args(r: Resolved) -> list[str]:
@@ -277,8 +301,12 @@ def vllm_args(r: Resolved) -> list[str]:
             "--block-size", str(r.block_size), "--max-model-len", str(r.max_model_len),
             "--max-num-seqs", str(r.max_num_seqs), "--max-num-batched-tokens", str(r.max_num_batched_tokens),
             "--kv-cache-dtype", r.kv_cache_dtype]
+    if r.quantization is not None:
+        args += ["--quantization", r.quantization]
+    elif r.weights_dtype in VLLM_DTYPE:
+        args += ["--dtype", VLLM_DTYPE[r.weights_dtype]]
     if r.device.kind == "cpu":
-        args += ["--dtype", "bfloat16", "--enforce-eager"]
+        args.append("--enforce-eager")
     elif r.kv_cache_memory_bytes is not None:
         args += ["--kv-cache-memory-bytes", str(r.kv_cache_memory_bytes)]
     else:
@@ -302,6 +330,42 @@ def _vllm(r: Resolved) -> VllmVars:
                  and r.ceph.access == "s3")
     return VllmVars(vllm_model=r.model_path or "", vllm_args=vllm_args(r), vllm_env=env, vllm_host=r.api_host,
                     vllm_tensor_parallel=r.tensor_parallel, vllm_cpu_host=r.device.kind == "cpu", vllm_s3_credentials=s3_inside)
+
+
+def router_policy(kind: str) -> list[str]:
+    """vllm-router's flags for a kvplan router policy, with the thresholds the simulator's Router uses."""
+    from ..sim import router as sim
+
+    return {"round_robin": ["--policy", "round_robin"],
+            "least_loaded": ["--policy", "cache_aware", "--cache-threshold", "1.0"],
+            "session_affinity": ["--policy", "sticky_least_loaded"],
+            "prefix_aware": ["--policy", "cache_aware", "--cache-threshold", repr(sim.CACHE_THRESHOLD),
+                             "--balance-abs-threshold", str(sim.BALANCE_ABS),
+                             "--balance-rel-threshold", repr(sim.BALANCE_REL)]}[kind]
+
+
+def _router(r: Resolved, workers: list[str], address: str) -> RouterVars:
+    host = address if r.api_host in ("0.0.0.0", "::") else r.api_host
+    args = ["--host", r.api_host, "--port", str(r.router_port), "--worker-urls", *workers, *router_policy(r.router),
+            "--prometheus-host", r.monitoring.metrics_address, "--prometheus-port", str(r.router_metrics_port),
+            "--worker-startup-check-interval", "1", "--health-check-interval-secs", "5"]
+    return RouterVars(router_args=args, router_url=f"http://{host}:{r.router_port}")
+
+
+def _warmup(r: Resolved) -> WarmupVars | None:
+    """The warm-up prompts as the token ids kvplan bench's requests begin with (the same warm salt)."""
+    from ..live.tokens import WARMUP_SALT, prompt_tokens
+    from ..sim.workload import warmup
+
+    prompts = warmup(r)
+    if not prompts:
+        return None
+    names = [f"system prompt {i}" for i in range(r.lmcache.warmup_system_prompts)] + list(r.lmcache.warmup_template_names)
+    address = "127.0.0.1" if r.api_host in ("0.0.0.0", "::") else r.api_host
+    return WarmupVars(warmup_model=r.model.name, warmup_address=address,
+                      warmup_prompts=[{"name": name, "prompt": prompt_tokens(req.content, req.prompt_tokens,
+                                                                             r.model.vocab_size, WARMUP_SALT)}
+                                      for name, req in zip(names, prompts)])
 
 
 def hit_ratio_expr(r: Resolved) -> str:

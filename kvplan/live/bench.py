@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from ..sim import workload as wl
-from .tokens import output_identity, prompt_tokens
+from .tokens import output_identity, prompt_tokens, warmed
 
 
 class BenchError(SpecError):
@@ -43,6 +43,7 @@ class Outcome:
     session: int
     turn: int
     target: int
+    """Index in the targets the request was sent to; -1: through the router, which chose."""
     arrival: float
     prompt_tokens: int
     output_tokens: int
@@ -123,13 +124,18 @@ def check_target(target: Target, model: str, timeout: float = 10.0) -> None:
                                   fix="deploy this spec there (vLLM's --served-model-name is the spec's model)")])
 
 
-def stream_completion(target: Target, body: dict, timeout: float, clock: Callable[[], float], out: Outcome) -> None:
-    """Send one streaming completion and fill `out` (first/last token times, tokens, error)."""
+def stream_completion(target: Target, body: dict, timeout: float, clock: Callable[[], float], out: Outcome,
+                      session: int = -1) -> None:
+    """Send one streaming completion and fill `out` (first/last token times, tokens, error). A request of a
+    session names it in an X-Session-ID header, which the router's session_affinity policy routes by."""
     payload = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if session >= 0:
+        headers["X-Session-ID"] = str(session)
     conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
     try:
         out.sent = clock()
-        conn.request("POST", f"{target.base}/v1/completions", payload, {"Content-Type": "application/json"})
+        conn.request("POST", f"{target.base}/v1/completions", payload, headers)
         resp = conn.getresponse()
         if resp.status != 200:
             out.error = f"HTTP {resp.status}: {resp.read(300).decode(errors='replace').strip()}"
@@ -169,11 +175,13 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
 
 @dataclass
 class Bench:
-    """One replay of `resolved.workload` against `targets` (requests go round robin over them)."""
+    """One replay of `resolved.workload` against `targets`: through `router` when given (the deployed router
+    picks the instance; warm-up prefills still go to every target), else round robin over the targets."""
 
     resolved: Resolved
     targets: list[Target]
     salt: int
+    router: Target | None = None
     seed: int | None = None
     timeout: float = 120.0
     """Seconds a request may go without data (connect, or between streamed chunks)."""
@@ -191,23 +199,25 @@ class Bench:
         out = max(req.output_tokens, 1)       # a warm-up prefill still needs one token back
         return {"model": self.resolved.model.name, "stream": True, "return_token_ids": True, "temperature": 0.0,
                 "max_tokens": out, "min_tokens": out, "ignore_eos": True,
-                "prompt": prompt_tokens(req.content, req.prompt_tokens, vocab, self.salt, outputs)}
+                "prompt": prompt_tokens(req.content, req.prompt_tokens, vocab, self.salt, outputs, warmed(self.resolved))}
 
     def run_warmup(self) -> list[Outcome]:
-        """Send the warm-up prefills one by one (the simulator prefills them at time 0, before any request)."""
+        """Send the warm-up prefills one by one to every target (the simulator prefills each on every instance at
+        time 0, before any request; the deploy's warm-up play sent the same tokens)."""
         outs = []
-        for i, req in enumerate(wl.warmup(self.resolved, seed=self.seed)):
-            out = Outcome(req.id, -1, 0, i % len(self.targets), 0.0, req.prompt_tokens, 0)
-            stream_completion(self.targets[out.target], self.body(req, {}), self.timeout, time.monotonic, out)
-            outs.append(out)
+        for req in wl.warmup(self.resolved, seed=self.seed):
+            for t, target in enumerate(self.targets):
+                out = Outcome(req.id, -1, 0, t, 0.0, req.prompt_tokens, 0)
+                stream_completion(target, self.body(req, {}), self.timeout, time.monotonic, out)
+                outs.append(out)
         return outs
 
     def run(self) -> list[Outcome]:
         """Send every request at its arrival time (seconds from now) and wait for all of them, at most
         `timeout` past the last arrival; one Outcome per request, in arrival order."""
         reqs = self.requests()
-        outcomes = [Outcome(r.id, r.session, r.turn, r.id % len(self.targets), r.arrival, r.prompt_tokens,
-                            r.output_tokens) for r in reqs]
+        outcomes = [Outcome(r.id, r.session, r.turn, -1 if self.router else r.id % len(self.targets), r.arrival,
+                            r.prompt_tokens, r.output_tokens) for r in reqs]
         done_events = [threading.Event() for _ in reqs]
         previous: dict[int, int] = {}              # session -> index of its latest turn so far
         waits_on: list[int | None] = []
@@ -236,7 +246,7 @@ class Bench:
                     body = self.body(req, outputs)
                     counts["in_flight"] += 1
                 sending = True
-                stream_completion(self.targets[out.target], body, self.timeout, clock, out)
+                stream_completion(self.router or self.targets[out.target], body, self.timeout, clock, out, req.session)
                 ident = output_identity(req.content, req.prompt_tokens)
                 if ident is not None and out.ok:
                     with lock:

@@ -76,6 +76,8 @@ class BenchRun(BaseModel):
     seed: int
     salt: int
     targets: list[str]
+    router: str | None = None
+    """The router the requests went through (kvplan bench --router), None when they went to the targets directly."""
     started_at: str
     timeout: float
     warmup: int

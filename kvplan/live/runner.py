@@ -20,11 +20,12 @@ def default_run_dir(r: Resolved, state_dir: Path) -> Path:
 
 def bench(r: Resolved, spec_text: str, targets: list[Target], out_dir: Path, *, salt: int, seed: int | None = None,
           timeout: float = 120.0, lmcache_log: Path | None = Path(DEFAULT_LMCACHE_LOG),
-          progress: Progress | None = None) -> BenchRun:
-    """Replay `r`'s workload against `targets` and write `out_dir`/run.json and spec.yaml."""
-    for target in targets:
+          progress: Progress | None = None, router: Target | None = None) -> BenchRun:
+    """Replay `r`'s workload against `targets` (through `router` when given) and write `out_dir`/run.json and
+    spec.yaml. The targets are the vLLM instances whatever the route: their counters are what the run observed."""
+    for target in [*targets, *([router] if router else [])]:
         check_target(target, r.model.name)
-    runner = Bench(r, targets, salt=salt, seed=seed, timeout=timeout, progress=progress)
+    runner = Bench(r, targets, salt=salt, router=router, seed=seed, timeout=timeout, progress=progress)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     log = lmcache_log if lmcache_log is not None and lmcache_log.is_file() else None
     warm = runner.run_warmup()
@@ -36,7 +37,8 @@ def bench(r: Resolved, spec_text: str, targets: list[Target], out_dir: Path, *, 
     after = snapshot(r, targets, lmcache_log=log, log_offset=offset)
     chunk_bytes = r.lmcache.chunk_bytes if r.lmcache is not None else None
     run = BenchRun(name=r.name, spec_hash=r.spec_hash, seed=runner.seed_used, salt=salt,
-                   targets=[t.url for t in targets], started_at=started, timeout=timeout, warmup=len(warm),
+                   targets=[t.url for t in targets], router=router.url if router else None, started_at=started,
+                   timeout=timeout, warmup=len(warm),
                    requests=columns(outcomes), before=before, after=after,
                    observed=derive(outcomes, before, after, chunk_bytes))
     write_run(out_dir, run, spec_text)

@@ -15,18 +15,36 @@ that the real turn re-reads exactly the tokens vLLM cached.
 The `salt` separates bench runs: a run with a new salt shares no token run with any earlier
 run, so caches that survive between runs (LMCache's disk and Ceph tiers) start cold for it, as
 the simulator's caches do. The same salt gives the same token ids.
+
+Warmed content is the exception to the exception: the runs that `lmcache.warmup` prefills (the
+first `system_prompts` shared prefixes and the templates) belong to the deployment, not to one
+run. They take WARMUP_SALT in every run and in the deploy's warm-up play, so a bench run finds
+them where the deploy left them, as the simulator, which prefills them before any traffic, does.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..sim.workload import OUTPUT, TRACE_TAG, Segments, TraceBlocks
+from ..sim.workload import OUTPUT, SHARED_PREFIX, TEMPLATE, TRACE_TAG, Segments, TraceBlocks
 
 FIRST_ORDINARY_TOKEN = 4
 """Token ids below this are the tiny model's special tokens (<unk>, <s>, </s>, <pad>); a prompt never uses them."""
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+WARMUP_SALT = 0x6B76706C616E5741
+"""The salt of warmed content (lmcache.warmup), the same in the deploy's warm-up and in every bench run."""
+
+
+def warmed(resolved) -> frozenset[tuple[int, ...]]:
+    """The content runs `resolved`'s lmcache.warmup prefills: (SHARED_PREFIX, i) for the first system_prompts
+    prefixes, (TEMPLATE, i) for each template."""
+    lm = resolved.lmcache
+    if lm is None:
+        return frozenset()
+    return frozenset([(SHARED_PREFIX, i) for i in range(lm.warmup_system_prompts)]
+                     + [(TEMPLATE, i) for i in range(len(lm.warmup_template_tokens))])
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -56,12 +74,13 @@ def run_tokens(salt: int, ident: tuple[int, ...], start: int, end: int, vocab: i
 
 
 def prompt_tokens(content, prompt_length: int, vocab: int, salt: int,
-                  outputs: dict[tuple[int, ...], list[int]] | None = None) -> list[int]:
+                  outputs: dict[tuple[int, ...], list[int]] | None = None,
+                  warm: frozenset[tuple[int, ...]] = frozenset()) -> list[int]:
     """The first `prompt_length` token ids of `content` (a Segments or TraceBlocks).
 
     `outputs` maps an OUTPUT segment's identity to the tokens the model really generated for it;
     an OUTPUT segment inside the prompt that is missing there raises KeyError (its turn has not
-    finished, or failed)."""
+    finished, or failed). Runs named in `warm` (`warmed()`) take WARMUP_SALT instead of `salt`."""
     if isinstance(content, TraceBlocks):
         tokens: list[int] = []
         for h in content.hash_ids:
@@ -83,7 +102,7 @@ def prompt_tokens(content, prompt_length: int, vocab: int, salt: int,
                 raise ValueError(f"output {ident} has {len(real)} real tokens, the prompt needs {take}")
             tokens += real[:take]
         else:
-            tokens += run_tokens(salt, ident, 0, take, vocab)
+            tokens += run_tokens(WARMUP_SALT if ident in warm else salt, ident, 0, take, vocab)
     return tokens
 
 

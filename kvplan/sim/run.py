@@ -16,7 +16,6 @@ when the extra hit is below min_retrieve_tokens.
 from __future__ import annotations
 
 import gc
-from itertools import count
 from typing import Callable
 
 import numpy as np
@@ -29,32 +28,12 @@ from .engine import Engine, Seq
 from .fabric import Fabric
 from .lmcache import TIERS, LMCacheModel
 from .prefix_cache import PrefixCache
+from .router import Router
 from array import array
 
 from .result import FLOAT_COLUMNS, LinkResult, RequestRow, RequestTable, SimResult, TierResult
 
 Progress = Callable[[float], None]
-
-
-class Router:
-    """Which instance serves a request: round_robin, least_loaded, session_affinity, prefix_aware."""
-
-    def __init__(self, kind: str, engines: list[Engine], block_size: int):
-        self.kind, self.engines, self.block_size = kind, engines, block_size
-        self._turn = count()
-
-    def pick(self, req: wl.Request) -> int:
-        n = len(self.engines)
-        if n == 1:
-            return 0
-        if self.kind == "session_affinity" and req.session >= 0:
-            return req.session % n
-        if self.kind == "least_loaded":
-            return min(range(n), key=lambda i: (self.engines[i].load, i))
-        if self.kind == "prefix_aware":
-            keys = req.content.keys(self.block_size, req.prompt_tokens)
-            return max(range(n), key=lambda i: (self.engines[i].hbm.match(keys), -self.engines[i].load, -i))
-        return next(self._turn) % n
 
 
 class Simulation:

@@ -90,13 +90,13 @@ class Ceph(SpecModel):
     """The KV-cache pool."""
 
     access: Literal["s3", "cephfs"] = "s3"
-    """How LMCache reaches Ceph: s3 through RGW, or a CephFS mount."""
+    """How LMCache reaches Ceph: s3 through RGW, or a CephFS mount (simulation-only: kvplan does not deploy CephFS)."""
 
     rgw: Rgw = Rgw()
     """RGW settings (used when access is s3)."""
 
     cephfs_mount: AbsPath = "/mnt/cephfs/lmcache"
-    """Directory on the CephFS mount (used when access is cephfs)."""
+    """Directory on the CephFS mount (access: cephfs, which is simulation-only: kvplan does not deploy CephFS)."""
 
     options: dict[OptionKey, OptionValue] = {}
     """Extra `ceph config set` options, e.g. {osd_memory_target: 8589934592}: names are [a-z0-9_]+, values one

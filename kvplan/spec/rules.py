@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from ..errors import Problem
+from .deployment import simulation_only
 
 if TYPE_CHECKING:
     from .topology import Topology
@@ -49,6 +50,21 @@ def _serving(topo: "Topology") -> Iterator[Problem]:
         yield Problem("serving.tensor_parallel", f"must divide serving.gpus_per_node ({s.gpus_per_node}): "
                       "a tensor-parallel group lives on one node", s.tensor_parallel,
                       ", ".join(map(str, divisors)), "pick one of the allowed sizes or change gpus_per_node")
+
+
+def _quantization(topo: "Topology") -> Iterator[Problem]:
+    """What the simulation counts (serving.weights_dtype) and what vLLM loads (serving.quantization) must agree."""
+    from .serving import QUANTIZATIONS
+    s = topo.serving
+    if s.quantization is None:
+        return
+    allowed = QUANTIZATIONS.get(s.weights_dtype, ())
+    if s.quantization not in allowed:
+        dtypes = [d for d, methods in QUANTIZATIONS.items() if s.quantization in methods]
+        yield Problem("serving.quantization", f"{s.quantization} weights are {' or '.join(dtypes)}, but serving.weights_dtype "
+                      f"is {s.weights_dtype}, so the simulation would count weights vLLM does not load",
+                      s.quantization, ", ".join(allowed) if allowed else "none with this weights_dtype",
+                      f"set serving.weights_dtype: {dtypes[0]}, or remove serving.quantization")
 
 
 def _lmcache(topo: "Topology") -> Iterator[Problem]:
@@ -98,6 +114,14 @@ def _lmcache(topo: "Topology") -> Iterator[Problem]:
         yield Problem("lmcache.nvme.eviction", f"in-process LMCache has one cache_policy for DRAM and disk, so it must equal "
                       f"lmcache.ddr.eviction ({lm.ddr.eviction})", lm.nvme.eviction, lm.ddr.eviction,
                       f"use the same policy on both tiers, or mode: mp (per-tier policies), {SIMULATE_ONLY_FIX}")
+    if lm.merging is not None and not topo.simulate_only:
+        yield Problem("lmcache.merging", simulation_only("lmcache.merging"), "set", fix=f"remove lmcache.merging, {SIMULATE_ONLY_FIX}")
+    if lm.mode == "mp" and not topo.simulate_only:
+        for name, default in (("save_unfull_chunk", False), ("min_retrieve_tokens", 0)):
+            value = getattr(lm, name)
+            if value != default:
+                yield Problem(f"lmcache.{name}", "the LMCache MP server has no such setting (in-process LMCache has)", value,
+                              f"{default} with mode: mp", f"use mode: inprocess, or remove it, {SIMULATE_ONLY_FIX}")
     if lm.nvme is not None and not lm.nvme.path.startswith("/"):
         yield Problem("lmcache.nvme.path", "must be an absolute directory path", lm.nvme.path, fix="e.g. /mnt/nvme0/lmcache")
     if lm.warmup is not None and lm.warmup.system_prompts:
@@ -131,6 +155,13 @@ def _ceph(topo: "Topology") -> Iterator[Problem]:
         yield Problem("ceph.hosts", "deploy: packages builds a single-node cluster (development, CI, one-box labs)",
                       c.hosts, "1 with deploy: packages", f"use deploy: cephadm for {c.hosts} hosts, or deploy: external "
                       "for a cluster you already run")
+    if c.access == "cephfs" and not topo.simulate_only:
+        yield Problem("ceph.access", "kvplan does not deploy CephFS (no filesystem, MDS or client mount is created), so "
+                      "LMCache would write to a local directory named like the mount", c.access, "s3",
+                      f"use access: s3 (RGW, which kvplan deploys), {SIMULATE_ONLY_FIX}")
+    elif c.cephfs_mount != type(c).model_fields["cephfs_mount"].default and not topo.simulate_only:
+        yield Problem("ceph.cephfs_mount", simulation_only("ceph.cephfs_mount"), c.cephfs_mount,
+                      fix=f"remove it, {SIMULATE_ONLY_FIX}")
     if c.osd_devices and len(c.osd_devices) != c.osds_per_host:
         yield Problem("ceph.osd_devices", f"lists {len(c.osd_devices)} devices but osds_per_host is {c.osds_per_host}",
                       c.osd_devices, f"{c.osds_per_host} device paths", f"list one device per OSD, or set osds_per_host: {len(c.osd_devices)}")
@@ -149,4 +180,4 @@ def _workload(topo: "Topology") -> Iterator[Problem]:
                       fix="add workload.requests: 1000 or workload.duration: 10min")
 
 
-RULES = (_serving, _lmcache, _ceph, _workload)
+RULES = (_serving, _quantization, _lmcache, _ceph, _workload)

@@ -16,6 +16,9 @@ from .grammar import HostName, ModelId
 
 Router = Literal["round_robin", "least_loaded", "session_affinity", "prefix_aware"]
 WeightsDtype = Literal["auto", "bf16", "fp16", "fp8", "int4"]
+Quantization = Literal["fp8", "awq", "gptq", "compressed-tensors"]
+QUANTIZATIONS: dict[str, tuple[str, ...]] = {"fp8": ("fp8", "compressed-tensors"), "int4": ("awq", "gptq", "compressed-tensors")}
+"""serving.weights_dtype -> the vLLM --quantization methods whose weights it is."""
 KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
 
@@ -87,7 +90,11 @@ class Serving(SpecModel):
     """vLLM --max-num-batched-tokens. Default: vLLM's per-GPU default (2048, 8192 or 16384)."""
 
     weights_dtype: WeightsDtype = "auto"
-    """Weight precision: auto (as released), bf16, fp16, fp8 or int4 (AWQ/GPTQ)."""
+    """Weight precision: auto (as released), bf16, fp16, fp8 or int4 (AWQ/GPTQ). fp8 and int4 need serving.quantization."""
+
+    quantization: Quantization | None = None
+    """vLLM --quantization: how the checkpoint's weights are quantised. fp8 also quantises a 16-bit checkpoint as
+    vLLM loads it; awq, gptq and compressed-tensors need a checkpoint quantised that way (serving.model_path)."""
 
     kv_cache_dtype: KvCacheDtype = "auto"
     """vLLM --kv-cache-dtype. auto stores KV in the model's dtype; fp8 halves KV bytes."""
@@ -99,7 +106,12 @@ class Serving(SpecModel):
     """vLLM --enable-chunked-prefill: split long prefills across steps and mix them with decodes."""
 
     router: Router = "round_robin"
-    """How requests are spread over instances."""
+    """How requests are spread over instances, by the router kvplan deploys in front of them (vllm-router;
+    docs/deploy.md): round_robin, least_loaded (fewest requests in flight), session_affinity (a session stays
+    on one instance) or prefix_aware (follow the longest routed prefix, unless the load is out of balance)."""
+
+    router_port: int = Field(30000, ge=1, le=65535)
+    """Port of the router's OpenAI API (on the first gpu host); its Prometheus metrics are on the next port."""
 
     model_path: ModelId | None = None
     """What vLLM serves: a Hugging Face id (org/name) or an absolute local directory (default: the catalog model's hf_id)."""

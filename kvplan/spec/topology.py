@@ -71,6 +71,11 @@ class Topology(SpecModel):
             raise SpecError(problems)
         return self
 
+    def simulation_only_settings(self) -> list:
+        """The Problems `validate` would report for this spec without simulate_only: what it sets that the real stack
+        cannot honour (empty when nothing is)."""
+        return rules.check(self.model_copy(update={"simulate_only": False}))
+
     def spec_hash(self) -> str:
         """sha256 of the canonical JSON of this spec (its identity in rendered files and caches)."""
         import hashlib

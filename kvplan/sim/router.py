@@ -1,0 +1,93 @@
+"""The router in front of the vLLM instances: which instance serves a request.
+
+kvplan deploys vllm-project's router (the `vllm-router` package, 0.1.17) and simulates what its
+policies do, so a simulated spread is the deployed one (kvplan.deploy.stack.router_args maps each
+policy to its flags):
+
+- round_robin -> `--policy round_robin`: the instances in turn.
+- least_loaded -> `--policy cache_aware --cache-threshold 1.0`: no prefix match ever reaches the
+  threshold, so every request goes to the instance with the fewest requests in flight (the first
+  of equals).
+- session_affinity -> `--policy sticky_least_loaded`, the session in an X-Session-ID header: a new
+  session goes to the instance with the fewest sessions and stays there (the router forgets a
+  session after two idle hours, far beyond any simulated think time); a request without a
+  session goes to the instance with the fewest sessions.
+- prefix_aware -> `--policy cache_aware` with its defaults: the router keeps a tree of the prompts
+  it has sent to each instance. Unless the load is out of balance (the busiest instance has more
+  than BALANCE_ABS requests more than the idlest, and more than BALANCE_REL times as many), a
+  request whose longest prefix match on some instance covers more than CACHE_THRESHOLD of its
+  prompt goes to that instance; otherwise, and when out of balance, to the least-loaded one. The
+  tree is of routed prompts, not of what an instance's cache still holds: a prefix the instance
+  has evicted still attracts its requests. The simulator keeps that tree at block granularity
+  and, like the router between its periodic evictions, never trims it.
+"""
+
+from __future__ import annotations
+
+from itertools import count
+
+from . import workload as wl
+
+CACHE_THRESHOLD = 0.3
+"""vllm-router's --cache-threshold default: the prefix match rate above which cache_aware follows the cache."""
+BALANCE_ABS, BALANCE_REL = 64, 1.5
+"""vllm-router's --balance-abs-threshold and --balance-rel-threshold defaults."""
+
+
+class Router:
+    """Picks an instance for each request, as the deployed router's policy for `kind` does."""
+
+    def __init__(self, kind: str, engines: list, block_size: int):
+        self.kind, self.engines, self.block_size = kind, engines, block_size
+        self._turn = count()
+        self._sessions: dict[int, int] = {}                  # session -> instance
+        self._session_counts = [0] * len(engines)
+        self._routed: list[set] = [set() for _ in engines]   # prefix_aware: block keys routed to each instance
+
+    def _least_loaded(self) -> int:
+        return min(range(len(self.engines)), key=lambda i: (self.engines[i].load, i))
+
+    def pick(self, req: wl.Request) -> int:
+        n = len(self.engines)
+        if n == 1:
+            return 0
+        if self.kind == "round_robin":
+            return next(self._turn) % n
+        if self.kind == "least_loaded":
+            return self._least_loaded()
+        if self.kind == "session_affinity":
+            return self._sticky(req.session)
+        return self._cache_aware(req)
+
+    def _sticky(self, session: int) -> int:
+        fewest = min(range(len(self.engines)), key=lambda i: (self._session_counts[i], i))
+        if session < 0:
+            return fewest
+        if session not in self._sessions:
+            self._sessions[session] = fewest
+            self._session_counts[fewest] += 1
+        return self._sessions[session]
+
+    def _cache_aware(self, req: wl.Request) -> int:
+        loads = [e.load for e in self.engines]
+        keys = req.content.keys(self.block_size, req.prompt_tokens)
+        if max(loads) - min(loads) > BALANCE_ABS and max(loads) > BALANCE_REL * min(loads):
+            choice = self._least_loaded()
+        else:
+            matched = [self._match(routed, keys) for routed in self._routed]
+            best = max(range(len(self.engines)), key=lambda i: (matched[i], -loads[i], -i))
+            rate = matched[best] * self.block_size / max(req.prompt_tokens, 1)
+            choice = best if rate > CACHE_THRESHOLD else self._least_loaded()
+        self._routed[choice].update(keys)
+        return choice
+
+    @staticmethod
+    def _match(routed: set, keys) -> int:
+        """Leading blocks of `keys` routed to this instance before (the keys chain the prefix, so a hit on
+        block k means the instance was sent blocks 0..k)."""
+        n = 0
+        for key in keys:
+            if key not in routed:
+                break
+            n += 1
+        return n

@@ -1,0 +1,162 @@
+"""Where every spec field goes when the spec is deployed: the ledger behind "what you simulate is what you deploy".
+
+Each field of `Topology`, named by its dotted path (a list's items by the list's path, e.g.
+`lmcache.warmup.templates.tokens`), is in exactly one class:
+
+- DEPLOYED: `kvplan render` writes the value into the stack (the entry says where), and
+  tests/test_deploy_fields.py renders a spec that sets it and finds the value there.
+- SIMULATION_ONLY: the real stack has no such setting. `validate` refuses a spec that sets it
+  away from its default unless the spec says `simulate_only: true`, and `render` refuses every
+  simulate_only spec, naming these settings (the entry says why the stack cannot honour it).
+- NOT_DEPLOYED: the deployment needs neither the value nor a refusal: a name, free text, the
+  traffic, a judgement, the hardware's own description (the entry says why).
+
+An entry may stand for a whole subtree (`workload`), but no entry lies under another, so every
+field has exactly one class; the test walks the schema and fails on a field no entry covers. Some
+fields are deployed for some values only (an eviction policy LMCache's mode lacks, a router
+policy the router lacks): those values are refused by `kvplan.spec.rules`, with the same
+simulate_only escape.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Kind = Literal["deployed", "simulation-only", "not deployed"]
+DEPLOYED: Kind = "deployed"
+SIMULATION_ONLY: Kind = "simulation-only"
+NOT_DEPLOYED: Kind = "not deployed"
+
+CHECKPOINT = "describes the checkpoint; vLLM reads the architecture from the checkpoint's own config.json"
+
+LEDGER: dict[str, tuple[Kind, str]] = {
+    "name": (DEPLOYED, "the header of every rendered file, the Prometheus rule group, LMCache's shared-memory name"),
+    "description": (NOT_DEPLOYED, "free text"),
+    "simulate_only": (NOT_DEPLOYED, "a switch: render refuses a spec that sets it, naming what it cannot deploy"),
+
+    "model.name": (DEPLOYED, "vLLM --served-model-name, the name clients ask for"),
+    "model.aliases": (NOT_DEPLOYED, "other names the catalog finds the model by"),
+    "model.attention": (NOT_DEPLOYED, CHECKPOINT),
+    "model.num_layers": (NOT_DEPLOYED, CHECKPOINT),
+    "model.hidden_size": (NOT_DEPLOYED, CHECKPOINT),
+    "model.num_attention_heads": (NOT_DEPLOYED, CHECKPOINT),
+    "model.num_kv_heads": (NOT_DEPLOYED, CHECKPOINT),
+    "model.head_dim": (NOT_DEPLOYED, CHECKPOINT),
+    "model.intermediate_size": (NOT_DEPLOYED, CHECKPOINT),
+    "model.vocab_size": (NOT_DEPLOYED, CHECKPOINT),
+    "model.tie_word_embeddings": (NOT_DEPLOYED, CHECKPOINT),
+    "model.params": (NOT_DEPLOYED, CHECKPOINT),
+    "model.active_params": (NOT_DEPLOYED, CHECKPOINT),
+    "model.max_context": (NOT_DEPLOYED, CHECKPOINT + " (serving.max_model_len is what vLLM is given)"),
+    "model.kv_lora_rank": (NOT_DEPLOYED, CHECKPOINT),
+    "model.qk_rope_head_dim": (NOT_DEPLOYED, CHECKPOINT),
+    "model.weights_dtype": (NOT_DEPLOYED, "the checkpoint's dtype as released (serving.weights_dtype is what vLLM runs)"),
+    "model.hf_id": (DEPLOYED, "the checkpoint vLLM serves when serving.model_path is unset"),
+    "model.sources": (NOT_DEPLOYED, "citations"),
+    "model.note": (NOT_DEPLOYED, "free text"),
+
+    "serving.gpu": (NOT_DEPLOYED, "the hardware the inventory's gpu hosts have, which a render cannot choose (a CPU "
+                                  "device gets vLLM's CPU settings)"),
+    "serving.gpus_per_node": (DEPLOYED, "the devices each vLLM instance is given on its host (CUDA_VISIBLE_DEVICES)"),
+    "serving.instances": (DEPLOYED, "the vLLM instances placed on the gpu hosts (host_vars)"),
+    "serving.tensor_parallel": (DEPLOYED, "vLLM --tensor-parallel-size"),
+    "serving.block_size": (DEPLOYED, "vLLM --block-size"),
+    "serving.gpu_memory_utilization": (DEPLOYED, "vLLM --gpu-memory-utilization"),
+    "serving.kv_cache_memory": (DEPLOYED, "vLLM --kv-cache-memory-bytes (VLLM_CPU_KVCACHE_SPACE on a CPU device)"),
+    "serving.activation_memory": (NOT_DEPLOYED, "kvplan's estimate of what vLLM measures for itself at start-up; the "
+                                                "deployed KV space is vLLM's own measurement under "
+                                                "--gpu-memory-utilization (set serving.kv_cache_memory to deploy an "
+                                                "exact size)"),
+    "serving.max_model_len": (DEPLOYED, "vLLM --max-model-len"),
+    "serving.max_num_seqs": (DEPLOYED, "vLLM --max-num-seqs"),
+    "serving.max_num_batched_tokens": (DEPLOYED, "vLLM --max-num-batched-tokens"),
+    "serving.weights_dtype": (DEPLOYED, "vLLM --dtype, or --quantization with a checkpoint that has the weights "
+                                        "(serving.quantization)"),
+    "serving.quantization": (DEPLOYED, "vLLM --quantization"),
+    "serving.kv_cache_dtype": (DEPLOYED, "vLLM --kv-cache-dtype"),
+    "serving.prefix_caching": (DEPLOYED, "vLLM --enable-prefix-caching / --no-enable-prefix-caching"),
+    "serving.chunked_prefill": (DEPLOYED, "vLLM --enable-chunked-prefill / --no-enable-chunked-prefill"),
+    "serving.router": (DEPLOYED, "the router in front of the instances (vllm-router) and its --policy"),
+    "serving.router_port": (DEPLOYED, "the router's --port (and --prometheus-port, the next one)"),
+    "serving.model_path": (DEPLOYED, "the checkpoint `vllm serve` is given"),
+    "serving.host": (DEPLOYED, "vLLM --host"),
+    "serving.port": (DEPLOYED, "vLLM --port of each host's first instance"),
+    "serving.step_model": (NOT_DEPLOYED, "how fast the hardware runs engine steps: fitted to it, not a setting of it"),
+    "serving.step_profile": (NOT_DEPLOYED, "a fitted device profile (kvplan calibrate): how fast the hardware runs, "
+                                           "not a setting of it"),
+
+    "lmcache.mode": (DEPLOYED, "an `lmcache server` with LMCacheMPConnector, or LMCacheConnectorV1 in vLLM"),
+    "lmcache.chunk_size": (DEPLOYED, "LMCache --chunk-size / chunk_size"),
+    "lmcache.ddr.size": (DEPLOYED, "LMCache --l1-size-gb / max_local_cpu_size"),
+    "lmcache.ddr.eviction": (DEPLOYED, "LMCache --eviction-policy / cache_policy"),
+    "lmcache.ddr.ttl": (SIMULATION_ONLY, "LMCache has no expiry by age in host memory"),
+    "lmcache.nvme.size": (DEPLOYED, "the fs_native L2 adapter's max_capacity_gb / max_local_disk_size"),
+    "lmcache.nvme.eviction": (DEPLOYED, "the fs_native L2 adapter's eviction / cache_policy"),
+    "lmcache.nvme.ttl": (SIMULATION_ONLY, "LMCache has no expiry by age on local disk"),
+    "lmcache.nvme.device": (NOT_DEPLOYED, "the drive's class, whose speed the simulator models; kvplan formats no drive"),
+    "lmcache.nvme.path": (DEPLOYED, "the fs_native L2 adapter's base_path / local_disk"),
+    "lmcache.ceph.size": (DEPLOYED, "the S3 L2 adapter's max_capacity_gb"),
+    "lmcache.ceph.eviction": (DEPLOYED, "the S3 L2 adapter's eviction"),
+    "lmcache.ceph.ttl": (DEPLOYED, "the bucket's RGW lifecycle expiration, in days"),
+    "lmcache.port": (DEPLOYED, "the LMCache server's --port and the connector's lmcache.mp.port"),
+    "lmcache.save_decode_cache": (DEPLOYED, "save_decode_cache / the connector's lmcache.mp.save_decode_cache"),
+    "lmcache.save_unfull_chunk": (DEPLOYED, "save_unfull_chunk (in-process; the MP server has no such setting)"),
+    "lmcache.min_retrieve_tokens": (DEPLOYED, "min_retrieve_tokens (in-process; the MP server has no such setting)"),
+    "lmcache.merging": (SIMULATION_ONLY, "neither vLLM nor LMCache has a setting that holds requests back to merge "
+                                         "their prefills"),
+    "lmcache.warmup.system_prompts": (DEPLOYED, "the deploy's warm-up play, which prefills them through every instance"),
+    "lmcache.warmup.templates": (DEPLOYED, "the deploy's warm-up play, which prefills them through every instance"),
+
+    "ceph.deploy": (DEPLOYED, "how the ceph role builds or reaches the cluster"),
+    "ceph.hosts": (DEPLOYED, "the inventory's ceph hosts that render places the cluster on"),
+    "ceph.osds_per_host": (DEPLOYED, "the OSDs the ceph role creates on each host"),
+    "ceph.osd_size": (DEPLOYED, "each file-backed OSD's size"),
+    "ceph.osd_devices": (DEPLOYED, "the block devices the OSDs are created on"),
+    "ceph.device_class": (DEPLOYED, "the KV pool's CRUSH rule, on this device class"),
+    "ceph.network": (NOT_DEPLOYED, "the NIC's class, whose bandwidth the simulator's links model; kvplan configures no NIC"),
+    "ceph.network_bandwidth": (NOT_DEPLOYED, "the NIC's bandwidth, which the simulator's links model"),
+    "ceph.failure_domain": (DEPLOYED, "the KV pool's CRUSH rule, across this failure domain"),
+    "ceph.pool.name": (DEPLOYED, "the KV pool's name"),
+    "ceph.pool.size": (DEPLOYED, "the KV pool's size (replicas)"),
+    "ceph.pool.min_size": (DEPLOYED, "the KV pool's min_size"),
+    "ceph.pool.pg_num": (DEPLOYED, "the KV pool's pg_num"),
+    "ceph.pool.adopt": (DEPLOYED, "whether the deploy may change an existing pool of that name"),
+    "ceph.access": (DEPLOYED, "how LMCache reaches Ceph: RGW's S3 API (cephfs is refused, see rules)"),
+    "ceph.rgw.port": (DEPLOYED, "RGW's port and LMCache's S3 endpoint"),
+    "ceph.rgw.dns_name": (DEPLOYED, "RGW's rgw_dns_name and LMCache's virtual-hosted S3 endpoint"),
+    "ceph.rgw.bucket": (DEPLOYED, "the bucket LMCache writes to"),
+    "ceph.rgw.region": (DEPLOYED, "LMCache's s3_region"),
+    "ceph.rgw.address": (DEPLOYED, "where GPU nodes reach RGW (/etc/hosts)"),
+    "ceph.rgw.user": (DEPLOYED, "the RGW user whose keys LMCache uses"),
+    "ceph.cephfs_mount": (SIMULATION_ONLY, "used only with ceph.access: cephfs, which kvplan does not deploy"),
+    "ceph.options": (DEPLOYED, "`ceph config set`, and a rolling OSD restart for the options read at start-up"),
+
+    "workload": (NOT_DEPLOYED, "the traffic, which kvplan bench replays against the stack; no setting of the stack"),
+    "slo": (NOT_DEPLOYED, "the targets a plan is judged by; nothing in the stack enforces them"),
+    "cost": (NOT_DEPLOYED, "prices"),
+
+    "monitoring.min_lmcache_hit_ratio": (DEPLOYED, "the KVPlanLMCacheHitRatioLow alert's threshold"),
+    "monitoring.max_block_utilization": (DEPLOYED, "the KVPlanKVBlockUtilizationHigh alert's threshold"),
+    "monitoring.max_ceph_op_latency": (DEPLOYED, "the KVPlanCephOpLatencyHigh alert's threshold"),
+    "monitoring.metrics_address": (DEPLOYED, "where Prometheus and the LMCache server's HTTP API listen"),
+    "monitoring.prometheus_port": (DEPLOYED, "Prometheus's port"),
+    "monitoring.scrape_interval": (DEPLOYED, "Prometheus's scrape_interval"),
+}
+
+
+def entry(path: str) -> tuple[str, Kind, str] | None:
+    """The ledger entry that covers the field at `path` (itself or the subtree it lies in): (entry path, kind, why)."""
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in LEDGER:
+            kind, why = LEDGER[key]
+            return key, kind, why
+    return None
+
+
+def simulation_only(path: str) -> str:
+    """Why the field at `path` cannot be deployed (its SIMULATION_ONLY entry's reason)."""
+    found = entry(path)
+    assert found is not None and found[1] == SIMULATION_ONLY, (path, found)
+    return found[2]

@@ -1,0 +1,314 @@
+"""Every spec field is accounted for in the deployment: deployed, simulation-only, or needed by neither.
+
+The ledger is kvplan.spec.deployment. These tests walk the whole Topology schema and hold the
+ledger to it: a field no entry covers fails, so a new field cannot be added without saying what
+the deployment does with it. For each deployed field a spec that sets it away from the example's
+value is rendered and the value is found in the rendered files, where it was not before. For each
+simulation-only field, validate refuses a spec that sets it and render refuses the same spec marked
+simulate_only, naming the field and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from conftest import EXAMPLES, REPO, example_data, shipped_inventory, with_changes
+from kvplan.deploy import ansible_yaml, inventory as inventory_mod
+from kvplan.deploy.render import render
+from kvplan.deploy.secrets import Secrets
+from kvplan.errors import SpecError
+from kvplan.resolve import resolve
+from kvplan.spec import from_mapping
+from kvplan.spec.base import SpecModel
+from kvplan.spec.deployment import DEPLOYED, LEDGER, NOT_DEPLOYED, SIMULATION_ONLY, entry
+from kvplan.spec.topology import Topology
+
+KEYS = Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE00", ceph_rgw_secret_key="example-secret")
+
+
+def models_in(annotation) -> list[type[SpecModel]]:
+    """The spec models an annotation holds (`X`, `X | None`, `list[X]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, SpecModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
+
+
+def schema(model: type[SpecModel] = Topology, prefix: str = "") -> dict[str, bool]:
+    """Every field path of the spec, recursively -> whether it is a leaf (holds no spec model)."""
+    out: dict[str, bool] = {}
+    for name, field in model.model_fields.items():
+        path = prefix + name
+        inner = models_in(field.annotation)
+        out[path] = not inner
+        for sub in inner:
+            out.update(schema(sub, path + "."))
+    return out
+
+
+FIELDS = schema()
+LEAVES = sorted(path for path, leaf in FIELDS.items() if leaf)
+
+
+def test_the_walk_reaches_the_deep_fields():
+    assert {"serving.step_model.layer_overhead", "lmcache.warmup.templates.tokens", "ceph.rgw.address",
+            "workload.sessions.turns.cv", "model.sources.url"} <= set(LEAVES)
+    assert len(LEAVES) > 140
+
+
+def test_every_field_of_the_spec_has_exactly_one_class():
+    uncovered = [path for path in LEAVES if entry(path) is None]
+    assert not uncovered, f"classify these fields in kvplan/spec/deployment.py: {uncovered}"
+    unknown = [key for key in LEDGER if key not in FIELDS]
+    assert not unknown, f"ledger entries that name no spec field: {unknown}"
+    nested = [(outer, key) for key in LEDGER for outer in LEDGER if key != outer and key.startswith(outer + ".")]
+    assert not nested, f"an entry inside another gives its fields two classes: {nested}"
+    for key, (kind, why) in LEDGER.items():
+        assert kind in (DEPLOYED, SIMULATION_ONLY, NOT_DEPLOYED) and why.strip(), key
+
+
+# ---------------------------------------------------------------------------------------------- deployed
+
+class View:
+    """A rendered private_data_dir, read the way the roles read it."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def vars(self, role: str) -> dict[str, Any]:
+        path = self.root / "project" / "group_vars" / "all" / f"{role}.yml"
+        return ansible_yaml.load(path.read_text()) if path.is_file() else {}
+
+    def vllm(self, flag: str) -> list[str]:
+        return flags(self.vars("vllm")["vllm_args"]).get(flag, [])
+
+    def transfer(self) -> dict[str, Any]:
+        return json.loads(self.vllm("--kv-transfer-config")[0])
+
+    def server(self, flag: str) -> list[str]:
+        return flags(self.vars("lmcache")["lmcache_server_args"]).get(flag, [])
+
+    def adapters(self) -> list[dict[str, Any]]:
+        return [json.loads(a) for a in self.server("--l2-adapter")]
+
+    def config(self) -> dict[str, Any]:
+        return self.vars("lmcache")["lmcache_config"]
+
+    def instances(self) -> dict[str, list[dict[str, Any]]]:
+        return {p.stem: ansible_yaml.load(p.read_text())["vllm_instances"]
+                for p in sorted((self.root / "project" / "host_vars").glob("*.yml"))}
+
+    def rules(self) -> list[dict[str, Any]]:
+        return self.vars("monitoring")["monitoring_rules"]["groups"][0]["rules"]
+
+    def rule(self, alert: str) -> str:
+        return next(r["expr"] for r in self.rules() if r["alert"] == alert)
+
+
+def flags(args: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for i, arg in enumerate(args):
+        if arg.startswith("--"):
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
+            out.setdefault(arg, []).append(value)
+    return out
+
+
+def inventory_for(r, tmp: Path, ceph_hosts: int | None = None) -> inventory_mod.Inventory:
+    """An inventory with exactly the hosts the spec needs (or `ceph_hosts` Ceph hosts)."""
+    if ceph_hosts is None:
+        ceph_hosts = 0 if r.ceph is None else (r.ceph.hosts if r.ceph.deploy == "cephadm" else 1)
+    groups = {"gpu": {"hosts": {f"gpu-{i + 1}": {"ansible_host": f"10.0.2.{i + 1}"} for i in range(r.nodes)}},
+              "monitoring": {"hosts": {"mon-1": {"ansible_host": "10.0.3.1"}}}}
+    if ceph_hosts:
+        groups["ceph"] = {"hosts": {f"ceph-{i + 1}": {"ansible_host": f"10.0.1.{i + 1}"} for i in range(ceph_hosts)}}
+    path = tmp / f"hosts-{r.spec_hash[:8]}-{ceph_hosts}.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": groups}}))
+    return inventory_mod.load(path)
+
+
+def rendered(example: str, changes: dict[str, Any], tmp: Path) -> View:
+    r = resolve(from_mapping(with_changes(example_data(example), **changes), base_dir=REPO / "examples"))
+    out = tmp / f"render-{r.spec_hash[:12]}"
+    if not out.exists():
+        render(r, inventory_for(r, tmp), out, KEYS)
+    return View(out)
+
+
+Check = Callable[[View], bool]
+LOCAL, FLAGSHIP, CODEGEN = "local", "chat-llama2-13b", "codegen-70b"
+
+
+def inline_model(name: str, **changes: Any) -> dict[str, Any]:
+    """A catalog model written out inline in the spec, with changes."""
+    from kvplan.catalog import load_catalog
+    return {**load_catalog().llm(name).model_dump(mode="json", exclude_none=True), **changes}
+
+
+CASES: dict[str, tuple[str, dict[str, Any], Check]] = {
+    # path: (example, changes that set it away from the example's value, what the render shows for it)
+    "name": (LOCAL, {"name": "local-two"}, lambda v: v.vars("monitoring")["monitoring_rules"]["groups"][0]["name"]
+             == "kvplan-local-two" and v.server("--shm-name") == ["kvplan_local_two"]),
+    "model.name": (FLAGSHIP, {"model": "Llama-2-7B"}, lambda v: v.vllm("--served-model-name") == ["Llama-2-7B"]),
+    "model.hf_id": (FLAGSHIP, {"model": inline_model("Llama-2-13B", hf_id="meta-llama/Llama-2-13b-chat-hf")},
+                    lambda v: v.vars("vllm")["vllm_model"] == "meta-llama/Llama-2-13b-chat-hf"),
+    "serving.gpus_per_node": (FLAGSHIP, {"serving__gpus_per_node": 4},
+                              lambda v: [i["devices"] for i in v.instances()["gpu-1"]] == ["0", "1", "2", "3"]),
+    "serving.instances": (FLAGSHIP, {"serving__instances": 2}, lambda v: len(v.instances()) == 2),
+    "serving.tensor_parallel": (CODEGEN, {"serving__tensor_parallel": 8, "serving__instances": 4},
+                                lambda v: v.vllm("--tensor-parallel-size") == ["8"]),
+    "serving.block_size": (FLAGSHIP, {"serving__block_size": 32}, lambda v: v.vllm("--block-size") == ["32"]),
+    "serving.gpu_memory_utilization": (FLAGSHIP, {"serving__gpu_memory_utilization": 0.85},
+                                       lambda v: v.vllm("--gpu-memory-utilization") == ["0.85"]),
+    "serving.kv_cache_memory": (FLAGSHIP, {"serving__kv_cache_memory": "40GiB"},
+                                lambda v: v.vllm("--kv-cache-memory-bytes") == [str(40 * 2**30)]),
+    "serving.max_model_len": (FLAGSHIP, {"serving__max_model_len": 2048}, lambda v: v.vllm("--max-model-len") == ["2048"]),
+    "serving.max_num_seqs": (FLAGSHIP, {"serving__max_num_seqs": 48}, lambda v: v.vllm("--max-num-seqs") == ["48"]),
+    "serving.max_num_batched_tokens": (FLAGSHIP, {"serving__max_num_batched_tokens": 4096},
+                                       lambda v: v.vllm("--max-num-batched-tokens") == ["4096"]),
+    "serving.weights_dtype": (FLAGSHIP, {"serving__weights_dtype": "bf16"}, lambda v: v.vllm("--dtype") == ["bfloat16"]),
+    "serving.quantization": (FLAGSHIP, {"serving__weights_dtype": "fp8", "serving__quantization": "fp8"},
+                             lambda v: v.vllm("--quantization") == ["fp8"] and not v.vllm("--dtype")),
+    "serving.kv_cache_dtype": (FLAGSHIP, {"serving__kv_cache_dtype": "fp8"}, lambda v: v.vllm("--kv-cache-dtype") == ["fp8"]),
+    "serving.prefix_caching": (FLAGSHIP, {"serving__prefix_caching": False},
+                               lambda v: v.vllm("--no-enable-prefix-caching") == [""]),
+    "serving.chunked_prefill": (FLAGSHIP, {"serving__chunked_prefill": False, "serving__max_num_batched_tokens": 4096},
+                                lambda v: v.vllm("--no-enable-chunked-prefill") == [""]),
+    "serving.router": (FLAGSHIP, {"serving__router": "prefix_aware"},
+                       lambda v: flags(v.vars("router")["router_args"])["--policy"] == ["cache_aware"]),
+    "serving.router_port": (FLAGSHIP, {"serving__router_port": 8100},
+                            lambda v: flags(v.vars("router")["router_args"])["--port"] == ["8100"]
+                            and flags(v.vars("router")["router_args"])["--prometheus-port"] == ["8101"]),
+    "serving.model_path": (FLAGSHIP, {"serving__model_path": "/srv/models/llama-2-13b-chat"},
+                           lambda v: v.vars("vllm")["vllm_model"] == "/srv/models/llama-2-13b-chat"),
+    "serving.host": (FLAGSHIP, {"serving__host": "10.0.2.1"}, lambda v: v.vars("vllm")["vllm_host"] == "10.0.2.1"),
+    "serving.port": (FLAGSHIP, {"serving__port": 9000}, lambda v: v.instances()["gpu-1"][0]["port"] == 9000),
+
+    "lmcache.mode": (FLAGSHIP, {"lmcache__mode": "mp"},
+                     lambda v: v.vars("lmcache")["lmcache_mode"] == "mp" and v.transfer()["kv_connector"] == "LMCacheMPConnector"),
+    "lmcache.chunk_size": (LOCAL, {"lmcache__chunk_size": 512}, lambda v: v.server("--chunk-size") == ["512"]),
+    "lmcache.ddr.size": (LOCAL, {"lmcache__ddr__size": "2GiB"}, lambda v: v.server("--l1-size-gb") == ["2"]),
+    "lmcache.ddr.eviction": (LOCAL, {"lmcache__ddr__eviction": "ARC"}, lambda v: v.server("--eviction-policy") == ["ARC"]),
+    "lmcache.nvme.size": (LOCAL, {"lmcache__nvme__size": "3GiB"}, lambda v: v.adapters()[0]["max_capacity_gb"] == 3),
+    "lmcache.nvme.eviction": (LOCAL, {"lmcache__nvme__eviction": "ARC"},
+                              lambda v: v.adapters()[0]["eviction"] == {"eviction_policy": "ARC"}),
+    "lmcache.nvme.path": (LOCAL, {"lmcache__nvme__path": "/srv/lmcache"}, lambda v: v.adapters()[0]["base_path"] == "/srv/lmcache"),
+    "lmcache.ceph.size": (LOCAL, {"lmcache__ceph__size": "8GiB"}, lambda v: v.adapters()[1]["max_capacity_gb"] == 8),
+    "lmcache.ceph.eviction": (LOCAL, {"lmcache__ceph__eviction": "ARC"},
+                              lambda v: v.adapters()[1]["eviction"] == {"eviction_policy": "ARC"}),
+    "lmcache.ceph.ttl": (LOCAL, {"lmcache__ceph__ttl": "3d"}, lambda v: v.vars("ceph")["ceph_rgw_expiration_days"] == 3),
+    "lmcache.port": (LOCAL, {"lmcache__port": 6000},
+                     lambda v: v.server("--port") == ["6000"] and v.transfer()["kv_connector_extra_config"]["lmcache.mp.port"] == 6000),
+    "lmcache.save_decode_cache": (LOCAL, {"lmcache__save_decode_cache": True},
+                                  lambda v: v.transfer()["kv_connector_extra_config"].get("lmcache.mp.save_decode_cache") is True),
+    "lmcache.save_unfull_chunk": (FLAGSHIP, {"lmcache__save_unfull_chunk": True}, lambda v: v.config()["save_unfull_chunk"] is True),
+    "lmcache.min_retrieve_tokens": (FLAGSHIP, {"lmcache__min_retrieve_tokens": 512},
+                                    lambda v: v.config()["min_retrieve_tokens"] == 512),
+    "lmcache.warmup.system_prompts": (FLAGSHIP, {"lmcache__warmup__system_prompts": 2},
+                                      lambda v: len(v.vars("warmup")["warmup_prompts"]) == 2),
+    "lmcache.warmup.templates": (FLAGSHIP, {"lmcache__warmup__templates": [{"name": "faq", "tokens": 300}]},
+                                 lambda v: [len(p["prompt"]) for p in v.vars("warmup")["warmup_prompts"]][-1] == 300),
+
+    "ceph.deploy": (FLAGSHIP, {"ceph__deploy": "external"}, lambda v: v.vars("ceph")["ceph_deploy"] == "external"),
+    "ceph.hosts": (FLAGSHIP, {"ceph__hosts": 4}, lambda v: [f"ceph-{i}" for i in (1, 2, 3, 4)] == ceph_hosts(v)),
+    "ceph.osds_per_host": (FLAGSHIP, {"ceph__osds_per_host": 8}, lambda v: v.vars("ceph")["ceph_osds_per_host"] == 8),
+    "ceph.osd_size": (LOCAL, {"ceph__osd_size": "8GiB"}, lambda v: v.vars("ceph")["ceph_osd_size"] == 8 * 2**30),
+    "ceph.osd_devices": (FLAGSHIP, {"ceph__osd_devices": ["/dev/nvme1n1", "/dev/nvme2n1", "/dev/nvme3n1", "/dev/nvme4n1"]},
+                         lambda v: v.vars("ceph")["ceph_osd_devices"][:1] == ["/dev/nvme1n1"]),
+    "ceph.device_class": (FLAGSHIP, {"ceph__device_class": "ssd"}, lambda v: v.vars("ceph")["ceph_crush_rule"] == "kvplan-ssd-host"),
+    "ceph.failure_domain": (FLAGSHIP, {"ceph__failure_domain": "osd"},
+                            lambda v: v.vars("ceph")["ceph_failure_domain"] == "osd"),
+    "ceph.pool.name": (LOCAL, {"ceph__pool__name": "kv2"}, lambda v: v.vars("ceph")["ceph_pool_name"] == "kv2"),
+    "ceph.pool.size": (FLAGSHIP, {"ceph__pool__size": 2, "ceph__pool__min_size": 1},
+                       lambda v: v.vars("ceph")["ceph_pool_size"] == 2),
+    "ceph.pool.min_size": (FLAGSHIP, {"ceph__pool__min_size": 1}, lambda v: v.vars("ceph")["ceph_pool_min_size"] == 1),
+    "ceph.pool.pg_num": (FLAGSHIP, {"ceph__pool__pg_num": 256}, lambda v: v.vars("ceph")["ceph_pool_pg_num"] == 256),
+    "ceph.pool.adopt": (CODEGEN, {"ceph__pool__adopt": True}, lambda v: v.vars("ceph")["ceph_pool_adopt"] is True),
+    "ceph.access": (LOCAL, {}, lambda v: v.vars("ceph")["ceph_access"] == "s3"),
+    "ceph.rgw.port": (LOCAL, {"ceph__rgw__port": 8081}, lambda v: v.vars("ceph")["ceph_rgw_port"] == 8081
+                      and v.adapters()[1]["s3_endpoint"].endswith(":8081")),
+    "ceph.rgw.dns_name": (LOCAL, {"ceph__rgw__dns_name": "s3.lab.internal"},
+                          lambda v: v.vars("lmcache")["lmcache_s3_host"].endswith(".s3.lab.internal")),
+    "ceph.rgw.bucket": (LOCAL, {"ceph__rgw__bucket": "kv-two"}, lambda v: v.vars("ceph")["ceph_rgw_bucket"] == "kv-two"),
+    "ceph.rgw.region": (LOCAL, {"ceph__rgw__region": "eu"}, lambda v: v.adapters()[1]["s3_region"] == "eu"),
+    "ceph.rgw.address": (FLAGSHIP, {"ceph__rgw__address": "10.0.9.9"}, lambda v: v.vars("ceph")["ceph_rgw_address"] == "10.0.9.9"),
+    "ceph.rgw.user": (LOCAL, {"ceph__rgw__user": "lmcache"}, lambda v: v.vars("ceph")["ceph_rgw_user"] == "lmcache"),
+    "ceph.options": (LOCAL, {"ceph__options": {"osd_memory_target": 939524096, "osd_op_num_threads_per_shard": 4}},
+                     lambda v: v.vars("ceph")["ceph_options"].get("osd_op_num_threads_per_shard") == "4"),
+
+    "monitoring.min_lmcache_hit_ratio": (LOCAL, {"monitoring__min_lmcache_hit_ratio": 0.5},
+                                         lambda v: v.rule("KVPlanLMCacheHitRatioLow").endswith("< 0.5")),
+    "monitoring.max_block_utilization": (LOCAL, {"monitoring__max_block_utilization": 0.6},
+                                         lambda v: v.rule("KVPlanKVBlockUtilizationHigh").endswith("> 0.6")),
+    "monitoring.max_ceph_op_latency": (LOCAL, {"monitoring__max_ceph_op_latency": "20ms"},
+                                       lambda v: v.rule("KVPlanCephOpLatencyHigh").endswith("> 0.02")),
+    "monitoring.metrics_address": (LOCAL, {"monitoring__metrics_address": "10.0.3.1"},
+                                   lambda v: v.vars("monitoring")["monitoring_listen_address"] == "10.0.3.1"),
+    "monitoring.prometheus_port": (LOCAL, {"monitoring__prometheus_port": 9091},
+                                   lambda v: v.vars("monitoring")["monitoring_port"] == 9091),
+    "monitoring.scrape_interval": (LOCAL, {"monitoring__scrape_interval": "30s"},
+                                   lambda v: v.vars("monitoring")["monitoring_scrape_interval"] == "30s"),
+}
+
+
+def ceph_hosts(v: View) -> list[str]:
+    hosts = yaml.safe_load((v.root / "inventory" / "hosts.yml").read_text())["all"]["children"]["ceph"]["hosts"]
+    return sorted(hosts)
+
+
+def test_every_deployed_field_has_a_rendering_case():
+    deployed = {key for key, (kind, _) in LEDGER.items() if kind == DEPLOYED}
+    assert deployed == set(CASES), (f"no case: {sorted(deployed - set(CASES))}", f"not deployed: {sorted(set(CASES) - deployed)}")
+
+
+@pytest.mark.parametrize("path", sorted(CASES))
+def test_a_deployed_field_reaches_the_rendered_stack(path, tmp_path):
+    example, changes, shows = CASES[path]
+    assert shows(rendered(example, changes, tmp_path)), f"{path}: the render does not carry the value set"
+    if changes:
+        assert not shows(rendered(example, {}, tmp_path)), f"{path}: the example's own render already shows it"
+
+
+# ---------------------------------------------------------------------------------------------- simulation-only
+
+SIMULATION_ONLY_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "lmcache.ddr.ttl": (LOCAL, {"lmcache__ddr__ttl": "1h"}),
+    "lmcache.nvme.ttl": (LOCAL, {"lmcache__nvme__ttl": "1h"}),
+    "lmcache.merging": (LOCAL, {"lmcache__merging": {"window": "20ms"}}),
+    "ceph.cephfs_mount": (LOCAL, {"ceph__cephfs_mount": "/mnt/fs/kv"}),
+}
+
+
+def test_every_simulation_only_field_has_a_case():
+    assert {key for key, (kind, _) in LEDGER.items() if kind == SIMULATION_ONLY} == set(SIMULATION_ONLY_CASES)
+
+
+@pytest.mark.parametrize("path", sorted(SIMULATION_ONLY_CASES))
+def test_a_simulation_only_field_is_refused_unless_the_spec_is_simulate_only(path, tmp_path):
+    example, changes = SIMULATION_ONLY_CASES[path]
+    data = with_changes(example_data(example), **changes)
+    with pytest.raises(SpecError) as exc:
+        from_mapping(data, base_dir=REPO / "examples")
+    assert path in {p.path for p in exc.value.problems} and "simulate_only: true" in exc.value.render()
+    r = resolve(from_mapping(dict(data, simulate_only=True), base_dir=REPO / "examples"))
+    with pytest.raises(SpecError) as exc:
+        render(r, inventory_for(r, tmp_path), tmp_path / "run", KEYS)
+    why = {p.path: p.message for p in exc.value.problems}
+    assert why[path] == f"simulation-only: {LEDGER[path][1]}" or why[path].startswith("simulation-only: "), why
+
+
+# ---------------------------------------------------------------------------------------------- every example
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_renders_against_the_shipped_inventory_it_names(example, tmp_path):
+    """(tests/test_roles_lint.py lints each of these renders and syntax-checks its playbooks.)"""
+    from kvplan.spec import load
+
+    r = resolve(load(example))
+    root = render(r, inventory_mod.load(shipped_inventory(example)), tmp_path / "run", KEYS).root
+    assert len(View(root).instances()) == r.nodes
