@@ -16,6 +16,7 @@ from kvplan.resolve import resolve
 
 KEYS = Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE00", ceph_rgw_secret_key="example-secret")
 LOCAL = inventory_mod.load(REPO / "inventories" / "local")
+EXAMPLE_CLUSTER = inventory_mod.load(REPO / "inventories" / "example-cluster")
 
 
 def problems(exc: pytest.ExceptionInfo) -> dict[str, str]:
@@ -122,3 +123,28 @@ def test_rules_refuse_what_the_deployment_cannot_honour():
         spec("local", ceph__hosts=3, ceph__pool__size=1)
     assert "single-node" in problems(exc)["ceph.hosts"]
     assert spec("local", ceph__hosts=3, ceph__pool__size=1, simulate_only=True).simulate_only
+
+
+def test_quantised_weights_without_a_way_for_vllm_to_load_them_are_refused_with_the_fix(tmp_path):
+    with pytest.raises(SpecError) as exc:
+        render(resolve(spec("chat-llama2-13b", serving__weights_dtype="int4")), EXAMPLE_CLUSTER, tmp_path / "a", KEYS)
+    text = exc.value.render()
+    assert "serving.quantization: serving.weights_dtype is int4, but nothing says how vLLM gets int4 weights" in text
+    assert "fix: set serving.quantization: awq or gptq, with serving.model_path an AWQ or GPTQ checkpoint" in text
+    with pytest.raises(SpecError) as exc:
+        render(resolve(spec("chat-llama2-13b", serving__weights_dtype="int4", serving__quantization="awq")), EXAMPLE_CLUSTER,
+               tmp_path / "b", KEYS)
+    assert "meta-llama/Llama-2-13b-hf is the catalog's release of Llama-2-13B" in exc.value.render()
+    root = render(resolve(spec("chat-llama2-13b", serving__weights_dtype="int4", serving__quantization="awq",
+                               serving__model_path="TheBloke/Llama-2-13B-chat-AWQ")), EXAMPLE_CLUSTER, tmp_path / "c", KEYS).root
+    args = ansible_yaml.load((root / "project" / "group_vars" / "all" / "vllm.yml").read_text())["vllm_args"]
+    assert args[args.index("--quantization") + 1] == "awq" and "--dtype" not in args
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_quantization_that_disagrees_with_the_simulated_weights_is_refused_at_validate():
+    with pytest.raises(SpecError) as exc:
+        spec("chat-llama2-13b", serving__quantization="awq")
+    text = exc.value.render()
+    assert "awq weights are int4, but serving.weights_dtype is auto, so the simulation would count weights" in text
+    assert "fix: set serving.weights_dtype: int4, or remove serving.quantization" in text
