@@ -160,7 +160,9 @@ def grouping(picks: list[int]) -> list[int]:
 SEQUENCES = {
     "round_robin": [request(i, -1, i % 2, 20) for i in range(6)],
     "least_loaded": [request(i, -1, 0, 20) for i in range(6)],
-    "session_affinity": [request(i, s, 0, 20) for i, s in enumerate([0, 1, 0, 2, 1, 2, 0])],
+    # between instances with as many sessions each the router picks in an order of its own (a hash map's), so
+    # the sequence opens no third session while the two instances are even
+    "session_affinity": [request(i, s, 0, 20) for i, s in enumerate([0, 1, 0, 1, 1, 0, 1])],
     "prefix_aware": [request(i, -1, p, 20) for i, p in enumerate([0, 1, 0, 1, 0, 2, 1])],
 }
 

@@ -11,7 +11,8 @@ policy to its flags):
 - session_affinity -> `--policy sticky_least_loaded`, the session in an X-Session-ID header: a new
   session goes to the instance with the fewest sessions and stays there (the router forgets a
   session after two idle hours, far beyond any simulated think time); a request without a
-  session goes to the instance with the fewest sessions.
+  session goes to the instance with the fewest sessions. Between instances with as many sessions
+  the router picks in its own (hash-map) order, the simulator the first: the same spread.
 - prefix_aware -> `--policy cache_aware` with its defaults: the router keeps a tree of the prompts
   it has sent to each instance. Unless the load is out of balance (the busiest instance has more
   than BALANCE_ABS requests more than the idlest, and more than BALANCE_REL times as many), a
