@@ -156,7 +156,7 @@ def _matching(table, run: BenchRun, column: str) -> np.ndarray:
 SPLIT_RATIO_SPREAD = 3.0
 """The two efficiencies are fitted apart only when the runs pin their ratio down: the 5th-95th percentile range
 of the attention / linear slope ratio over bootstrap resamples of the requests spans at most this factor.
-Otherwise the split is noise (a 60-request chat run on the 2-core test machine gave 0.06-5.8), and one shared
+Otherwise the split is noise (a 60-request chat run on the 2-core test machine gave 0.06-5.1), and one shared
 efficiency, which the same runs do determine, predicts held-out workloads better (docs/fidelity.md)."""
 BOOTSTRAP_RESAMPLES = 100
 
