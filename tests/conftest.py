@@ -20,6 +20,32 @@ def catalog():
     return load_catalog()
 
 
+def inventory_for(r, tmp: Path):
+    """An inventory with exactly the hosts the resolved spec `r` needs, written under `tmp`."""
+    import yaml
+
+    from kvplan.deploy import inventory
+
+    ceph_hosts = 0 if r.ceph is None else (r.ceph.hosts if r.ceph.deploy == "cephadm" else 1)
+    groups = {"gpu": {"hosts": {f"gpu-{i + 1}": {"ansible_host": f"10.0.2.{i + 1}"} for i in range(r.nodes)}},
+              "monitoring": {"hosts": {"mon-1": {"ansible_host": "10.0.3.1"}}}}
+    if ceph_hosts:
+        groups["ceph"] = {"hosts": {f"ceph-{i + 1}": {"ansible_host": f"10.0.1.{i + 1}"} for i in range(ceph_hosts)}}
+    path = tmp / f"hosts-{r.spec_hash[:12]}.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": groups}}))
+    return inventory.load(path)
+
+
+def flags(args: list[str]) -> dict[str, list[str]]:
+    """--flag value pairs of a command line (a flag may repeat); bare flags map to ['']."""
+    out: dict[str, list[str]] = {}
+    for i, arg in enumerate(args):
+        if arg.startswith("--"):
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
+            out.setdefault(arg, []).append(value)
+    return out
+
+
 def shipped_inventory(example: Path) -> Path:
     """The inventory an example names in its header (`# Deploy: kvplan deploy ... -i inventories/NAME`)."""
     for line in example.read_text().splitlines():

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from conftest import EXAMPLES, REPO, example_data, shipped_inventory, with_changes
+from conftest import EXAMPLES, REPO, example_data, flags, inventory_for, shipped_inventory, with_changes
 from kvplan.deploy import ansible_yaml, inventory as inventory_mod
 from kvplan.deploy.render import render
 from kvplan.deploy.secrets import Secrets
@@ -108,28 +108,6 @@ class View:
 
     def rule(self, alert: str) -> str:
         return next(r["expr"] for r in self.rules() if r["alert"] == alert)
-
-
-def flags(args: list[str]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for i, arg in enumerate(args):
-        if arg.startswith("--"):
-            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
-            out.setdefault(arg, []).append(value)
-    return out
-
-
-def inventory_for(r, tmp: Path, ceph_hosts: int | None = None) -> inventory_mod.Inventory:
-    """An inventory with exactly the hosts the spec needs (or `ceph_hosts` Ceph hosts)."""
-    if ceph_hosts is None:
-        ceph_hosts = 0 if r.ceph is None else (r.ceph.hosts if r.ceph.deploy == "cephadm" else 1)
-    groups = {"gpu": {"hosts": {f"gpu-{i + 1}": {"ansible_host": f"10.0.2.{i + 1}"} for i in range(r.nodes)}},
-              "monitoring": {"hosts": {"mon-1": {"ansible_host": "10.0.3.1"}}}}
-    if ceph_hosts:
-        groups["ceph"] = {"hosts": {f"ceph-{i + 1}": {"ansible_host": f"10.0.1.{i + 1}"} for i in range(ceph_hosts)}}
-    path = tmp / f"hosts-{r.spec_hash[:8]}-{ceph_hosts}.yml"
-    path.write_text(yaml.safe_dump({"all": {"children": groups}}))
-    return inventory_mod.load(path)
 
 
 def rendered(example: str, changes: dict[str, Any], tmp: Path) -> View:

@@ -14,10 +14,9 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import REPO
-from kvplan.deploy import ansible_yaml, inventory as inventory_mod
+from conftest import REPO, flags, inventory_for
+from kvplan.deploy import ansible_yaml
 from kvplan.deploy.render import render
 from kvplan.deploy.secrets import Secrets
 from kvplan.errors import SpecError
@@ -44,32 +43,8 @@ def deployable() -> list[Path]:
     return out
 
 
-def inventory_for(r, tmp: Path) -> inventory_mod.Inventory:
-    """An inventory with exactly the hosts the spec needs."""
-    ceph_hosts = 0 if r.ceph is None else (r.ceph.hosts if r.ceph.deploy == "cephadm" else 1)
-    groups = {
-        "gpu": {"hosts": {f"gpu-{i + 1}": {"ansible_host": f"10.0.2.{i + 1}"} for i in range(r.nodes)}},
-        "monitoring": {"hosts": {"mon-1": {"ansible_host": "10.0.3.1"}}},
-    }
-    if ceph_hosts:
-        groups["ceph"] = {"hosts": {f"ceph-{i + 1}": {"ansible_host": f"10.0.1.{i + 1}"} for i in range(ceph_hosts)}}
-    path = tmp / "hosts.yml"
-    path.write_text(yaml.safe_dump({"all": {"children": groups}}))
-    return inventory_mod.load(path)
-
-
 def role_vars(root: Path, role: str) -> dict:
     return ansible_yaml.load((root / "project" / "group_vars" / "all" / f"{role}.yml").read_text())
-
-
-def flags(args: list[str]) -> dict[str, list[str]]:
-    """--flag value pairs (a flag may repeat); bare flags map to ['']."""
-    out: dict[str, list[str]] = {}
-    for i, arg in enumerate(args):
-        if arg.startswith("--"):
-            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
-            out.setdefault(arg, []).append(value)
-    return out
 
 
 def policy(cache) -> str:
