@@ -50,6 +50,9 @@ class DeviceEfficiency(SpecModel):
     """GPU time of every transformer layer in every step outside the roofline (norms, rotary, activation, adds)."""
     allreduce_efficiency: float = Field(1.0, gt=0, le=1)
     """Achieved bus bandwidth of a large all-reduce / the link's one-direction bandwidth."""
+    small_gemm_params: float = Field(0.0, ge=0)
+    """Weight parameters per layer per GPU at which the matrix multiplies run at half of compute_efficiency
+    (small matrices leave part of the GPU idle); 0 unless measured."""
     sources: list[Source] = Field(min_length=1)
     """Public sources that support the numbers (at least one)."""
     note: str | None = None

@@ -156,6 +156,8 @@ class StepCoefficients(SpecModel):
     """Seconds every transformer layer adds to every step besides the roofline (small kernels)."""
     allreduce_efficiency: float
     """Achieved / link bandwidth of a large all-reduce."""
+    small_gemm_params: float
+    """Weight parameters per layer per GPU at which the matrix multiplies run at half of compute_efficiency."""
     allreduce_bandwidth: float
     """Bytes/s one direction of the link the all-reduce ring uses: NVLink, else PCIe, else host memory."""
     overridden: list[str] = []
@@ -410,7 +412,7 @@ def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype) -
 
 
 STEP_FIELDS = ("compute_efficiency", "attention_efficiency", "memory_efficiency", "step_overhead", "allreduce_latency",
-               "request_overhead", "layer_overhead", "allreduce_efficiency")
+               "request_overhead", "layer_overhead", "allreduce_efficiency", "small_gemm_params")
 
 
 def _step_coefficients(device: Device, overrides: StepModel | None, profile: str | None,
@@ -428,7 +430,8 @@ def _step_coefficients(device: Device, overrides: StepModel | None, profile: str
     default = device.efficiency.model_dump(include=set(STEP_FIELDS)) if device.efficiency else {}
     default = {k: v for k, v in default.items() if v is not None}
     # unmeasured: no HTTP or per-layer overhead, and all-reduces at the link's bandwidth
-    values = {"request_overhead": 0.0, "layer_overhead": 0.0, "allreduce_efficiency": 1.0, **default, **given}
+    values = {"request_overhead": 0.0, "layer_overhead": 0.0, "allreduce_efficiency": 1.0, "small_gemm_params": 0.0,
+              **default, **given}
     if "compute_efficiency" in values:                         # attention as efficient as the rest unless measured
         values.setdefault("attention_efficiency", values["compute_efficiency"])
     missing = [k for k in STEP_FIELDS if k not in values]

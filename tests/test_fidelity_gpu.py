@@ -57,13 +57,36 @@ def test_the_operator_fit_recovers_coefficients_it_is_given():
     """Layer times made by the model itself, at known coefficients, on the profiled shapes: the fit gives them back."""
     device = load_catalog().devices["H100-SXM"]
     truth = catalog_step(device).model_copy(update={"compute_efficiency": 0.71, "memory_efficiency": 0.8,
-                                                        "layer_overhead": 25e-6})
+                                                        "layer_overhead": 25e-6, "small_gemm_params": 2e6})
     measured = operators.points("h100")
     made = [replace(p, seconds=operators.predict(p, device, truth)) for p in measured]
     got = operators.fit(made, device, catalog_step(device))
     assert got["memory_efficiency"] == pytest.approx(0.8, rel=0.01)
     assert got["layer_overhead"] == pytest.approx(25e-6, rel=0.02)
     assert got["compute_efficiency"] == pytest.approx(0.71, rel=0.01)
+    assert got["small_gemm_params"] == 2e6
+
+
+def test_no_smooth_model_follows_a_kernel_switch():
+    """Neighbouring token counts whose times jump apart bound the worst error of any model nondecreasing and at most
+    linear in tokens: 512 -> 520 tokens taking 1.0 -> 1.6 ms is a jump of 1.6 / (520 / 512) = 1.575, so one of the
+    two is missed by at least 0.575 / 2.575 = 22 %. Times that grow with the tokens cost nothing."""
+    def layer(tokens, ms):
+        return operators.LayerPoint("h100", "m", tokens, 1, ms * 1e-3)
+
+    jump = 1.6 / (520 / 512)
+    assert operators.smooth_floor([layer(512, 1.0), layer(520, 1.6)]) == pytest.approx((jump - 1) / (jump + 1))
+    assert operators.smooth_floor([layer(520, 1.6), layer(512, 1.0)]) == pytest.approx((jump - 1) / (jump + 1))
+    assert operators.smooth_floor([layer(512, 1.0), layer(520, 0.9)]) == pytest.approx(0.1 / 1.9)   # faster with more
+    assert operators.smooth_floor([layer(n, 0.1 + n / 1000) for n in (16, 32, 64, 1024)]) == 0.0
+
+
+def test_the_fastest_measured_layer_bounds_a_real_prefill():
+    """No layer in vidur's H100 profiles ran its matrix multiplies above ~70 % of the peak; a GPU with no profiles
+    is bounded by its peak alone."""
+    assert 0.6 < operators.efficiency_ceiling("H100-SXM") < 0.75
+    assert 0.6 < operators.efficiency_ceiling("A100-80GB") < 0.8
+    assert operators.efficiency_ceiling("L40S") is None
 
 
 def test_what_is_held_back_does_not_move_the_fit(monkeypatch, fits):
@@ -146,6 +169,20 @@ def test_what_cannot_be_replayed_says_why(fields, why):
     assert why in bench(**fields).replayable()
 
 
+def test_a_benchmark_faster_than_any_measured_gpu_is_not_replayed():
+    """Llama-3.1-8B, 2048 prompt tokens on one H100: 2 x 6.979e9 x 2048 FLOPs of matrix multiplies take 28.9 ms at
+    the full 989 TFLOPS, ~41 ms at the best efficiency vidur measured. A 30 ms TTFT was served from a cache."""
+    replay = Replay()
+    try:
+        fast = replay.why_not(bench(input_len=2048, metrics={"ttft_median_ms": 30.0}))
+        real = replay.why_not(bench(input_len=2048, metrics={"ttft_median_ms": 60.0}))
+    finally:
+        replay.close()
+    assert real is None
+    assert fast.startswith("too fast for a cold prefill: ttft_median_ms 30 ms means 96% of H100-SXM's 989 TFLOPS")
+    assert "no layer in its operator profiles ran above" in fast
+
+
 # ---- vllm bench serve result files
 
 def result(tmp_path: Path, name: str = "r.json", **changes) -> Path:
@@ -205,7 +242,7 @@ def test_calibrate_from_vllm_results_writes_a_profile_a_spec_can_name(tmp_path):
     assert done.returncode == 0, done.stderr
     written = yaml.safe_load(profile.read_text())
     assert written["fitted"] == ["compute_efficiency", "attention_efficiency", "step_overhead", "request_overhead"]
-    assert written["step_model"]["compute_efficiency"] == pytest.approx(0.65, abs=0.02)     # the catalog's H100 figure
+    assert written["step_model"]["compute_efficiency"] == pytest.approx(0.676, abs=0.02)    # the catalog's H100 figure
     assert all(abs(err) < 0.05 for err in written["fit"].values()), written["fit"]
     overheads = {k: float(v.rstrip("ms")) for k, v in written["step_model"].items() if k.endswith("_overhead")}
     assert overheads["request_overhead"] == pytest.approx(10, abs=1.5)          # ms
@@ -245,7 +282,7 @@ def test_results_of_one_prompt_length_fit_only_the_overheads(tmp_path):
              for k in range(2)]
     profile = fit_vllm_results(resolve(topo), topo, files)
     assert profile.fitted == ["step_overhead", "request_overhead"]
-    assert profile.step_model.compute_efficiency == 0.65
+    assert profile.step_model.compute_efficiency == 0.676
 
 
 def test_calibrate_refuses_a_closed_loop_result_and_asks_for_one_kind(tmp_path):
@@ -256,6 +293,14 @@ def test_calibrate_refuses_a_closed_loop_result_and_asks_for_one_kind(tmp_path):
     assert not (tmp_path / "p.yaml").exists()
     done = run("calibrate", str(spec_path), "-o", str(tmp_path / "p.yaml"))
     assert done.returncode == 1 and "--observed" in done.stderr and "--vllm-result" in done.stderr
+
+
+def test_calibrate_refuses_a_result_too_fast_for_the_gpu(tmp_path):
+    fast = result(tmp_path, input_lens=[4096] * 3, output_lens=[64] * 3, errors=[""] * 3, total_input_tokens=3 * 4096,
+                  median_ttft_ms=20.0)
+    done = run("calibrate", str(h100_spec(tmp_path)), "--vllm-result", str(fast), "-o", str(tmp_path / "p.yaml"))
+    assert done.returncode == 1 and "too fast for a cold prefill" in done.stderr
+    assert "--no-enable-prefix-caching" in done.stderr and not (tmp_path / "p.yaml").exists()
 
 
 def test_a_profile_for_another_gpu_or_a_missing_one_is_refused(tmp_path):

@@ -15,7 +15,8 @@ plans use): the prompts become a trace of unique (uncached) prompts that arrive 
 or as a seeded Poisson stream (a request rate). A benchmark at another fixed concurrency is a
 closed loop, which kvplan's open-loop workloads do not replay; `replayable` says so, with the
 other reasons a benchmark cannot be replayed (lengths or prompt count not stated, a scheduler
-the simulator does not model). `fit_overheads` moves step_overhead and request_overhead until
+the simulator does not model), and `Replay.why_not` adds the physical check: a TTFT below what
+the prompt's matrix multiplies take at the GPU's full peak was not a cold prefill. `fit_overheads` moves step_overhead and request_overhead until
 replays meet what benchmarks measured (the public fit in `report` and `kvplan calibrate
 --vllm-result` both use it).
 """
@@ -239,6 +240,32 @@ class Replay:
         if key not in self._traces:
             self._traces[key] = write_trace(b, Path(self._dir.name), key)
         return resolve(topology(b, self._traces[key], step_model))
+
+    def why_not(self, b: Benchmark) -> str | None:
+        """None when `b` can be replayed and is physically possible, else why not."""
+        return b.replayable() or self.too_fast(b)
+
+    def too_fast(self, b: Benchmark) -> str | None:
+        """Why `b` cannot have been a cold prefill, or None: its TTFT is shorter than the prompt's matrix
+        multiplies alone take at the best efficiency any layer reached on that GPU in the operator profiles
+        (`operators.efficiency_ceiling`; the GPU's full peak where it has none). No step model can, or
+        should, meet such a figure: the prompts were served from a cache."""
+        from ..sim.steptime import StepTime
+        from .operators import efficiency_ceiling
+
+        r = self.resolved(b)
+        ceiling = efficiency_ceiling(r.device.name)
+        tokens = float(np.median(b.input_lens)) if b.input_lens else float(b.input_len or 0)
+        peak_ms = StepTime(r).linear_flops * tokens / r.peak_flops * 1e3
+        for metric in ("ttft_median_ms", "ttft_mean_ms"):
+            measured = b.metrics.get(metric)
+            if measured is not None and measured < peak_ms / (ceiling or 1.0):
+                best = (f"no layer in its operator profiles ran above {ceiling:.1%}" if ceiling
+                        else "it has no operator profiles, so the bound is the peak itself")
+                return (f"too fast for a cold prefill: {metric} {measured:.4g} ms means {peak_ms / measured:.0%} of "
+                        f"{r.device.name}'s {r.peak_flops / 1e12:.0f} TFLOPS for the matrix multiplies of "
+                        f"{tokens:.0f} prompt tokens alone, and {best}; the prompts were probably served from a cache")
+        return None
 
     def predict(self, b: Benchmark, step_model: dict[str, Any] | None = None) -> Predicted:
         from ..sim.run import run

@@ -34,13 +34,14 @@ BISECTIONS = 20
 
 def fit_vllm_results(r: Resolved, topo: Topology, paths: list[str]) -> Profile:
     results = [read_vllm_result(path, topo) for path in paths]
-    for path, b in zip(paths, results):
-        why = b.replayable()
-        if why is not None:
-            raise SpecError([Problem(f"--vllm-result {path}", f"this benchmark cannot be replayed: {why}",
-                                     fix="bench with --max-concurrency 1, or with --request-rate and no --max-concurrency")])
     replay = Replay()
     try:
+        for path, b in zip(paths, results):
+            for why, fix in ((b.replayable(), "bench with --max-concurrency 1, or with --request-rate and no --max-concurrency"),
+                             (replay.too_fast(b) if b.replayable() is None else None,
+                              "bench unique prompts on a server started with --no-enable-prefix-caching")):
+                if why is not None:
+                    raise SpecError([Problem(f"--vllm-result {path}", f"this benchmark cannot be replayed: {why}", fix=fix)])
         step, fitted = r.step, {}
         efficiency = compute_efficiency(results, replay, step)
         if efficiency is not None:

@@ -13,13 +13,19 @@ decoding sequence) and R = the rows it samples (one per chunk, one per decoding 
               A = 2 x layers x attention heads x (qk dim + v dim)   per (query, key) pair
     bytes   = W / TP + K_rank ( sum of c + sum of L )  +  (K_rank + E_rank) N
               weights once      KV read                   KV written, elementwise traffic
-    compute = linear FLOPs / (peak x compute_efficiency) + attention FLOPs / (peak x attention_efficiency)
+    compute = linear FLOPs x (1 + small_gemm_params / P_layer) / (peak x compute_efficiency)
+              + LM-head FLOPs / (peak x compute_efficiency) + attention FLOPs / (peak x attention_efficiency)
     memory  = bytes / (HBM bandwidth x memory_efficiency)
     time    = roofline(compute, memory) = (compute^1.5 + memory^1.5)^(1/1.5)
               + [TP > 1] 2 x layers x ( allreduce_latency + 2 (TP - 1) / TP x N x hidden x 2 B
                                                             / (link x allreduce_efficiency) )
               + step_overhead + layers x layer_overhead
 
+- P_layer = P_body / layers / TP, the weights of one layer on one rank: matrix multiplies that small
+  leave part of the GPU's cores idle (too few output tiles for its SMs), so they run at
+  compute_efficiency x P_layer / (P_layer + small_gemm_params). Fitted (docs/fidelity-gpu.md): a 7B
+  model at TP 8 (25 M weights per layer per GPU) loses 14 % of its matrix-multiply speed on A100 and
+  24 % on H100, a 70B model at TP 4 (214 M) 2-4 %.
 - P_body is `active_params` (mixture of experts) or `params`, less the embedding table and the
   LM head (V x h each, once if tied): vLLM looks the embedding up and computes logits only at
   the positions it samples, the last scheduled token of each request in the step. W = params x
@@ -98,7 +104,8 @@ class StepCost:
     flops: float
     bytes: float
     compute_s: float
-    """Linear FLOPs / (peak x compute_efficiency) + attention FLOPs / (peak x attention_efficiency)."""
+    """Linear FLOPs, each layer's slowed as small as it is, / (peak x compute_efficiency) + LM-head FLOPs / (peak x
+    compute_efficiency) + attention FLOPs / (peak x attention_efficiency)."""
     memory_s: float
     """bytes / (HBM bandwidth x memory_efficiency)."""
     allreduce_s: float
@@ -115,9 +122,9 @@ class StepCost:
 class StepTime:
     """Step times of one vLLM instance of `Resolved` (see the module docstring for the formula)."""
 
-    __slots__ = ("linear_flops", "head_flops", "attention_flops", "attention_cost", "weight_bytes", "layer_weight_bytes",
-                 "token_bytes", "kv_bytes", "flops_rate", "bytes_rate", "layer_overhead", "allreduce_fixed",
-                 "allreduce_per_token", "overhead")
+    __slots__ = ("linear_flops", "head_flops", "head_cost", "attention_flops", "attention_cost", "weight_bytes",
+                 "layer_weight_bytes", "token_bytes", "kv_bytes", "flops_rate", "bytes_rate", "layer_overhead",
+                 "allreduce_fixed", "allreduce_per_token", "overhead")
 
     def __init__(self, r: Resolved):
         self._setup(r.model, r.tensor_parallel, r.step, r.peak_flops, r.hbm_bandwidth, float(r.weight_bytes_per_gpu),
@@ -144,9 +151,13 @@ class StepTime:
         self.kv_bytes = kv_bytes
         # per new token: the KV written for it and its activations through the elementwise kernels of every layer
         self.token_bytes = kv_bytes + activation_bytes_per_token(m, tp)
-        self.flops_rate = peak_flops * c.compute_efficiency
-        # attention FLOPs as linear-layer FLOPs of the same time: attention runs at attention_efficiency
-        self.attention_cost = self.attention_flops * (c.compute_efficiency / c.attention_efficiency)
+        # the linear layers' rate: compute_efficiency, less what matrices this small leave idle
+        small = 1.0 + c.small_gemm_params / max(self.linear_flops / 2.0 / m.num_layers, 1.0)
+        self.flops_rate = peak_flops * c.compute_efficiency / small
+        # attention and LM-head FLOPs as linear-layer FLOPs of the same time: attention runs at attention_efficiency,
+        # the LM head (a large matrix) at compute_efficiency
+        self.attention_cost = self.attention_flops * (c.compute_efficiency / c.attention_efficiency) / small
+        self.head_cost = self.head_flops / small
         self.bytes_rate = hbm_bandwidth * c.memory_efficiency
         if tp > 1:
             allreduces = 2 * m.num_layers
@@ -181,7 +192,7 @@ class StepTime:
         if tokens <= 0:
             return 0.0
         rows = decode_seqs + len(prefills)
-        compute = (self.linear_flops * tokens + self.head_flops * rows + self.attention_cost * pairs) / self.flops_rate
+        compute = (self.linear_flops * tokens + self.head_cost * rows + self.attention_cost * pairs) / self.flops_rate
         memory = (self.weight_bytes + self.kv_bytes * read + self.token_bytes * tokens) / self.bytes_rate
         return ((compute ** _P + memory ** _P) ** _INVERSE + self.allreduce_fixed
                 + self.allreduce_per_token * tokens + self.overhead)
@@ -195,7 +206,7 @@ class StepTime:
         if seqs <= 0:
             return np.zeros(steps)
         ctx = context + seqs * np.arange(steps, dtype=np.float64)
-        compute = ((self.linear_flops + self.head_flops) * seqs + self.attention_cost * ctx) / self.flops_rate
+        compute = ((self.linear_flops + self.head_cost) * seqs + self.attention_cost * ctx) / self.flops_rate
         memory = (self.weight_bytes + self.kv_bytes * ctx + self.token_bytes * seqs) / self.bytes_rate
         each = (compute ** _P + memory ** _P) ** _INVERSE + self.allreduce_fixed \
             + self.allreduce_per_token * seqs + self.overhead
@@ -215,7 +226,7 @@ class StepTime:
             return StepCost(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         flops = self.linear_flops * tokens + self.head_flops * rows + self.attention_flops * pairs
         nbytes = self.weight_bytes + self.kv_bytes * read + self.token_bytes * tokens
-        compute = (self.linear_flops * tokens + self.head_flops * rows + self.attention_cost * pairs) / self.flops_rate
+        compute = (self.linear_flops * tokens + self.head_cost * rows + self.attention_cost * pairs) / self.flops_rate
         memory = nbytes / self.bytes_rate
         allreduce = self.allreduce_fixed + self.allreduce_per_token * tokens
         return StepCost(tokens, flops, nbytes, compute, memory, allreduce, self.overhead,
@@ -272,9 +283,9 @@ def main() -> None:
         print(f"  {label:<36}{fmt_duration(c.seconds):>9}  {c.bound}-bound "
               f"({c.flops / 1e12:.2f} TFLOP, {c.bytes / 1e9:.2f} GB per GPU)")
 
-    print("\nMooncake FAST'25 Eq. 2: Llama-3.1-70B, TP 8, 8K-token prefix, compute_efficiency 1")
+    print("\nMooncake FAST'25 Eq. 2: Llama-3.1-70B, TP 8, 8K-token prefix, idealised compute (efficiency 1)")
     for name, gpu, paper in (("A800 (A100-80GB)", "A100-80GB", "~6 GB/s"), ("H800 (H100-SXM)", "H100-SXM", "~19 GB/s")):
-        r = _example(gpu, "Llama-3.1-70B", 8, compute_efficiency=1.0)
+        r = _example(gpu, "Llama-3.1-70B", 8, compute_efficiency=1.0, small_gemm_params=0.0)
         print(f"  {name:<18} load beats recompute above {fmt_bandwidth(reuse_threshold(r, 8192))} "
               f"(paper {paper}); with all-reduces and overhead {fmt_bandwidth(reuse_threshold(r, 8192, full=True))}")
 

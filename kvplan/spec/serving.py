@@ -52,6 +52,10 @@ class StepModel(SpecModel):
     allreduce_efficiency: float | None = Field(None, gt=0, le=1)
     """Achieved / link bandwidth of a large tensor-parallel all-reduce (bus bandwidth / one direction of NVLink), e.g. 0.75."""
 
+    small_gemm_params: float | None = Field(None, ge=0, le=1e12)
+    """Weight parameters per layer per GPU at which the matrix multiplies run at half of compute_efficiency: small
+    matrices (a small model, a high tensor-parallel degree) leave part of the GPU idle, e.g. 4e6; 0 = no such loss."""
+
 
 class Serving(SpecModel):
     gpu: str
