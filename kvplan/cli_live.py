@@ -11,7 +11,8 @@ from typing import List, Optional
 
 import typer
 
-from .cli import _fail, app, err, out
+from . import paths
+from .console import err, fail as _fail, out, styled, warn
 from .errors import Problem, SpecError
 from .units import fmt_duration
 
@@ -46,11 +47,10 @@ def _targets(urls: list[str]):
 
 def _components(components) -> None:
     for c in components:
-        state = "[green]up[/]" if c.up else f"[bold red]down[/] ({c.detail})"
-        out.print(f"  {c.name}: {state}", markup=True)
+        state = ("up", "green") if c.up else ("down", "bold red")
+        out.print(styled(f"  {c.name}: ", state, "" if c.up else f" ({c.detail})"))
 
 
-@app.command()
 def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workload is replayed."),
           target: List[str] = typer.Option(..., "--target", help="vLLM's OpenAI endpoint, e.g. http://127.0.0.1:8000 "
                                                                  "(repeat for several instances: round robin)."),
@@ -58,7 +58,8 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
                                                                       "(e.g. http://127.0.0.1:30000); --target still "
                                                                       "names every instance, whose counters are read."),
           out_dir: Optional[str] = typer.Option(None, "--out", help="Run directory (default: STATE_DIR/bench/<time>-<name>)."),
-          state_dir: str = typer.Option(".kvplan", "--state-dir", help="Where bench runs are kept."),
+          state_dir: Optional[str] = typer.Option(None, "--state-dir", help="Where bench runs are kept (default: "
+                                                                             "KVPLAN_STATE_DIR, else ~/.local/state/kvplan)."),
           seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed (default: workload.seed)."),
           salt: Optional[int] = typer.Option(None, "--salt", help="Token salt (default: a fresh one, so caches start cold "
                                                                   "for this run; reuse one to replay the same tokens)."),
@@ -68,11 +69,12 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
     """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""
     from .live.bench import BenchError, new_salt
     from .live.runner import bench as run_bench, default_run_dir
+    from .spec.load import read_text
 
     topo, resolved, _ = _spec(spec)
     targets = _targets(target)
     via = _targets([router])[0] if router else None
-    directory = Path(out_dir) if out_dir else default_run_dir(resolved, Path(state_dir))
+    directory = Path(out_dir) if out_dir else default_run_dir(resolved, paths.state_dir(state_dir, warn=warn))
     last = [0]
 
     def progress(done: int, failed: int, in_flight: int, total: int) -> None:
@@ -81,10 +83,10 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
             err.print(f"bench: {done}/{total} done, {failed} failed, {in_flight} in flight")
 
     try:
-        run = run_bench(resolved, Path(spec).read_text(), targets, directory, salt=new_salt() if salt is None else salt,
+        run = run_bench(resolved, read_text(spec), targets, directory, salt=new_salt() if salt is None else salt,
                         seed=seed, timeout=timeout, lmcache_log=Path(lmcache_log), progress=progress, router=via)
     except BenchError as exc:
-        err.print(f"[bold red]bench failed:[/] {exc.render()}", markup=True)
+        err.print(styled(("bench failed:", "bold red"), " ", exc.render()))
         raise typer.Exit(EXIT_LIVE)
     _print_observed(run)
     out.print(f"run written to {directory}")
@@ -115,13 +117,12 @@ def _print_observed(run) -> None:
     if o.tier_split != "exact":
         out.print(f"LMCache's tokens split over its tiers: {o.tier_split} (see docs/fidelity.md)")
     for message, n in o.errors.items():
-        out.print(f"[bold red]failed:[/] {n} x {message}", markup=True)
+        out.print(styled(("failed:", "bold red"), f" {n} x {message}"))
     if o.components_down:
-        out.print("[bold red]components down during the run:[/]", markup=True)
+        out.print(styled(("components down during the run:", "bold red")))
         _components(o.components_down)
 
 
-@app.command()
 def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the live stack."),
             target: List[str] = typer.Option(..., "--target", help="vLLM's endpoint(s), e.g. http://127.0.0.1:8000."),
             lmcache_url: Optional[str] = typer.Option(None, "--lmcache-url", help="LMCache's HTTP API (default: the spec's "
@@ -152,7 +153,6 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
         raise typer.Exit(EXIT_LIVE)
 
 
-@app.command()
 def compare(spec: str = typer.Argument(..., help="The spec the run benched."),
             observed: str = typer.Option(..., "--observed", help="Bench run directory (from kvplan bench)."),
             profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate."),
@@ -197,7 +197,6 @@ def _value(unit: str, v: float | None) -> str:
     return f"{v:.2f} {unit}"
 
 
-@app.command()
 def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment that was benched."),
               observed: List[str] = typer.Option([], "--observed", help="kvplan bench run directory (repeat to fit several)."),
               vllm_result: List[str] = typer.Option([], "--vllm-result", help="A `vllm bench serve --save-result` JSON "
@@ -228,12 +227,12 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
         _fail(exc)
     write_profile(profile, Path(out_file))
     s, f = profile.step_model, profile.fit
-    out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}", markup=False)
+    out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
     out.print(f"  compute_efficiency {s.compute_efficiency:.3f}, attention_efficiency {s.attention_efficiency:.3f}, "
               f"step_overhead {fmt_duration(s.step_overhead)}, request_overhead {fmt_duration(s.request_overhead)}")
     if vllm_result:
         for name, error in f.items():
-            out.print(f"  {name} with the profile: {error:+.1%}", markup=False)
+            out.print(f"  {name} with the profile: {error:+.1%}")
     else:
         out.print(f"  fitted to {f['requests']:.0f} requests; median TTFT {fmt_duration(f['ttft_p50_observed_s'])} observed, "
                   f"{fmt_duration(f['ttft_p50_simulated_s'])} simulated with the profile")

@@ -148,8 +148,23 @@ def catalog_reference(cat: Catalog) -> str:
 
 
 def schema_json() -> str:
-    """The spec's JSON Schema, as `kvplan schema` prints it and docs/topology.schema.json holds it."""
-    return json.dumps(Topology.model_json_schema(), indent=2) + "\n"
+    """The spec's JSON Schema, as `kvplan schema` prints it and docs/topology.schema.json holds it. Beyond what
+    pydantic derives from the models, it says what their validators accept too, so a standard validator (and an
+    editor) agrees with kvplan: a distribution may be a bare number (a fixed value), and a model or accelerator name
+    is one the catalog has (listed, so editors complete them; spelled as the catalog does)."""
+    schema = Topology.model_json_schema()
+    defs = schema["$defs"]
+    dist = defs["Dist"]
+    defs["Dist"] = {"title": dist.get("title", "Dist"), "description": dist.get("description", ""),
+                    "anyOf": [{"type": "number", "exclusiveMinimum": 0, "description": "a fixed value"},
+                              {k: v for k, v in dist.items() if k not in ("title", "description")}]}
+    cat = load_catalog()
+    names = sorted({m.name for m in cat.llms.values()} | {a for m in cat.llms.values() for a in m.aliases})
+    for branch in schema["properties"]["model"]["oneOf"]:
+        if branch.get("type") == "string":
+            branch["enum"] = names
+    defs["Serving"]["properties"]["gpu"]["enum"] = sorted(cat.devices)
+    return json.dumps(schema, indent=2) + "\n"
 
 
 def write(folder: Path) -> None:

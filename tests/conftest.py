@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,9 @@ from kvplan.spec import from_mapping, read_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+# Every kvplan a test starts keeps its runs, keys and cache here, never in the user's directories.
+os.environ["KVPLAN_STATE_DIR"] = tempfile.mkdtemp(prefix="kvplan-tests-state-")
 
 
 @pytest.fixture(scope="session")

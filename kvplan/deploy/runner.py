@@ -57,13 +57,17 @@ def _message(res: dict) -> str:
     return msg or str({k: v for k, v in res.items() if k in ("rc", "stdout")})[:300]
 
 
+DEPLOY_TOOLS = ("run ./install.sh deploy in the kvplan checkout (it adds ansible-core and ansible-runner to kvplan's "
+                f"venv), or {Path(sys.executable).parent / 'pip'} install 'ansible-core>=2.19' 'ansible-runner>=2.4'")
+"""The fix when kvplan's Python lacks the deploy tools."""
+
+
 def ansible_playbook() -> str:
     """The ansible-playbook beside this Python (kvplan[deploy]), else the one on PATH."""
     here = Path(sys.executable).parent / "ansible-playbook"
     found = str(here) if here.exists() else shutil.which("ansible-playbook")
     if not found:
-        raise SpecError([Problem("deploy", "ansible-playbook is not installed", None,
-                                 fix="pip install 'kvplan[deploy]' (ansible-core and ansible-runner)")])
+        raise SpecError([Problem("deploy", "ansible-playbook is not installed", None, fix=DEPLOY_TOOLS)])
     return found
 
 
@@ -73,8 +77,7 @@ def run(root: Path, playbook: str = "site.yml", tags: list[str] | None = None, s
     try:
         import ansible_runner
     except ImportError:
-        raise SpecError([Problem("deploy", "ansible-runner is not installed", None,
-                                 fix="pip install 'kvplan[deploy]'")]) from None
+        raise SpecError([Problem("deploy", "ansible-runner is not installed", None, fix=DEPLOY_TOOLS)]) from None
     binary = ansible_playbook()
     result = RunResult(playbook=playbook, status="unstarted", rc=-1, artifacts=root / "artifacts" / ident)
 

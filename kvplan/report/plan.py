@@ -99,3 +99,19 @@ def _verdict(c: Candidate) -> str:
     if c.status == "alternative":
         return "alternative: " + c.reason.split("; ", 1)[-1]
     return c.reason
+
+
+def plan_json(plan: Plan) -> dict:
+    """The plan as data (`kvplan plan --json`): what was asked, how the search went, and every candidate with its
+    choices, price, status and reason; simulated ones with each SLO metric's mean, 95 % half-width and per-seed values
+    (seconds)."""
+    winner = plan.winner
+    return {
+        "rate": plan.rate, "offered_rate": plan.offered_rate, "slo": plan.slo.targets(), "budget_usd_per_hour": plan.budget,
+        "seeds": plan.seeds, "simulations": plan.simulations, "invalid_combinations": plan.invalid,
+        "search": search_verdict(plan), "winner": winner.index if winner else None,
+        "candidates": [{"index": c.index, "status": c.status, "reason": c.reason, "usd_per_hour": c.usd_per_hour,
+                        "choices": c.describe(), "instances": c.resolved.instances, "accelerator": c.resolved.device.name,
+                        "tensor_parallel": c.resolved.tensor_parallel, "measured": c.measured, "ci95": c.ci95,
+                        "samples": c.samples, "decided": c.decided, "requests_per_s": c.requests_per_s}
+                       for c in sorted(plan.candidates, key=lambda c: (c.usd_per_hour, c.index))]}

@@ -76,25 +76,31 @@ ABLATION_METRICS = [("req/s", lambda r: r.requests_per_s, lambda x: f"{x:.2f}"),
 """The ablation table's columns: name, how to read it from a run, how to print it."""
 
 
-def ablation_section(results: list[tuple[str, SimResult | list[SimResult]]]) -> Section:
-    """One row per variant: what each tier adds. Each setup holds one run, or one per seed (the
-    same seeds for every setup); then each row shows mean ± 95 % CI, and its last column which
-    metrics differ from the row above beyond the noise (paired over the seeds) and which are
-    within noise. With one seed that column says the change is not tested."""
+def ablation_section(results: list[tuple[str, SimResult | list[SimResult]]],
+                     costs: list[float | None] | None = None) -> Section:
+    """One row per variant: what each tier adds, what it costs ($/h, when `costs` gives each setup's bill) and
+    whether it meets the spec's SLO (by the mean over the seeds). Each setup holds one run, or one per seed (the
+    same seeds for every setup); then each row shows mean ± 95 % CI, and its last column which metrics differ
+    from the row above beyond the noise (paired over the seeds) and which are within noise. With one seed that
+    column says the change is not tested."""
     from ..sweep.confidence import compare
 
     runs = [(name, r if isinstance(r, list) else [r]) for name, r in results]
     n = len(runs[0][1]) if runs else 1
+    priced = costs is not None
     section = Section("Ablation: the same workload, one tier at a time",
-                      ["setup", *(label for label, _, _ in ABLATION_METRICS),
+                      ["setup", *(label for label, _, _ in ABLATION_METRICS), *(["$/h"] if priced else []), "SLO",
                        f"vs the row above ({n} seeds, paired)" if n > 1 else "vs the row above"])
     previous = None
-    for name, rs in runs:
+    for k, (name, rs) in enumerate(runs):
         values = {label: [get(r) for r in rs] for label, get, _ in ABLATION_METRICS}
         row = [name]
         for label, _, fmt in ABLATION_METRICS:
             mean, half = confidence(values[label])
             row.append(fmt(mean) + (f" ± {fmt(half)}" if n > 1 else ""))
+        if priced:
+            row.append("-" if costs[k] is None else f"{costs[k]:,.2f}")
+        row.append(_slo_verdict(rs))
         if previous is None:
             change = "-"
         elif n < 2:
@@ -109,6 +115,16 @@ def ablation_section(results: list[tuple[str, SimResult | list[SimResult]]]) -> 
         section.rows.append(row)
         previous = values
     return section
+
+
+def _slo_verdict(runs: list[SimResult]) -> str:
+    """"met", or "MISSED" and the targets the mean over `runs` misses; "-" without an SLO."""
+    checks = runs[0].slo
+    if not checks:
+        return "-"
+    missed = [c.key for k, c in enumerate(checks)
+              if sum(r.slo[k].value for r in runs) / len(runs) > c.target]
+    return "met" if not missed else "MISSED " + ", ".join(missed)
 
 
 SEED_METRICS = [("req/s", lambda r: r.requests_per_s, lambda x: f"{x:.2f}"),

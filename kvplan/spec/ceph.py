@@ -54,7 +54,7 @@ class Rgw(SpecModel):
     address: HostName | None = None
     """Address clients reach RGW at, a host name or IP address (default: the first host of the inventory's ceph group)."""
     user: str = Field("kvplan", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    """RGW user that owns the bucket; its S3 keys are generated once and kept in .kvplan/secrets/."""
+    """RGW user that owns the bucket; its S3 keys are generated once and kept in the state directory's secrets/ (~/.local/state/kvplan/secrets/)."""
 
 
 class Ceph(SpecModel):

@@ -7,6 +7,7 @@ the dotted field path, what is allowed there and a fix.
 
 from __future__ import annotations
 
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,22 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; any failure is a SpecError naming the file (and line, where known)."""
+STDIN = "-"
+"""The path that means standard input (`kvplan validate - < spec.yaml`, `... | kvplan simulate -`)."""
+_stdin: list[str] = []
+
+
+def read_text(path: str | Path) -> str:
+    """A spec file's text (standard input for "-", read once and kept, so a command may read it again);
+    a missing, unreadable or non-UTF-8 file is a SpecError naming it."""
+    if str(path) == STDIN:
+        if not _stdin:
+            try:
+                _stdin.append(sys.stdin.buffer.read().decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise SpecError([Problem("", f"cannot read standard input: {exc}", fix="pipe the spec as UTF-8 text")],
+                                "stdin") from None
+        return _stdin[0]
     path = Path(path)
     source = str(path)
     if not path.exists():
@@ -46,9 +61,15 @@ def read_yaml(path: str | Path) -> Any:
     if not path.is_file():
         raise SpecError([Problem("", f"not a file: {path}", fix="give the path of a YAML spec file")], source)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([Problem("", f"cannot read the file: {exc}", fix="save the spec as UTF-8 text")], source) from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file ("-": standard input); any failure is a SpecError naming the file (and line, where known)."""
+    source = "stdin" if str(path) == STDIN else str(path)
+    text = read_text(path)
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -60,7 +81,9 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def load(path: str | Path) -> Topology:
-    """Read and validate a spec file."""
+    """Read and validate a spec file ("-": standard input, whose relative paths are read from the current folder)."""
+    if str(path) == STDIN:
+        return from_mapping(read_yaml(STDIN), base_dir=Path.cwd(), source="stdin")
     path = Path(path)
     return from_mapping(read_yaml(path), base_dir=path.parent, source=str(path))
 

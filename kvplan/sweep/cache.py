@@ -23,9 +23,6 @@ from typing import Sequence
 from ..sim.result import SimResult
 from .executor import OnDone, Task, run_tasks
 
-DEFAULT_DIR = ".kvplan/cache"
-
-
 @lru_cache(maxsize=1)
 def fingerprint() -> str:
     """What the results depend on besides the spec and the seed: kvplan's version, code and catalog."""
@@ -44,7 +41,7 @@ def fingerprint() -> str:
 class RunCache:
     """Results of earlier runs under `root` (created on first write)."""
 
-    def __init__(self, root: str | Path = DEFAULT_DIR):
+    def __init__(self, root: str | Path):
         self.root = Path(root)
         self.folder = self.root / fingerprint()
 
@@ -103,4 +100,4 @@ def run_cached(tasks: Sequence[Task], cache: RunCache | None, workers: int = 1, 
     return results, len(fresh)  # type: ignore[return-value]
 
 
-__all__ = ["DEFAULT_DIR", "RunCache", "fingerprint", "run_cached"]
+__all__ = ["RunCache", "fingerprint", "run_cached"]

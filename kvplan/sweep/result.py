@@ -61,6 +61,12 @@ METRICS: dict[str, Callable[[SimResult], float | None]] = {
 }
 """Every metric of a point, in output order: key -> how to read it from one run."""
 
+UNITS = {**{f"{d}_{p}": "s" for d in ("ttft", "tpot", "e2e") for p in ("p50", "p90", "p99")},
+         "requests_per_s": "", "goodput_per_s": "", "preemptions": "",
+         **{key: "ratio" for key in METRICS if key.endswith(("_share", "_hit")) or key == "recomputed"}}
+"""The unit each CSV column of a metric ends in: seconds, a ratio between 0 and 1, or none (a rate or a count, whose
+key names it)."""
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -94,6 +100,15 @@ class SweepPoint(_Model):
     metrics: dict[str, Stat | None]
     cost: CostBreakdown | None = None
     """The point's hourly bill and $ per 1M tokens (None when a price is missing from catalog and spec)."""
+    slo: dict[str, float] = {}
+    """The point's SLO targets (seconds, by key such as ttft_p99), from its spec."""
+
+    def slo_met(self) -> bool | None:
+        """Whether the point's mean metrics meet every SLO target (None without targets)."""
+        if not self.slo:
+            return None
+        return all(self.metrics.get(key) is not None and self.metrics[key].mean <= target
+                   for key, target in self.slo.items())
 
 
 class SweepResult(_Model):
@@ -108,18 +123,30 @@ class SweepResult(_Model):
     points: list[SweepPoint]
 
     def to_csv(self) -> str:
-        """One row per point: the varied values, spec hash, seeds, then <metric>_mean and <metric>_ci95."""
+        """One row per point: the varied values, spec hash, seeds; <metric>_mean and <metric>_ci95, each name ending
+        in its unit (`ttft_p99_mean_s`, `ddr_share_mean_ratio`); the bill (`usd_per_hour`, `usd_per_1m_generated_tokens`); and
+        each SLO target (`slo_ttft_p99_s`) with `slo_met` (true when every mean meets its target). Empty cells: no
+        such value."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
+        targets = sorted({key for point in self.points for key in point.slo})
         writer.writerow([*self.varied, "spec_hash", "seeds",
-                         *(f"{key}_{part}" for key in METRICS for part in ("mean", "ci95"))])
+                         *(f"{key}_{part}" + (f"_{UNITS[key]}" if UNITS[key] else "")
+                           for key in METRICS for part in ("mean", "ci95")),
+                         "usd_per_hour", "usd_per_1m_generated_tokens", *(f"slo_{key}_s" for key in targets), "slo_met"])
         for point in self.points:
             cells: list[str] = []
             for key in METRICS:
                 stat = point.metrics.get(key)
                 cells += ["", ""] if stat is None else [repr(stat.mean), repr(stat.ci95)]
+            cost = point.cost
+            per_token = cost.usd_per_1m_generated_tokens if cost is not None else None
+            met = point.slo_met()
             writer.writerow([*(point.values[p] for p in self.varied), point.spec_hash[:12],
-                             " ".join(map(str, point.seeds)), *cells])
+                             " ".join(map(str, point.seeds)), *cells,
+                             "" if cost is None else repr(cost.usd_per_hour), "" if per_token is None else repr(per_token),
+                             *(repr(point.slo[key]) if key in point.slo else "" for key in targets),
+                             "" if met is None else str(met).lower()])
         return buffer.getvalue()
 
     def section(self) -> Section:

@@ -38,7 +38,8 @@ def sweep(spec_path: str | Path, varies: list[Vary], *, zip_: bool = False, seed
     for i, (variant, seed_list) in enumerate(zip(variants, seed_lists)):
         runs = results[i * seeds:(i + 1) * seeds]
         points.append(SweepPoint(values=dict(variant.values), spec_hash=variant.spec.spec_hash(), seeds=seed_list,
-                                 metrics=summarise(runs), cost=_cost(variant.spec, runs)))
+                                 metrics=summarise(runs), cost=_cost(variant.spec, runs),
+                                 slo=variant.spec.slo.targets()))
     result = SweepResult(name=base.name, spec_hash=base.spec_hash(), varied=[v.path for v in varies], zip=zip_,
                          points=points)
     return result, simulated
