@@ -36,11 +36,15 @@ def _spec(spec: str, profile: str | None = None):
         _fail(exc if exc.source else exc.with_source(spec))
 
 
-def _targets(urls: list[str]):
+API_KEY_HELP = ("The key vLLM was started with (--api-key), sent as a bearer token; default: $OPENAI_API_KEY. "
+                "It is never printed or saved.")
+
+
+def _targets(urls: list[str], api_key: str | None = None):
     from .live.bench import Target
 
     try:
-        return [Target.parse(u) for u in urls]
+        return [Target.parse(u, api_key) for u in urls]
     except SpecError as exc:
         _fail(exc)
 
@@ -64,6 +68,8 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
           salt: Optional[int] = typer.Option(None, "--salt", help="Token salt (default: a fresh one, so caches start cold "
                                                                   "for this run; reuse one to replay the same tokens)."),
           timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds a request may go without data."),
+          api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
+                                                help=API_KEY_HELP),
           lmcache_log: str = typer.Option("/var/log/kvplan/lmcache-server.log", "--lmcache-log",
                                           help="The LMCache server's log on this host (for hits per tier).")) -> None:
     """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""
@@ -72,8 +78,8 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
     from .spec.load import read_text
 
     topo, resolved, _ = _spec(spec)
-    targets = _targets(target)
-    via = _targets([router])[0] if router else None
+    targets = _targets(target, api_key)
+    via = _targets([router], api_key)[0] if router else None
     directory = Path(out_dir) if out_dir else default_run_dir(resolved, paths.state_dir(state_dir, warn=warn))
     last = [0]
 
@@ -130,6 +136,9 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
             lmcache_log: str = typer.Option("/var/log/kvplan/lmcache-server.log", "--lmcache-log",
                                             help="The LMCache server's log on this host."),
             no_ceph: bool = typer.Option(False, "--no-ceph", help="Do not read Ceph (this host is not a Ceph admin host)."),
+            timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds each component may take to answer."),
+            api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
+                                                  help=API_KEY_HELP),
             as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:
     """Read the live stack once: which components are up, and their counters since they started."""
     from .live.observe import snapshot
@@ -137,8 +146,8 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
     _, resolved, _ = _spec(spec)
     log = Path(lmcache_log)
     lmcache = _targets([lmcache_url])[0] if lmcache_url else None
-    snap = snapshot(resolved, _targets(target), lmcache=lmcache, lmcache_log=log if log.is_file() else None,
-                    ceph=not no_ceph)
+    snap = snapshot(resolved, _targets(target, api_key), lmcache=lmcache, lmcache_log=log if log.is_file() else None,
+                    ceph=not no_ceph, timeout=timeout)
     if as_json:
         out.print_json(snap.model_dump_json())
     else:

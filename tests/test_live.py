@@ -24,6 +24,7 @@ import itertools
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -40,7 +41,7 @@ from kvplan.live.bench import Bench, BenchError, Outcome, Target, check_target
 from kvplan.live.calibrate import bounded_least_absolute, fit
 from kvplan.spec.profile import Profile, apply_profile, read_profile, write_profile
 from kvplan.live.compare import Row, check_same_spec, rows
-from kvplan.live.observe import Component, Snapshot, parse_metrics, read_lmcache_log, snapshot
+from kvplan.live.observe import Component, Snapshot, observe_vllm, parse_metrics, read_lmcache_log, snapshot
 from kvplan.live.observed import BenchRun, columns, derive, read_run, write_run
 from kvplan.live.runner import bench as run_bench
 from kvplan.live.tokens import FIRST_ORDINARY_TOKEN, output_identity, prompt_tokens, run_tokens
@@ -260,8 +261,11 @@ class FakeVLLM:
     `framing` "close" answers HTTP/1.0-style: no chunking, the end of the body is the end of the connection.
     """
 
-    def __init__(self, model: str = MODEL, behave: Callable[[dict], str] | None = None, framing: str = "chunked"):
+    def __init__(self, model: str = MODEL, behave: Callable[[dict], str] | None = None, framing: str = "chunked",
+                 api_key: str | None = None, tls: tuple[Path, Path] | None = None):
         self.model = model
+        self.api_key = api_key
+        """When set, /v1/* answers 401 unless the request carries `Authorization: Bearer <api_key>` (vLLM --api-key)."""
         self.behave = behave or (lambda body: "ok")
         self.framing = framing
         self.bodies: list[dict] = []
@@ -271,14 +275,20 @@ class FakeVLLM:
         self._ids = itertools.count(5000)
         self._lock = threading.Lock()
         self.server = QuietServer(("127.0.0.1", 0), self._handler())
+        self.scheme = "http"
+        if tls is not None:                    # (certificate, key): serve https
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*map(str, tls))
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}"
 
-    def target(self) -> Target:
-        return Target.parse(self.url)
+    def target(self, api_key: str | None = None) -> Target:
+        return Target.parse(self.url, api_key)
 
     def metrics_text(self) -> str:
         c = self.counters
@@ -314,7 +324,19 @@ class FakeVLLM:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _refused(self) -> bool:
+                """vLLM's --api-key check: /v1/* needs the bearer token (the health and metrics routes do not)."""
+                if fake.api_key is None or not self.path.startswith("/v1/") \
+                        or self.headers.get("Authorization") == f"Bearer {fake.api_key}":
+                    return False
+                if self.command == "POST":
+                    self.rfile.read(int(self.headers["Content-Length"]))
+                self._json(401, {"error": "Unauthorized"})
+                return True
+
             def do_GET(self):
+                if self._refused():
+                    return
                 if self.path == "/v1/models":
                     self._json(200, {"object": "list", "data": [{"id": fake.model, "object": "model"}]})
                 elif self.path == "/health":
@@ -339,6 +361,8 @@ class FakeVLLM:
                 self.wfile.flush()
 
             def do_POST(self):
+                if self._refused():
+                    return
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake._lock:
                     fake.bodies.append(body)
@@ -488,6 +512,46 @@ def test_requests_go_round_robin_over_several_targets():
     assert all(o.ok for o in outcomes)
 
 
+def test_a_server_with_an_api_key_is_benched_with_it_and_names_the_flag_without():
+    """vLLM started with --api-key: without the key the bench stops before it starts and says which flag (or
+    variable) to set; with it, every request carries the bearer token and succeeds."""
+    r = local(PLAIN_BENCH)
+    with fake_vllm(api_key="sk-test") as fake:
+        with pytest.raises(BenchError) as refused:
+            check_target(fake.target(), MODEL, timeout=5.0)
+        check_target(fake.target("sk-test"), MODEL, timeout=5.0)
+        outcomes = Bench(r, [fake.target("sk-test")], salt=SALT, timeout=10.0).run()
+    text = refused.value.render()
+    assert "answered HTTP 401" in text and "--api-key" in text and "OPENAI_API_KEY" in text
+    assert len(outcomes) == 8 and all(o.ok for o in outcomes)
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (and its key), made with openssl as a team's own CA would."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_an_https_endpoint_is_benched_and_observed_once_its_certificate_is_trusted(certificate, monkeypatch):
+    r = local(PLAIN_BENCH)
+    with fake_vllm(tls=certificate) as fake:
+        assert fake.url.startswith("https://")
+        with pytest.raises(BenchError) as untrusted:
+            check_target(fake.target(), MODEL, timeout=5.0)
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+        check_target(fake.target(), MODEL, timeout=5.0)
+        outcomes = Bench(r, [fake.target()], salt=SALT, timeout=10.0).run()
+        component, counters = observe_vllm(fake.target(), timeout=5.0)
+    text = untrusted.value.render()
+    assert "TLS certificate is not trusted" in text and "SSL_CERT_FILE" in text
+    assert all(o.ok for o in outcomes) and component.up and counters["prompt_tokens"] > 0
+
+
 def test_check_target_names_the_url_that_does_not_answer():
     port = unused_port()
     with pytest.raises(BenchError) as info:
@@ -505,10 +569,17 @@ def test_check_target_names_both_models_when_the_server_serves_another():
     assert "serves some-other-model, not kvplan-tiny-llama" in text and fake.url in text
 
 
-@pytest.mark.parametrize("url, message", [("https://x:1", "not an http:// URL"), ("http://", "not an http:// URL")])
-def test_target_parse_refuses_what_is_not_an_http_url(url, message):
-    with pytest.raises(BenchError, match=message):
+@pytest.mark.parametrize("url", ["ftp://x:1", "http://", "unix:///tmp/s"])
+def test_target_parse_refuses_what_is_not_an_http_url(url):
+    with pytest.raises(BenchError, match="is not an http:// or https:// URL"):
         Target.parse(url)
+
+
+def test_an_https_target_defaults_to_port_443_and_keeps_its_key_out_of_sight():
+    t = Target.parse("https://vllm.example.org/team-a/", api_key="sk-secret")
+    assert (t.url, t.port, t.base, t.tls) == ("https://vllm.example.org/team-a", 443, "/team-a", True)
+    assert t.headers() == {"Authorization": "Bearer sk-secret"} and "sk-secret" not in repr(t)
+    assert Target.parse("127.0.0.1:8000").headers() == {}
 
 
 def test_target_parse_keeps_a_path_prefix_and_defaults_the_scheme():
@@ -618,19 +689,28 @@ vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 12.5
 vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 50.0
 vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="m"} 0.0
 vllm:num_preemptions_total{engine="0",model_name="m"} 3.0
-vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.6
 vllm:generation_tokens_total 80
 process_cpu_seconds_total 1234.5
-vllm:request_success_total{finished_reason="length"} not-a-number
+vllm:request_success_total{finished_reason="length",model_name="a}b"} 9
 """
 
 
-def test_parse_metrics_sums_label_sets_and_maps_prompt_sources():
+def test_parse_metrics_sums_counters_averages_gauges_and_maps_prompt_sources():
+    """Counters add up over engines; a gauge is their mean (0.5 and 0.6: 0.55, never 1.1); a label value holding
+    `}` is read as the text exposition format says."""
     m = parse_metrics(METRICS)
     assert m == {"prompt_tokens": 1500.0, "prefix_cache_hits": 256.0, "prefix_cache_queries": 1500.0,
                  "hbm_tokens": 256.0, "lmcache_tokens": 612.0, "computed_tokens": 632.0,
-                 "ttft_sum": 12.5, "ttft_count": 50.0, "preemptions": 3.0, "kv_cache_usage": 0.25,
-                 "generation_tokens": 80.0}
+                 "ttft_sum": 12.5, "ttft_count": 50.0, "preemptions": 3.0, "kv_cache_usage": pytest.approx(0.55),
+                 "generation_tokens": 80.0, "finished_requests": 9.0}
+
+
+def test_metrics_that_are_not_prometheus_text_mark_vllm_down_with_the_reason():
+    with pytest.raises(ValueError):
+        parse_metrics('vllm:request_success_total{finished_reason="length"} not-a-number\n')
 
 
 LMCACHE_LOG = """\
@@ -1037,16 +1117,17 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_cli_bench_against_a_target_that_does_not_answer_exits_5_with_the_url_and_a_fix(tmp_path):
     port = unused_port()
-    result = cli("bench", str(LOCAL), "--target", f"http://127.0.0.1:{port}", cwd=tmp_path)
+    result = cli("bench", str(LOCAL), "--target", f"http://127.0.0.1:{port}", "--state-dir", str(tmp_path / "state"),
+                 cwd=tmp_path)
     assert result.returncode == 5, result.stderr
     assert f"http://127.0.0.1:{port} does not answer" in result.stderr and "fix: start the stack" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
-    assert not (tmp_path / ".kvplan").exists()                 # no run directory for a run that never started
+    assert not (tmp_path / "state").exists()                   # no run directory for a run that never started
 
 
 def test_cli_bench_refuses_a_target_that_is_not_an_http_url(tmp_path):
-    result = cli("bench", str(LOCAL), "--target", "https://127.0.0.1:1", cwd=tmp_path)
-    assert result.returncode == 1 and "is not an http:// URL" in result.stderr
+    result = cli("bench", str(LOCAL), "--target", "ftp://127.0.0.1:1", cwd=tmp_path)
+    assert result.returncode == 1 and "is not an http:// or https:// URL" in result.stderr
 
 
 @pytest.mark.parametrize("command", [("compare",), ("calibrate", "-o", "profile.yaml")], ids=["compare", "calibrate"])

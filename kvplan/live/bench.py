@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -74,22 +75,44 @@ class Outcome:
         return (self.last_token - self.first_token) / (n - 1) if n > 1 else 0.0
 
 
+API_KEY_ENV = "OPENAI_API_KEY"
+"""The variable `--api-key` defaults to, as OpenAI clients and `vllm bench serve` read it."""
+
+
 @dataclass(frozen=True)
 class Target:
+    """An OpenAI-compatible endpoint: http:// or https:// (certificates verified against the system's CAs, or
+    SSL_CERT_FILE), with a path prefix, and the bearer token vLLM's --api-key asks for. The token is never
+    part of the URL, the repr or a saved run."""
+
     url: str
     host: str
     port: int
     base: str
     """Path prefix before /v1 (usually empty)."""
+    tls: bool = False
+    api_key: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, url: str) -> "Target":
+    def parse(cls, url: str, api_key: str | None = None) -> "Target":
         parts = urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme != "http" or not parts.hostname:
-            raise BenchError([Problem("--target", f"'{url}' is not an http:// URL",
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BenchError([Problem("--target", f"'{url}' is not an http:// or https:// URL",
                                       fix="give the vLLM endpoint, e.g. --target http://127.0.0.1:8000")])
         base = parts.path.rstrip("/")
-        return cls(f"http://{parts.netloc}{base}", parts.hostname, parts.port or 80, base)
+        tls = parts.scheme == "https"
+        return cls(f"{parts.scheme}://{parts.netloc}{base}", parts.hostname, parts.port or (443 if tls else 80), base,
+                   tls, api_key or None)
+
+    def connect(self, timeout: float) -> http.client.HTTPConnection:
+        """A connection to the endpoint (TLS for https://)."""
+        if self.tls:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def headers(self) -> dict[str, str]:
+        """The Authorization header vLLM's --api-key checks, when a key is given."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
 LATE = 0.05
@@ -102,15 +125,22 @@ Progress = Callable[[int, int, int, int], None]
 def check_target(target: Target, model: str, timeout: float = 10.0) -> None:
     """Raise BenchError unless `target` answers GET /v1/models and serves `model`."""
     try:
-        conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
-        conn.request("GET", f"{target.base}/v1/models")
+        conn = target.connect(timeout)
+        conn.request("GET", f"{target.base}/v1/models", headers=target.headers())
         resp = conn.getresponse()
         body = resp.read()
         conn.close()
+    except ssl.SSLCertVerificationError as exc:
+        raise BenchError([Problem("--target", f"{target.url}'s TLS certificate is not trusted: {exc.verify_message}",
+                                  fix="trust the CA that signed it: SSL_CERT_FILE=/path/to/ca.pem kvplan ...")]) from None
     except (OSError, http.client.HTTPException) as exc:
         raise BenchError([Problem("--target", f"{target.url} does not answer: {exc or type(exc).__name__}",
                                   fix="start the stack (kvplan deploy SPEC -i INVENTORY) or point --target at "
                                       "a running vLLM (curl URL/health should print nothing and exit 0)")]) from None
+    if resp.status == 401:
+        raise BenchError([Problem("--api-key", f"{target.url}/v1/models answered HTTP 401: the server wants an API key"
+                                  + (" and refused this one" if target.api_key else ""),
+                                  fix=f"pass the key vLLM was started with: --api-key KEY, or set {API_KEY_ENV}")])
     if resp.status != 200:
         raise BenchError([Problem("--target", f"{target.url}/v1/models answered HTTP {resp.status}",
                                   fix="point --target at vLLM's OpenAI-compatible server")])
@@ -129,10 +159,10 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
     """Send one streaming completion and fill `out` (first/last token times, tokens, error). A request of a
     session names it in an X-Session-ID header, which the router's session_affinity policy routes by."""
     payload = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **target.headers()}
     if session >= 0:
         headers["X-Session-ID"] = str(session)
-    conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
+    conn = target.connect(timeout)
     try:
         out.sent = clock()
         conn.request("POST", f"{target.base}/v1/completions", payload, headers)

@@ -55,7 +55,6 @@ DEFAULT_LMCACHE_LOG = "/var/log/kvplan/lmcache-server.log"
 
 _RETAINED = re.compile(rb"(\d+)/(\d+) retained keys \((\d+) L1, (\d+) L2\)")
 _STORED = re.compile(rb"Stored (\d+) tokens")
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
 
 
 class Component(BaseModel):
@@ -85,34 +84,33 @@ class Snapshot(BaseModel):
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text exposition -> the VLLM_COUNTERS / PROMPT_SOURCES values, summed over label sets."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        name, labels, value = m.groups()
-        try:
-            number = float(value)
-        except ValueError:
-            continue
-        if name in VLLM_COUNTERS:
-            key = VLLM_COUNTERS[name]
-            out[key] = out.get(key, 0.0) + number
-        elif name == "vllm:prompt_tokens_by_source_total" and labels:
-            source = re.search(r'source="([^"]*)"', labels)
-            if source and source.group(1) in PROMPT_SOURCES:
-                key = PROMPT_SOURCES[source.group(1)]
-                out[key] = out.get(key, 0.0) + number
-    return out
+    """Prometheus text exposition (parsed by prometheus_client) -> the VLLM_COUNTERS / PROMPT_SOURCES values.
+    Counters and histogram sums and counts add up over label sets (several engines of one server); a gauge
+    is their mean (kv_cache_usage_perc 0.5 and 0.6 is 0.55, not 1.1). Raises ValueError for text that is not
+    Prometheus exposition."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums: dict[str, float] = {}
+    gauges: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, float(sample.value)
+            if name in VLLM_COUNTERS:
+                key = VLLM_COUNTERS[name]
+                if family.type == "gauge":
+                    gauges.setdefault(key, []).append(value)
+                else:
+                    sums[key] = sums.get(key, 0.0) + value
+            elif name == "vllm:prompt_tokens_by_source_total" and labels.get("source") in PROMPT_SOURCES:
+                key = PROMPT_SOURCES[labels["source"]]
+                sums[key] = sums.get(key, 0.0) + value
+    return {**sums, **{key: sum(v) / len(v) for key, v in gauges.items()}}
 
 
-def _get(host: str, port: int, path: str, timeout: float) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+def _get(target: Target, path: str, timeout: float) -> tuple[int, bytes]:
+    conn = target.connect(timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", f"{target.base}{path}", headers=target.headers())
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -126,15 +124,18 @@ def _reason(exc: BaseException) -> str:
 def observe_vllm(target: Target, timeout: float) -> tuple[Component, dict[str, float] | None]:
     name = f"vllm {target.url}"
     try:
-        status, _ = _get(target.host, target.port, f"{target.base}/health", timeout)
+        status, _ = _get(target, "/health", timeout)
         if status != 200:
             return Component(name=name, up=False, detail=f"/health answered HTTP {status}"), None
-        status, body = _get(target.host, target.port, f"{target.base}/metrics", timeout)
+        status, body = _get(target, "/metrics", timeout)
     except (OSError, http.client.HTTPException) as exc:
         return Component(name=name, up=False, detail=_reason(exc)), None
     if status != 200:
         return Component(name=name, up=False, detail=f"/metrics answered HTTP {status}"), None
-    return Component(name=name, up=True), parse_metrics(body.decode(errors="replace"))
+    try:
+        return Component(name=name, up=True), parse_metrics(body.decode(errors="replace"))
+    except ValueError as exc:
+        return Component(name=name, up=False, detail=f"/metrics is not Prometheus text: {_reason(exc)}"), None
 
 
 def lmcache_endpoint(r: Resolved) -> tuple[str, int]:
@@ -145,16 +146,17 @@ def lmcache_endpoint(r: Resolved) -> tuple[str, int]:
 
 def observe_lmcache(r: Resolved, log: Path | None, log_offset: int, timeout: float,
                     api: Target | None = None) -> tuple[Component, dict | None]:
-    host, port = (api.host, api.port) if api is not None else lmcache_endpoint(r)
-    name = f"lmcache http://{host}:{port}"
+    if api is None:
+        api = Target.parse("http://{}:{}".format(*lmcache_endpoint(r)))
+    name = f"lmcache {api.url}"
     values: dict[str, float] = {}
     try:
-        status, _ = _get(host, port, "/healthcheck", timeout)
+        status, _ = _get(api, "/healthcheck", timeout)
         if status != 200:
             component = Component(name=name, up=False, detail=f"/healthcheck answered HTTP {status}")
         else:
             component = Component(name=name, up=True)
-            status, body = _get(host, port, "/status", timeout)
+            status, body = _get(api, "/status", timeout)
             if status == 200:
                 used = json.loads(body).get("storage_manager", {}).get("l1_usage")
                 if isinstance(used, list) and used:
@@ -168,9 +170,8 @@ def observe_lmcache(r: Resolved, log: Path | None, log_offset: int, timeout: flo
 
 def lmcache_idle(r: Resolved, timeout: float = 5.0) -> bool:
     """True when the LMCache server has no store pending or in flight (or does not answer: nothing to wait for)."""
-    host, port = lmcache_endpoint(r)
     try:
-        status, body = _get(host, port, "/status", timeout)
+        status, body = _get(Target.parse("http://{}:{}".format(*lmcache_endpoint(r))), "/status", timeout)
         controllers = json.loads(body).get("storage_manager", {}).get("store_controllers", {}) if status == 200 else {}
     except (OSError, http.client.HTTPException, ValueError):
         return True
