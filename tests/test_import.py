@@ -1,0 +1,118 @@
+"""`kvplan import`: a spec from the vLLM command line (and LMCache config) a team already runs. It is the
+deployment read backwards: what kvplan renders for a spec, imported again, gives the spec's settings back; and
+every flag it cannot map is listed with the reason."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvplan.deploy.stack import _vllm, inprocess_config, server_args, vllm_args
+from kvplan.interop import ENV_SET_BY_KVPLAN, add_lmcache_config, add_lmcache_server, from_vllm_command
+from kvplan.resolve import resolve
+from kvplan.spec import from_mapping, load
+
+from conftest import REPO
+
+KVPLAN = str(Path(sys.executable).parent / "kvplan")
+def _deployable() -> dict[str, object]:
+    """Every shipped example that kvplan deploys, and the flagship in LMCache's in-process mode (no example uses it)."""
+    specs = {p.stem: load(p) for p in sorted((REPO / "examples").glob("*.yaml"))}
+    flagship = specs["chat-llama2-13b"]
+    specs["chat-llama2-13b-inprocess"] = flagship.model_copy(
+        update={"lmcache": flagship.lmcache.model_copy(update={"mode": "inprocess"})})
+    return {name: topo for name, topo in specs.items() if not topo.simulate_only}
+
+
+SPECS = _deployable()
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_importing_what_kvplan_deploys_gives_the_spec_back(name):
+    r = resolve(SPECS[name])
+    env = " ".join(f"{k}={v}" for k, v in _vllm(r).vllm_env.items())
+    command = f"{env} vllm serve {r.model.aliases[0] if r.model.aliases else r.model.name} {shlex.join(vllm_args(r))}"
+    imported = from_vllm_command(command, r.device.name)
+    if r.lmcache is not None and r.lmcache.mode == "inprocess":
+        add_lmcache_config(imported, inprocess_config(r), "lmcache.yaml")
+    elif r.lmcache is not None:
+        add_lmcache_server(imported, f"lmcache server {shlex.join(server_args(r))}")
+    back = resolve(from_mapping(imported.spec))
+    for field in ("tensor_parallel", "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+                  "kv_cache_dtype", "prefix_caching", "chunked_prefill", "quantization", "weights_dtype",
+                  "kv_cache_memory_bytes"):
+        assert getattr(back, field) == getattr(r, field), field
+    if r.kv_cache_memory_bytes is None:
+        assert back.gpu_memory_utilization == r.gpu_memory_utilization
+    assert back.model.name == r.model.name and back.device.name == r.device.name
+    assert (back.lmcache is None) == (r.lmcache is None)
+    if r.lmcache is not None:
+        assert (back.lmcache.mode, back.lmcache.port, back.lmcache.save_decode_cache) == \
+               (r.lmcache.mode, r.lmcache.port, r.lmcache.save_decode_cache)
+        assert back.lmcache.chunk_size == r.lmcache.chunk_size
+        if True:
+            for tier in ("ddr", "nvme"):
+                mine, theirs = r.lmcache.tier(tier), back.lmcache.tier(tier)
+                assert (theirs is None) == (mine is None), tier
+                if mine is not None:
+                    assert theirs.configured_gb == pytest.approx(mine.configured_gb) and theirs.eviction == mine.eviction
+    # only what kvplan sets by itself, and the Ceph tier (a cluster, not a flag), is left over
+    left = {what.split()[0].split("=")[0] for what, _ in imported.unmapped} - set(ENV_SET_BY_KVPLAN)
+    assert left <= {"--served-model-name", "--enforce-eager", "--host", "--http-host", "--http-port", "--disable-metrics",
+                    "--supported-transfer-mode", "--shm-name", "--l2-adapter", "lmcache.yaml:"}, left
+
+
+def test_every_flag_without_a_kvplan_setting_is_listed_with_the_reason():
+    imported = from_vllm_command("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-7B-Instruct "
+                                 "--swap-space 4 --trust-remote-code --pipeline-parallel-size=2 -q gptq "
+                                 "--max-model-len 32k --kv-transfer-config '{\"kv_connector\": \"NixlConnector\"}'",
+                                 "A100-80GB")
+    serving = imported.spec["serving"]
+    assert imported.spec["model"] == "Qwen2.5-7B" and serving["max_model_len"] == 32768
+    assert serving["quantization"] == "gptq" and serving["weights_dtype"] == "int4"
+    listed = dict(imported.unmapped)
+    assert set(listed) == {"--swap-space 4", "--trust-remote-code", "--pipeline-parallel-size 2",
+                           '--kv-transfer-config {"kv_connector": "NixlConnector"}'}
+    assert "NixlConnector" in listed['--kv-transfer-config {"kv_connector": "NixlConnector"}']
+    assert "lmcache" not in imported.spec
+
+
+def test_an_lmcache_config_becomes_the_tiers_per_node():
+    """LMCache sizes are GiB per GPU: at TP 2, 5 of CPU memory per rank is a 10 GiB ddr tier."""
+    imported = from_vllm_command("vllm serve meta-llama/Llama-3.1-8B -tp 2", "H100-SXM")
+    add_lmcache_config(imported, {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 5.0,
+                                  "local_disk": "file:///mnt/nvme/lmcache/", "max_local_disk_size": 100,
+                                  "cache_policy": "LFU", "remote_url": "s3://bucket", "blend_special_str": " # "},
+                       "lmcache.yaml")
+    lm = imported.spec["lmcache"]
+    assert lm["mode"] == "inprocess" and lm["chunk_size"] == 256
+    assert lm["ddr"] == {"size": f"{10 * 2**30}B", "eviction": "LFU"}                  # LMCache's GB are GiB
+    assert lm["nvme"] == {"size": f"{200 * 2**30}B", "path": "/mnt/nvme/lmcache", "eviction": "LFU"}
+    assert [what for what, _ in imported.unmapped] == ["lmcache.yaml: remote_url s3://bucket",
+                                                       "lmcache.yaml: blend_special_str"]
+    resolve(from_mapping(imported.spec))
+
+
+def test_the_command_writes_a_spec_that_validates_and_names_what_it_left(tmp_path):
+    out = tmp_path / "spec.yaml"
+    done = subprocess.run([KVPLAN, "import", "--vllm", "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 64 "
+                           "--served-model-name chat --swap-space 4", "--gpu", "H100-SXM", "-o", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "warning: not imported: --swap-space 4" in done.stderr and "--served-model-name chat" in done.stderr
+    assert yaml.safe_load(out.read_text())["serving"]["max_num_seqs"] == 64
+    assert subprocess.run([KVPLAN, "validate", str(out)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("command, says", [("vllm serve --max-num-seqs 8", "names no model"),
+                                           ("vllm serve not-a/model", "the catalog has no model 'not-a/model'"),
+                                           ("vllm serve 'unclosed", "cannot split the command line")])
+def test_a_command_kvplan_cannot_read_is_an_error_with_a_fix(command, says):
+    done = subprocess.run([KVPLAN, "import", "--vllm", command, "--gpu", "H100-SXM"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and says in done.stderr and "fix:" in done.stderr and "Traceback" not in done.stderr
