@@ -242,10 +242,27 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | N
 
 @app.command("render")
 def render_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
-               inventory: str = typer.Option(..., "-i", "--inventory", help="Ansible inventory (YAML file or directory)."),
-               out_dir: str = typer.Option(..., "-o", "--out", help="Directory for the ansible-runner private_data_dir."),
+               inventory: Optional[str] = typer.Option(None, "-i", "--inventory", help="Ansible inventory (YAML file or "
+                                                                                     "directory); --format ansible."),
+               out_dir: str = typer.Option(..., "-o", "--out", help="Directory for the ansible-runner private_data_dir; "
+                                                                     "with --format production-stack the values file "
+                                                                     "(- for stdout)."),
+               fmt: str = typer.Option("ansible", "--format", help="ansible (the default) or production-stack (Helm "
+                                                                   "values for vllm-project/production-stack)."),
+               request_cpu: Optional[int] = typer.Option(None, "--request-cpu", min=1, help="production-stack: CPUs "
+                                                                                            "each vLLM pod requests."),
+               request_memory: Optional[str] = typer.Option(None, "--request-memory", help="production-stack: memory "
+                                                                                           "each vLLM pod requests, "
+                                                                                           "e.g. 64Gi."),
                state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP)) -> None:
-    """Write the Ansible that deploys the spec (inventory/, project/site.yml and roles, env/) without running it."""
+    """Write the Ansible that deploys the spec (inventory/, project/site.yml and roles, env/) without running it,
+    or the Helm values that deploy its vLLM + LMCache with production-stack."""
+    if fmt == "production-stack":
+        return _render_production_stack(spec, out_dir, request_cpu, request_memory)
+    if fmt != "ansible":
+        raise typer.BadParameter(f"'{fmt}' is not a format; use ansible or production-stack", param_hint="--format")
+    if inventory is None:
+        raise typer.BadParameter("--format ansible renders for an inventory: give -i INVENTORY", param_hint="-i")
     rendered = _rendered(spec, inventory, out_dir, state_dir)
     s = rendered.stack
     out.print(styled(("rendered:", "bold green"),
@@ -258,6 +275,32 @@ def render_cmd(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     for part in parts:
         out.print(f"  {part}")
     out.print(f"  run it: kvplan deploy {spec} -i {inventory}")
+
+
+def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, request_memory: str | None) -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from .deploy.helm import values
+    from .resolve import resolve
+    from .spec import load
+
+    missing = [flag for flag, v in (("--request-cpu", request_cpu), ("--request-memory", request_memory)) if v is None]
+    if missing:
+        raise typer.BadParameter(f"production-stack pods need {' and '.join(missing)} (the chart requires them)",
+                                 param_hint=missing[0])
+    try:
+        r = resolve(load(spec))
+        text = (f"# Helm values for vllm-project/production-stack, rendered by kvplan from {Path(spec).name} "
+                f"(spec {r.spec_hash[:12]})\n" + yaml.safe_dump(values(r, request_cpu, request_memory), sort_keys=False))
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+    if out_file == STDOUT:
+        return typer.echo(text, nl=False)
+    Path(out_file).write_text(text)
+    out.print(styled(("rendered:", "bold green"), f" {out_file}  ({r.name}, spec {r.spec_hash[:12]})"))
+    out.print(f"  run it: helm install {r.name} vllm/vllm-stack -f {out_file}")
 
 
 EXIT_DEPLOY_FAILED = 3
@@ -438,8 +481,13 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
 
 
 @app.command("import")
-def import_cmd(vllm: str = typer.Option(..., "--vllm", help="The `vllm serve MODEL --flag value ...` command line, "
-                                                              "quoted as one argument."),
+def import_cmd(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vllm serve MODEL --flag value ...` command "
+                                                                        "line, quoted as one argument."),
+               helm_values: Optional[str] = typer.Option(None, "--helm-values", help="vllm-project/production-stack Helm "
+                                                                                     "values (instead of --vllm)."),
+               model_spec: Optional[str] = typer.Option(None, "--model-spec", help="With --helm-values: the "
+                                                                                   "modelSpec entry to import (default: "
+                                                                                   "the first)."),
                gpu: str = typer.Option(..., "--gpu", help="The accelerator it runs on, by catalog name (the command "
                                                           "line does not say)."),
                lmcache: Optional[str] = typer.Option(None, "--lmcache", help="The LMCache engine config (YAML) that "
@@ -448,18 +496,23 @@ def import_cmd(vllm: str = typer.Option(..., "--vllm", help="The `vllm serve MOD
                                                                                            "command line (MP mode)."),
                name: str = typer.Option("imported", "--name", help="The spec's name."),
                out_file: str = typer.Option("-", "-o", "--out", help="Write the spec here (default: stdout).")) -> None:
-    """Make a spec from a vLLM command line (and LMCache's config or server command), listing every flag it could
-    not map."""
+    """Make a spec from a vLLM command line (and LMCache's config or server command) or production-stack Helm values,
+    listing every flag it could not map."""
     from pathlib import Path
 
     import yaml
 
-    from .interop import add_lmcache_config, add_lmcache_server, from_vllm_command
+    from .interop import add_lmcache_config, add_lmcache_server, from_helm_values, from_vllm_command
     from .resolve import resolve
     from .spec import from_mapping, read_yaml
 
+    if (vllm is None) == (helm_values is None):
+        raise typer.BadParameter("give one of --vllm \"vllm serve ...\" and --helm-values FILE", param_hint="--vllm")
     try:
-        imported = from_vllm_command(vllm, gpu, name)
+        if helm_values is not None:
+            imported = from_helm_values(read_yaml(helm_values), gpu, model_spec)
+        else:
+            imported = from_vllm_command(vllm, gpu, name)
         if lmcache is not None:
             config = read_yaml(lmcache)
             if not isinstance(config, dict):
@@ -470,7 +523,7 @@ def import_cmd(vllm: str = typer.Option(..., "--vllm", help="The `vllm serve MOD
             add_lmcache_server(imported, lmcache_server)
     except SpecError as exc:
         _fail(exc)
-    text = ("# made by kvplan import from a vLLM command line"
+    text = ("# made by kvplan import from " + ("production-stack Helm values" if helm_values else "a vLLM command line")
             + (" and an LMCache config" if lmcache else "") + (" and an LMCache server command" if lmcache_server else "")
             + "\n# workload: a placeholder; describe your traffic (docs/spec-reference.md, workload)\n"
             + yaml.safe_dump(imported.spec, sort_keys=False))
