@@ -68,6 +68,7 @@ def styled(*parts: str | tuple[str, str]) -> Text:
 out = TextConsole()
 err = TextConsole(stderr=True)
 
+
 def warn(message: str) -> None:
     """A warning on stderr: the input is valid, but something in it deserves a look."""
     err.print(styled(("warning:", "bold yellow"), " ", message))

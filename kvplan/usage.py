@@ -62,7 +62,7 @@ def conventional(command) -> None:
     for param in command.params:
         if param.metavar is None:
             param.metavar = metavar(param)
-        if type(param) is TyperArgument:
+        if type(param) is TyperArgument:      # Typer built it; only how it is shown changes
             param.__class__ = PlainArgument
     for sub in getattr(command, "commands", {}).values():
         conventional(sub)
