@@ -27,16 +27,21 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .deploy.helm import CHART_FLAGS
+from .deploy.stack import MP_POLICY, VLLM_DTYPE
 from .errors import Problem, SpecError
+from .spec.serving import QUANTIZATIONS, Serving
 
 PLACEHOLDER_WORKLOAD = {"kind": "chat", "duration": "10min", "arrivals": {"rate": "1/s"}}
 """The workload an imported spec starts with: a vLLM command says nothing of the traffic."""
 
-DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
-"""vLLM --dtype -> serving.weights_dtype (auto and float32 are left to the model's own)."""
+DTYPES = {**{vllm: ours for ours, vllm in VLLM_DTYPE.items()}, "half": "fp16"}
+"""vLLM --dtype -> serving.weights_dtype, the inverse of what the deployment passes (auto and float32 are left to
+the model's own)."""
 
-QUANTIZED_WEIGHTS = {"fp8": "fp8", "awq": "int4", "gptq": "int4"}
-"""vLLM --quantization -> the weight precision it serves (compressed-tensors does not say)."""
+QUANTIZED_WEIGHTS = {method: dtype for dtype, methods in QUANTIZATIONS.items() for method in methods
+                     if sum(method in ms for ms in QUANTIZATIONS.values()) == 1}
+"""vLLM --quantization -> the one weight precision it serves (compressed-tensors serves either, so it does not say)."""
 
 
 def _int(text: str) -> int:
@@ -268,7 +273,7 @@ SERVER_SET_BY_KVPLAN = {"--host", "--http-host", "--http-port", "--disable-metri
                         "--shm-name"}
 """`lmcache server` flags kvplan's deployment writes itself."""
 
-MP_POLICIES = {"noop": "none"}
+MP_POLICIES = {server: ours for ours, server in MP_POLICY.items()}
 """LMCache MP server policy -> kvplan's name, where they differ."""
 
 
@@ -332,13 +337,6 @@ def _adapter(section: dict[str, Any], text: str, unmapped: list[tuple[str, str]]
         unmapped.append((f"--l2-adapter {text}", f"adapter type {kind!r}: kvplan deploys fs_native (nvme) and s3 (ceph)"))
 
 
-CHART_FLAGS = {"tensorParallelSize": "--tensor-parallel-size", "maxModelLen": "--max-model-len",
-               "maxNumSeqs": "--max-num-seqs", "gpuMemoryUtilization": "--gpu-memory-utilization", "dtype": "--dtype"}
-"""production-stack's vllmConfig fields -> the vLLM flags its deployment template passes for them."""
-
-DEFAULT_GPUS_PER_NODE = 8
-"""serving.gpus_per_node when a spec does not set it (kvplan packs that many GPUs' instances on a node)."""
-
 CHART_RESOURCES = {"repository", "tag", "requestCPU", "requestMemory", "requestGPUType", "pvcStorage", "storageClass",
                    "runtimeClassName", "nodeSelectorTerms", "tolerations", "labels", "annotations"}
 """modelSpec keys about the pod, not the engine: kvplan neither simulates nor sets them."""
@@ -396,7 +394,8 @@ def from_helm_values(data: dict[str, Any], gpu: str, model_spec: str | None = No
         add_lmcache_config(imported, engine, "LMCache")
         # A pod is one instance; a kvplan tier is a node's, shared by the instances kvplan packs on it.
         tp = int(serving.get("tensor_parallel", 1))
-        per_node = min(int(serving.get("instances", 1)), max(1, DEFAULT_GPUS_PER_NODE // tp))
+        gpus_per_node = Serving.model_fields["gpus_per_node"].default       # the import sets no other
+        per_node = min(int(serving.get("instances", 1)), max(1, gpus_per_node // tp))
         for tier in ("ddr", "nvme"):
             if tier in imported.spec["lmcache"]:
                 size = imported.spec["lmcache"][tier]["size"]

@@ -33,15 +33,17 @@ from typing import Any
 
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
-from .stack import VLLM_DTYPE, inprocess_config, vllm_args
+from .stack import inprocess_config, vllm_args
 
 IMAGE = {"repository": "lmcache/vllm-openai", "tag": "latest"}
 """The chart's default engine image (vLLM with LMCache); pin a tag that carries the vLLM and LMCache versions
 your kvplan checks its configs against (docs/deploy.md)."""
 
-CHART_FIELDS = {"--tensor-parallel-size": "tensorParallelSize", "--max-model-len": "maxModelLen",
-                "--max-num-seqs": "maxNumSeqs", "--gpu-memory-utilization": "gpuMemoryUtilization"}
-"""vLLM flags the chart's vllmConfig has a field for (the rest go to extraArgs)."""
+CHART_FLAGS = {"tensorParallelSize": "--tensor-parallel-size", "maxModelLen": "--max-model-len",
+               "maxNumSeqs": "--max-num-seqs", "gpuMemoryUtilization": "--gpu-memory-utilization", "dtype": "--dtype"}
+"""The chart's vllmConfig fields -> the vLLM flag its deployment template passes for each (the other flags go to
+extraArgs); `kvplan import --helm-values` reads them back through the same table."""
+_FIELDS = {flag: name for name, flag in CHART_FLAGS.items()}
 
 LMCACHE_ENV = {"chunk_size": "LMCACHE_CHUNK_SIZE", "local_disk": "LMCACHE_LOCAL_DISK",
                "cache_policy": "LMCACHE_CACHE_POLICY", "save_decode_cache": "LMCACHE_SAVE_DECODE_CACHE",
@@ -100,19 +102,16 @@ def values(r: Resolved, request_cpu: int, request_memory: str) -> dict[str, Any]
         flag = args[k]
         value = args[k + 1] if k + 1 < len(args) and not args[k + 1].startswith("--") else None
         k += 2 if value is not None else 1
-        if flag in CHART_FIELDS:
-            config[CHART_FIELDS[flag]] = float(value) if flag == "--gpu-memory-utilization" else int(value)
+        if flag in _FIELDS:
+            config[_FIELDS[flag]] = {"--gpu-memory-utilization": float, "--dtype": str}.get(flag, int)(value)
         elif flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
             config["enablePrefixCaching"] = flag == "--enable-prefix-caching"
         elif flag in ("--enable-chunked-prefill", "--no-enable-chunked-prefill"):
             config["enableChunkedPrefill"] = flag == "--enable-chunked-prefill"
-        elif flag == "--dtype":
-            config["dtype"] = value
         elif flag in ("--served-model-name", "--kv-transfer-config"):
             continue                # the chart names the model by modelURL and writes LMCache's connector itself
         else:
             extra += [flag] + ([value] if value is not None else [])
-    assert "dtype" not in config or config["dtype"] in VLLM_DTYPE.values()
     if extra:
         config["extraArgs"] = extra
     spec: dict[str, Any] = {"name": _k8s_name(r.name), **IMAGE, "modelURL": r.model_path, "replicaCount": r.instances,

@@ -23,7 +23,6 @@ from ..units import fmt_duration
 from . import collectives, operators
 from .benchmarks import Benchmark, Replay, compared, fit_overheads, public, step_model
 
-OPERATOR_GPUS = operators.GPU_PROFILES
 CATALOG_MODELS = ("Llama-2-7b-hf", "Llama-2-70b-hf", "Meta-Llama-3-8B", "Meta-Llama-3-70B")
 
 
@@ -55,12 +54,12 @@ def fit_gpu(gpu: str, replay: Replay) -> GpuFit:
     base = catalog_step(device)
     fitted: dict[str, float] = {}
     layers: list = []
-    if gpu in OPERATOR_GPUS:
-        pts = operators.points(OPERATOR_GPUS[gpu])
+    if gpu in operators.GPU_PROFILES:
+        pts = operators.points(operators.GPU_PROFILES[gpu])
         train = [p for p in pts if p.model not in CATALOG_MODELS]
         fitted.update(operators.fit(train, device, base))
     step = base.model_copy(update=fitted)
-    if gpu in OPERATOR_GPUS:
+    if gpu in operators.GPU_PROFILES:
         layers = [(p, operators.predict(p, device, step), p.model in CATALOG_MODELS) for p in pts]
     allreduce: list = []
     if gpu in collectives.SETUPS:
