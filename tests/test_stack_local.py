@@ -104,6 +104,14 @@ def counter(name: str) -> float:
 
 
 def ttft_ms(prompt: str) -> float:
+    """vLLM's own time to the prompt's first token (what its TTFT histogram's sum grows by): the HTTP path's share,
+    the same for a hit and a miss and most of it on a loaded 2-core machine, left out."""
+    before = counter("time_to_first_token_seconds_sum")
+    first_streamed(prompt)
+    return (counter("time_to_first_token_seconds_sum") - before) * 1000
+
+
+def first_streamed(prompt: str) -> None:
     conn = http.client.HTTPConnection(*API, timeout=120)
     body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True,
                        "ignore_eos": True})
@@ -114,7 +122,6 @@ def ttft_ms(prompt: str) -> float:
         if first is None and line.startswith(b"data:") and b"[DONE]" not in line:
             first = time.perf_counter() - start
     assert first is not None, "no token streamed"
-    return first * 1000
 
 
 def rados_objects() -> list[str]:
@@ -176,16 +183,21 @@ def test_the_router_in_front_serves_the_instance(stack):
     assert counter("request_success_total") == finished + 1, "the router's request reached vLLM"
 
 
+def fresh_prompt(words: int = 1400) -> str:
+    """Made-up words no other prompt shares (1,400 of them: about 1,800 tokens)."""
+    rng = random.Random(time.time_ns())
+    syll = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "qu", "xi", "bo", "de", "fu", "gi", "ha", "jo"]
+    return " ".join("".join(rng.choice(syll) for _ in range(rng.randint(1, 3))) for _ in range(words))
+
+
 @pytest.fixture(scope="module")
 def long_prompt(stack):
     """A fresh ~1,800-token prompt, sent once: its full chunks go to every LMCache tier."""
-    rng = random.Random(time.time_ns())
-    syll = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "qu", "xi", "bo", "de", "fu", "gi", "ha", "jo"]
-    prompt = " ".join("".join(rng.choice(syll) for _ in range(rng.randint(1, 3))) for _ in range(1400))
+    prompt = fresh_prompt()
     tokens = post("/tokenize", {"model": MODEL, "prompt": prompt})["count"]
     before = set(rados_objects())
-    miss = ttft_ms(prompt)
-    return {"prompt": prompt, "tokens": tokens, "miss_ms": miss, "objects_before": before}
+    first_streamed(prompt)
+    return {"prompt": prompt, "tokens": tokens, "objects_before": before}
 
 
 def test_a_prompts_chunks_reach_the_disk_tier_and_the_ceph_pool(long_prompt):
@@ -207,12 +219,15 @@ def test_a_restarted_vllm_gets_the_prompt_from_lmcache(stack, long_prompt):
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     started = deploy(stack["state"], "--tags", "vllm")
     assert started.returncode == 0, started.stdout + started.stderr
+    first_streamed(fresh_prompt(40))            # a new vLLM's first request is slow for reasons of its own
     before = counter("external_prefix_cache_hits_total")
     hit = ttft_ms(long_prompt["prompt"])
     got = counter("external_prefix_cache_hits_total") - before
     assert got >= (long_prompt["tokens"] // CHUNK - 1) * CHUNK, f"{got} tokens from LMCache"
-    # Ordering only: absolute times on a shared 2-vCPU machine are noise.
-    assert hit < long_prompt["miss_ms"], (hit, long_prompt["miss_ms"])
+    # Ordering only, against a prompt as long that nothing holds, sent next: absolute times on a shared 2-vCPU
+    # machine are noise.
+    miss = ttft_ms(fresh_prompt())
+    assert hit < miss, (hit, miss)
 
 
 # ---- bench, observe, calibrate, compare: the fidelity experiment, short (docs/fidelity.md)
@@ -220,7 +235,8 @@ def test_a_restarted_vllm_gets_the_prompt_from_lmcache(stack, long_prompt):
 SHARE_BOUND_PP = 5.0
 """Test bound on |predicted - observed| prompt-token share per source (the target, met in benchmarks/fidelity.py, is 2 pp)."""
 TTFT_BOUND = 0.40
-"""Test bound on the relative error of the median TTFT of a held-out workload (target 15 %): loose, so it cannot flake."""
+"""Test bound on the relative error of the median TTFT of a held-out workload at the machine's measured speed
+(target 15 %): loose, so it cannot flake."""
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +285,10 @@ def test_calibrated_predictions_hold_on_held_out_workloads(fidelity):
     assert len(held_out) >= 3, figures["workloads"].keys()
     for name, f in figures["workloads"].items():
         assert f["max_share_error_pp"] <= SHARE_BOUND_PP, (name, f["max_share_error_pp"], fidelity["stdout"])
-        assert abs(f["ttft_p50_error"]) <= TTFT_BOUND, (name, f["ttft_p50_error"], fidelity["stdout"])
+        # The machine's speed drifts between runs on a shared host (once 1.6x from one workload to the next): the
+        # benchmark reads it from each run's decode steps (observed / predicted TPOT), and judges TTFT at that speed.
+        assert 0.25 < f["speed"] < 4, (name, f["speed"], fidelity["stdout"])
+        assert abs(f["ttft_p50_error_at_speed"]) <= TTFT_BOUND, (name, f["ttft_p50_error_at_speed"], fidelity["stdout"])
 
 
 def test_calibrate_and_compare_from_the_command_line(fidelity, tmp_path):
