@@ -22,7 +22,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kvplan.cli import app
-from kvplan.report import svg
+from kvplan.report import scatter, svg
 from kvplan.report.figures import cdf
 
 from conftest import REPO, example_data, with_changes
@@ -36,13 +36,13 @@ def kvplan(*args: str):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
-    """Result files as the commands write them: one run, one run with --ablate and --seeds 2, sweeps."""
+    """Result files as the commands write them: one run, one run with --ablate and --seeds 2, sweeps, a sizing."""
     tmp = tmp_path_factory.mktemp("report")
     spec = tmp / "small.yaml"
     spec.write_text(yaml.safe_dump(with_changes(example_data("local"), **SMALL)))
     made = {"result": tmp / "result.json", "ablation": tmp / "ablation.json", "grid": tmp / "grid.json",
-            "line": tmp / "line.json"}
-    commands = [("simulate", spec, "--out", made["result"]),
+            "line": tmp / "line.json", "size": tmp / "size.json"}
+    commands = [("simulate", spec, "--out", made["result"]), ("size", spec, "--out", made["size"]),
                 ("simulate", spec, "--ablate", "--seeds", "2", "--out", made["ablation"]),
                 ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,4/s", "--vary", "lmcache.ddr.size=256MiB,1GiB",
                  "--no-cache", "--out", made["grid"]),
@@ -146,13 +146,61 @@ def test_a_sweep_without_cost_says_why_there_is_no_frontier(files, tmp_path):
 
 
 def test_the_pareto_frontier_keeps_the_points_nothing_beats_on_both():
-    points = [svg.Point(1.0, 9.0, "a"), svg.Point(2.0, 5.0, "b"), svg.Point(3.0, 6.0, "c"),
-              svg.Point(4.0, 1.0, "d"), svg.Point(4.0, 2.0, "e")]
-    assert [p.label for p in svg.pareto_frontier(points)] == ["a", "b", "d"]
-    chart = svg.scatter_frontier("fig-1", "cost vs TTFT", points, x_label="$/h", y_label="TTFT",
-                                 x_format=svg.fmt_dollars, y_format=svg.fmt_seconds)
+    points = [scatter.Point(1.0, 9.0, "a"), scatter.Point(2.0, 5.0, "b"), scatter.Point(3.0, 6.0, "c"),
+              scatter.Point(4.0, 1.0, "d"), scatter.Point(4.0, 2.0, "e")]
+    assert [p.label for p in scatter.pareto_frontier(points)] == ["a", "b", "d"]
+    chart, unlabelled = scatter.scatter_frontier("fig-1", "cost vs TTFT", points, x_label="$/h", y_label="TTFT",
+                                             x_format=svg.fmt_dollars, y_format=svg.fmt_seconds,
+                                             y_marks=[(2.5, "SLO: TTFT p99 2.5 s")])
     assert chart.count("<circle") == 5 and chart.count("(on the frontier)") == 3
     assert 'class="frontier"' in chart
+    # every point is named next to it, and the SLO is a dashed line across the plot with its legend entry
+    labels = re.search(r'<g class="point-labels".*?</g>', chart, re.S)[0]
+    assert sorted(re.findall(r">([a-e])</text>", labels)) == ["a", "b", "c", "d", "e"] and unlabelled == 0
+    assert chart.count('<g class="mark">') == 1 and ">SLO: TTFT p99 2.5 s</text>" in chart
+
+
+def test_point_labels_that_would_collide_are_left_to_the_tooltip():
+    names = ["one", "two", "three", "four", "five", "six", "seven"]
+    spots = scatter.place_labels([(100, 100, name) for name in names], area=(0, 0, 640, 340))
+    assert [s is None for s in spots] == [False] * 6 + [True]
+    assert len({(x, y, anchor) for x, y, anchor, _ in filter(None, spots)}) == 6    # beside, above and below it
+    # near the plot's left edge a label goes to the right of its point, or above or below it, never past the edge
+    edge = scatter.place_labels([(75, 100, "rate=1/s, size=256MiB")], area=(72, 0, 640, 340),
+                                taken=[(140, 95, 150, 105)])
+    assert edge[0] is not None and edge[0][2] == "start"
+
+
+def test_a_heat_map_colours_on_a_fixed_labelled_scale():
+    """73.8 % and 73.9 % are nearly the same colour on 0-100 %, not the two ends of the ramp; the key is ticked."""
+    chart = svg.heat_map("fig-1", "hit", ["a", "b"], ["x"], [[0.738, 0.739]], x_label="rate", y_label="size",
+                         value_format=svg.fmt_share, lower_is_better=False, key_label="hit ratio")
+    fills = re.findall(r'<rect [^>]*fill="(#[0-9a-f]{6})" stroke="#fff"><title>', chart)
+    assert len(fills) == 2 and fills[0] == fills[1]
+    for tick in ("0%", "20%", "100%", "hit ratio"):
+        assert f">{tick}</text>" in chart
+    assert svg.colour_range([0.046, 0.048], svg.fmt_seconds) == (0.0, 0.05)
+
+
+def test_bars_have_box_swatches_and_their_values_written_next_to_them():
+    chart = svg.bar_chart("fig-1", "bytes", ["ddr", "nvme"], [svg.Bars("read", [3 * 2 ** 30, 0.0]),
+                                                             svg.Bars("written", [2 ** 20, 5 * 2 ** 30])],
+                          value_label="bytes", value_format=svg.fmt_bytes)
+    assert '<g class="legend"' in chart and "<line" not in re.search(r'<g class="legend".*?</g>', chart, re.S)[0]
+    values = re.findall(r'class="value" fill="#333">([^<]*)</text>', chart)
+    assert values == ["3 GiB", "1 MiB", "0", "5 GiB"]       # a sliver and a zero still say what they are
+    ticks = re.findall(r'<text [^>]*y="[^"]*" text-anchor="middle" font-size="11">([^<]*)</text>', chart)
+    assert ticks[:3] == ["0", "1 GiB", "2 GiB"]              # binary units, as the tables print bytes
+
+
+def test_tick_labels_read_as_values():
+    assert svg.fmt_seconds(1000) == "1,000 s" and svg.fmt_seconds(0.12) == "120 ms"
+    assert svg.fmt_bytes(250 * 2 ** 20) == "250 MiB" and svg.fmt_bytes(1.5 * 2 ** 40) == "1.5 TiB"
+    log = svg.Scale.fit([10e6, 10e12], 0, 100, log=True, binary=True)
+    assert [svg.fmt_bytes(t) for t in log.ticks()] == ["1 MiB", "32 MiB", "1 GiB", "32 GiB", "1 TiB", "32 TiB"]
+    close = svg.dollars_telling_apart([0.1656, 0.1658])
+    ticks = [close(t) for t in svg.Scale.fit([0.1656, 0.1658], 0, 100).ticks()]
+    assert len(set(ticks)) == len(ticks) and close(0.1656) == "$0.16560"
 
 
 def test_a_sweep_with_cost_per_point_draws_the_frontier(files, tmp_path):
@@ -254,10 +302,32 @@ CHECK = """<script>
       });
       return box.width > 0 && box.height > 0 && marks.length > 0;
     });
+    /* every label inside its plot's box, and no two labels of a plot on top of one another */
+    var clipped = [], overlaps = [];
+    plots.forEach(function (plot) {
+      var box = plot.getBoundingClientRect();
+      var texts = Array.prototype.slice.call(plot.querySelectorAll("text")).map(function (t) {
+        return {text: t.textContent, r: t.getBoundingClientRect()};
+      });
+      texts.forEach(function (t, i) {
+        if (t.r.left < box.left - 1 || t.r.right > box.right + 1 || t.r.top < box.top - 1 || t.r.bottom > box.bottom + 1) {
+          clipped.push(plot.id + ": " + t.text);
+        }
+        texts.slice(i + 1).forEach(function (u) {
+          var w = Math.min(t.r.right, u.r.right) - Math.max(t.r.left, u.r.left);
+          var h = Math.min(t.r.bottom, u.r.bottom) - Math.max(t.r.top, u.r.top);
+          if (w > 1 && h > 3) { overlaps.push(plot.id + ": " + t.text + " / " + u.text); }
+        });
+      });
+    });
+    var footer = document.querySelector("footer").getBoundingClientRect();
     var out = document.createElement("pre");
     out.id = "kvplan-check";
     out.textContent = JSON.stringify({plots: plots.length, drawn: drawn.map(function (p) { return p.id; }),
-                                      errors: errors, resources: performance.getEntriesByType("resource").length});
+                                      errors: errors, resources: performance.getEntriesByType("resource").length,
+                                      clipped: clipped, overlaps: overlaps,
+                                      height: Math.ceil(document.documentElement.scrollHeight),
+                                      footer_bottom: Math.ceil(footer.bottom + window.scrollY)});
     document.body.appendChild(out);
   });
 })();
@@ -288,7 +358,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-@pytest.mark.parametrize("which", ["ablation", "grid"])
+@pytest.mark.parametrize("which", ["ablation", "grid", "size"])
 def test_chromium_draws_every_plot_without_errors(files, tmp_path, which):
     page = tmp_path / "report.html"
     text = report(files[which], page)
@@ -297,9 +367,14 @@ def test_chromium_draws_every_plot_without_errors(files, tmp_path, which):
     assert found["resources"] == 0                              # nothing fetched: the page is all there is
     assert found["plots"] == text.count('<svg class="plot"') > 0
     assert found["drawn"] == [f"fig-{i}" for i in range(1, found["plots"] + 1)]
+    assert found["clipped"] == [], "labels cut off at a plot's edge"
+    assert found["overlaps"] == [], "labels drawn over one another"
 
+    # the whole page in one screenshot, footer included: nothing is cut at the bottom
     shot = tmp_path / "report.png"
-    result = chromium("--window-size=1280,2400", f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "profile")
+    height = found["height"]
+    result = chromium(f"--window-size=1280,{height}", f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "profile")
     assert shot.exists(), result.stderr[-2000:]
-    assert png_size(shot) == (1280, 2400)
+    assert png_size(shot) == (1280, height)
+    assert found["footer_bottom"] <= height
     assert shot.stat().st_size > 60_000, "the screenshot is nearly blank"

@@ -88,29 +88,37 @@ def _result_parts(res: SimResult, ids: Ids, *, detail: bool) -> list[Part]:
     latency = Part("Latency", "Time to first token (TTFT) and time per output token (TPOT) of every request.",
                    figures=[fig.latency_cdf(ids, "ttft", one, what="this run"),
                             fig.latency_cdf(ids, "tpot", one, what="this run")])
-    kv = Part("Where the KV came from", figures=[fig.kv_sources(ids, one, what="run"), fig.hit_ratios(ids, res),
-                                                 fig.tier_bytes(ids, res)])
-    links = Part("Links", figures=[f for f in (fig.link_utilisation(ids, res), fig.link_bytes(ids, res)) if f])
+    kv = Part("Where the KV came from", figures=_drawn(fig.kv_sources(ids, one, what="run"),
+                                                       fig.lmcache_shares(ids, one, what="run"),
+                                                       fig.hit_ratios(ids, res), fig.tier_bytes(ids, res)))
+    links = Part("Links", figures=_drawn(fig.link_utilisation(ids, res), fig.link_bytes(ids, res)))
     time = Part("Over time", figures=[fig.block_utilisation(ids, res), fig.tier_fill(ids, res)])
     return [summary, latency, kv, links, time]
+
+
+def _drawn(*figures: Figure | None) -> list[Figure]:
+    """The figures there is something to draw for, in order."""
+    return [f for f in figures if f is not None]
 
 
 def _seeds_part(results: list[SimResult], ids: Ids) -> Part:
     runs = [(f"seed {r.seed}", r) for r in results]
     return Part("Across seeds", "The same spec run with each seed: the spread is the run-to-run noise.",
                 tables=[seeds_section(results)],
-                figures=[fig.latency_cdf(ids, "ttft", runs, what="seed"), fig.latency_cdf(ids, "tpot", runs, what="seed"),
-                         fig.kv_sources(ids, runs, what="seed")])
+                figures=_drawn(fig.latency_cdf(ids, "ttft", runs, what="seed"),
+                               fig.latency_cdf(ids, "tpot", runs, what="seed"), fig.kv_sources(ids, runs, what="seed"),
+                               fig.lmcache_shares(ids, runs, what="seed")))
 
 
 def _ablation_part(ablation: list[tuple[str, SimResult]], ids: Ids) -> Part:
     return Part("Ablation", "The same workload and seed with the cache hierarchy built up one tier at a time: "
                             "each row adds one tier to the row above.",
                 tables=[ablation_section(ablation)],
-                figures=[fig.latency_cdf(ids, "ttft", ablation, what="setup"),
-                         fig.latency_bars(ids, ablation, "ttft", what="setup"),
-                         fig.latency_cdf(ids, "tpot", ablation, what="setup"),
-                         fig.kv_sources(ids, ablation, what="setup")])
+                figures=_drawn(fig.latency_cdf(ids, "ttft", ablation, what="setup"),
+                               fig.latency_bars(ids, ablation, "ttft", what="setup"),
+                               fig.latency_cdf(ids, "tpot", ablation, what="setup"),
+                               fig.kv_sources(ids, ablation, what="setup"),
+                               fig.lmcache_shares(ids, ablation, what="setup")))
 
 
 def _cost_part(cost: Any, ids: Ids) -> Part:
@@ -118,7 +126,7 @@ def _cost_part(cost: Any, ids: Ids) -> Part:
 
     return Part("Cost", "What the topology costs per hour (rented accelerators plus amortised hardware for the "
                         "KV tiers) and per million tokens at the simulated throughput.",
-                tables=[cost_section(cost)], figures=[fig.cost_breakdown(ids, cost)])
+                tables=[cost_section(cost)], figures=_drawn(fig.cost_breakdown(ids, cost), fig.kv_tier_cost(ids, cost)))
 
 
 def _sweep_document(data: ReportInput, ids: Ids) -> Document:

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..sim.result import SimResult
-from . import svg
+from . import scatter, svg
 
 TIER_COLOURS = {"hbm": "#0072B2", "ddr": "#009E73", "nvme": "#E69F00", "ceph": "#CC79A7", "recomputed": "#D55E00"}
 CDF_POINTS = 400
@@ -118,6 +118,28 @@ def kv_sources(ids: Ids, runs: Sequence[tuple[str, SimResult]], *, what: str) ->
                   f"add up to 100 %.")
 
 
+LMCACHE_TIERS = ("ddr", "nvme", "ceph")
+
+
+def lmcache_shares(ids: Ids, runs: Sequence[tuple[str, SimResult]], *, what: str) -> Figure | None:
+    """The LMCache tiers' shares of the prompt tokens on their own scale: next to hbm and recomputation they are
+    often slivers, and they are the tiers being sized. None when no LMCache tier served anything."""
+    names = [n for n in LMCACHE_TIERS if any(t.name == n for _, res in runs for t in res.tiers)]
+    shares = [dict(_sources(res)) for _, res in runs]
+    if not any(s.get(n, 0.0) > 0 for s in shares for n in names):
+        return None
+    bars = [svg.Bars(name, [s.get(n, 0.0) for n in names], svg.colour(i)) for i, (name, s) in
+            enumerate(zip([name for name, _ in runs], shares))]
+    if len(runs) == 1:
+        bars = [svg.Bars("share", bars[0].values, TIER_COLOURS["ddr"])]
+    title = "Prompt tokens served by each LMCache tier"
+    ident = ids()
+    chart = svg.bar_chart(ident, title, names, bars, value_label="share of prompt tokens", value_format=svg.fmt_share,
+                          desc="Share of all prompt tokens whose KV each LMCache tier supplied, on its own scale.")
+    return Figure(ident, title, chart, f"The LMCache rows of the bar on the left, on a scale of their own"
+                                       f"{'' if len(runs) == 1 else f', one bar per {what}'}.")
+
+
 def hit_ratios(ids: Ids, res: SimResult) -> Figure:
     """Token and chunk hit ratio per tier."""
     tiers = [t for t in res.tiers]
@@ -159,7 +181,7 @@ def link_bytes(ids: Ids, res: SimResult) -> Figure | None:
     ident = ids()
     chart = svg.bar_chart(ident, title, [link.name for link in links],
                           [svg.Bars("bytes", [link.work for link in links], svg.colour(2))],
-                          value_label="bytes moved", value_format=svg.fmt_bytes_tick,
+                          value_label="bytes moved", value_format=svg.fmt_bytes,
                           desc="Bytes each bandwidth link carried during the run.")
     return Figure(ident, title, chart,
                   "Bandwidth links only: NVMe drives and OSDs are modelled in device time (see utilisation).")
@@ -172,7 +194,7 @@ def tier_bytes(ids: Ids, res: SimResult) -> Figure:
     chart = svg.bar_chart(ident, title, [t.name for t in tiers],
                           [svg.Bars("read", [float(t.bytes_read) for t in tiers], svg.colour(0)),
                            svg.Bars("written (incl. promotions)", [float(t.bytes_written) for t in tiers], svg.colour(1))],
-                          value_label="bytes", value_format=svg.fmt_bytes_tick,
+                          value_label="bytes", value_format=svg.fmt_bytes,
                           desc="Bytes moved out of (read) and into (written) every tier.")
     return Figure(ident, title, chart, "Reads serve prompt KV; writes include stores and promotions.")
 
@@ -243,6 +265,23 @@ def cost_breakdown(ids: Ids, cost) -> Figure:
     return Figure(ident, title, chart, caption + ".")
 
 
+def kv_tier_cost(ids: Ids, cost) -> Figure | None:
+    """The KV tiers' lines of the bill on their own scale (next to the accelerators they are slivers); None when
+    the bill has no KV tier with a cost."""
+    lines = [t for t in cost.tiers if t.tier in LMCACHE_TIERS and t.usd_per_hour > 0]
+    if not lines:
+        return None
+    title = "Cost per hour of the KV tiers"
+    ident = ids()
+    chart = svg.bar_chart(ident, title, [t.tier for t in lines],
+                          [svg.Bars("USD per hour", [t.usd_per_hour for t in lines], svg.colour(2))],
+                          value_label="USD per hour", value_format=svg.dollars_telling_apart([0.0] + [t.usd_per_hour for t in lines]),
+                          desc="Hourly cost of each KV tier, on its own scale.")
+    share = sum(t.usd_per_hour for t in lines) / cost.usd_per_hour if cost.usd_per_hour else 0.0
+    return Figure(ident, title, chart, f"The ddr, nvme and ceph lines of the bill on a scale of their own: "
+                                       f"{svg.fmt_share(share)} of the total.")
+
+
 # --- sweeps -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -282,12 +321,16 @@ def sweep_heat_map(ids: Ids, sweep, metric: Metric, cost: Callable | None = None
         return None
     title = f"{metric.label} over {px} and {py}"
     ident = ids()
+    values = [v for row in grid for v in row if v is not None]
+    cells = svg.dollars_telling_apart(values) if metric.format is svg.fmt_dollars else metric.format
+    lo, hi = svg.colour_range(values, metric.format)
     chart = svg.heat_map(ident, title, xs, ys, grid, x_label=px, y_label=py, value_format=metric.format,
-                         lower_is_better=metric.lower_is_better,
+                         cell_format=cells, lower_is_better=metric.lower_is_better, key_label=metric.label,
                          desc=f"{metric.label} (mean over seeds) for every combination of {px} and {py}.")
     return Figure(ident, title, chart,
                   f"Mean over seeds; darker cells are better ({'lower' if metric.lower_is_better else 'higher'} "
-                  f"is better here); grey: no value.")
+                  f"is better here) on a fixed scale from {metric.format(lo)} to {metric.format(hi)}, so cells that "
+                  f"differ little look alike; grey: no value.")
 
 
 def point_label(sweep, point) -> str:
@@ -332,21 +375,31 @@ def pareto(ids: Ids, sweep, cost_per_hour: Callable) -> Figure | None:
     for p in sweep.points:
         c, t = cost_per_hour(p), _stat(p, "ttft_p99")
         if c is not None and t is not None and math.isfinite(c):
-            points.append(svg.Point(c, t[0], point_label(sweep, p)))
+            points.append(scatter.Point(c, t[0], point_label(sweep, p)))
     if not points:
         return None
     title = "Cost against p99 TTFT: the Pareto frontier"
     ident = ids()
-    chart = svg.scatter_frontier(ident, title, points, x_label="cost ($/h)", y_label="TTFT p99",
-                                 x_format=svg.fmt_dollars, y_format=svg.fmt_seconds,
-                                 desc="Every sweep point's cost per hour against its p99 TTFT; the frontier joins "
-                                      "the points no other point beats on both.")
-    frontier = svg.pareto_frontier(points)
-    return Figure(ident, title, chart,
-                  f"{len(points)} points; {len(frontier)} on the frontier (lower-left is better): "
-                  + "; ".join(p.label for p in frontier) + ".")
+    targets = {p.slo.get("ttft_p99") for p in sweep.points}
+    slo = targets.pop() if len(targets) == 1 else None
+    marks = [(slo, f"SLO: TTFT p99 {svg.fmt_seconds(slo)}")] if slo is not None else []
+    chart, unlabelled = scatter.scatter_frontier(
+        ident, title, points, x_label="cost ($/h)", y_label="TTFT p99",
+        x_format=svg.dollars_telling_apart([p.x for p in points]), y_format=svg.fmt_seconds, y_marks=marks,
+        desc="Every sweep point's cost per hour against its p99 TTFT; the frontier joins the points no other point "
+             "beats on both.")
+    frontier = scatter.pareto_frontier(points)
+    caption = (f"{len(points)} points; {len(frontier)} on the frontier (lower-left is better): "
+               + "; ".join(p.label for p in frontier) + ".")
+    if marks:
+        caption += " Dashed: the spec's SLO target; points above it miss it."
+    elif len(targets) > 1:
+        caption += " The points have different TTFT p99 targets, so no SLO line is drawn."
+    if unlabelled:
+        caption += f" {unlabelled} point label(s) did not fit; hover a point for its label."
+    return Figure(ident, title, chart, caption)
 
 
 __all__ = ["Figure", "Ids", "cdf", "latency_cdf", "kv_sources", "hit_ratios", "link_utilisation", "link_bytes",
            "tier_bytes", "block_utilisation", "tier_fill", "latency_bars", "SWEEP_METRICS", "sweep_heat_map",
-           "sweep_line", "pareto", "point_cost", "cost_breakdown"]
+           "sweep_line", "pareto", "point_cost", "cost_breakdown", "kv_tier_cost", "lmcache_shares"]

@@ -8,6 +8,8 @@ their cost.
 
 from __future__ import annotations
 
+import math
+
 from rich import box
 from rich.table import Table
 from rich.text import Text
@@ -39,6 +41,9 @@ def usd(x: float | None) -> str:
 
 
 def _tick_usd(x: float) -> str:
+    """A log axis's dollar ticks, down to the smallest power of ten ($0.0000001): a tick is a value, not a bound."""
+    if 0 < x < 1e-6:
+        return f"${x:.{-math.floor(math.log10(x) + 1e-9)}f}"
     return "$" + usd(x)
 
 
@@ -147,7 +152,7 @@ def curve_figure(ids: Ids, t: TierSize) -> Figure:
     title = f"{t.tier}: hit ratio against capacity"
     ident = ids()
     chart = svg.line_chart(ident, title, series, x_label=f"capacity ({t.unit}s of {t.unit_tokens} tokens, as bytes)",
-                           y_label="share of prompt tokens hit", x_format=svg.fmt_bytes_tick, y_format=svg.fmt_share,
+                           y_label="share of prompt tokens hit", x_format=svg.fmt_bytes, y_format=svg.fmt_share,
                            x_log=True, colours=colours, marks=marks,
                            desc=f"Hit ratio of the {t.tier} tier as the only cache, against its capacity.")
     how = ("Exact at every capacity (LRU stack distances); drawn through "
