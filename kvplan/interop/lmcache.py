@@ -1,0 +1,140 @@
+"""LMCache's own configs folded into an imported spec: an engine config (LMCACHE_CONFIG_FILE's YAML, in-process
+mode, sizes in GB per GPU) and an `lmcache server ...` command line (MP mode: the L1 tier, the fs_native L2 adapter,
+chunk size, port and policies)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from ..deploy.stack import MP_POLICY
+from ..errors import Problem, SpecError
+from .imported import Imported, read_int
+
+LMCACHE_KEYS = {"chunk_size": "chunk_size", "save_decode_cache": "save_decode_cache",
+                "save_unfull_chunk": "save_unfull_chunk", "min_retrieve_tokens": "min_retrieve_tokens"}
+"""LMCache engine config keys -> the lmcache field of the same meaning."""
+
+SET_BY_KVPLAN_LMCACHE = {"remote_serde": "kvplan writes naive for its Ceph tier",
+                         "pre_caching_hash_algorithm": "kvplan writes builtin (the hash vLLM and LMCache share)",
+                         "extra_config": "kvplan writes the S3 settings of its own Ceph tier"}
+
+
+def add_lmcache_config(imported: Imported, config: dict[str, Any], source: str) -> None:
+    """Fold an LMCache engine config (LMCACHE_CONFIG_FILE's YAML, sizes in GB per GPU) into the imported spec's
+    lmcache section (in-process mode, as that file configures)."""
+    serving = imported.spec["serving"]
+    ranks = int(serving.get("tensor_parallel", 1))
+    section = imported.spec.setdefault("lmcache", {"mode": "inprocess"})
+    if section.get("mode") == "mp":
+        imported.unmapped.append((source, "an engine config is read by in-process LMCache; the command line's "
+                                          "LMCacheMPConnector runs LMCache as a server, so the file is not used"))
+        return
+    section["mode"] = "inprocess"
+    policy = config.get("cache_policy", "LRU")
+    for key, value in config.items():
+        where = f"{source}: {key}"
+        if key in LMCACHE_KEYS:
+            section[LMCACHE_KEYS[key]] = value
+        elif key in ("local_cpu", "cache_policy", "max_local_disk_size"):
+            continue                                   # read with the tier they belong to
+        elif key == "max_local_cpu_size":
+            if config.get("local_cpu", True):
+                section["ddr"] = {"size": _gib(_gb(value) * ranks), "eviction": policy}
+        elif key == "local_disk":
+            path = str(value)
+            path = path[len("file://"):] if path.startswith("file://") else path
+            size = config.get("max_local_disk_size")
+            if size is None:
+                imported.unmapped.append((where, "no max_local_disk_size: give lmcache.nvme.size"))
+                continue
+            section["nvme"] = {"size": _gib(_gb(size) * ranks), "path": path.rstrip("/") or "/", "eviction": policy}
+        elif key == "remote_url":
+            imported.unmapped.append((f"{where} {value}", "a remote tier is a Ceph cluster kvplan deploys or adopts: "
+                                                          "add lmcache.ceph and a ceph: section by hand"))
+        elif key in SET_BY_KVPLAN_LMCACHE:
+            imported.unmapped.append((where, SET_BY_KVPLAN_LMCACHE[key]))
+        else:
+            imported.unmapped.append((where, "kvplan has no setting for it"))
+
+
+def _gib(gb: float) -> str:
+    """LMCache's GB are GiB (2^30 bytes); as a spec size, to the byte."""
+    return f"{round(gb * 2 ** 30)}B"
+
+
+def _gb(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise SpecError([Problem("--lmcache", f"size {value!r} is not a number of GB", value,
+                                 fix="write sizes as LMCache reads them, in GB (max_local_cpu_size: 5.0)")]) from None
+
+
+SERVER_SET_BY_KVPLAN = {"--host", "--http-host", "--http-port", "--disable-metrics", "--supported-transfer-mode",
+                        "--shm-name"}
+"""`lmcache server` flags kvplan's deployment writes itself."""
+
+MP_POLICIES = {server: ours for ours, server in MP_POLICY.items()}
+"""LMCache MP server policy -> kvplan's name, where they differ."""
+
+
+def add_lmcache_server(imported: Imported, command: str) -> None:
+    """Fold an `lmcache server ...` command line (MP mode: one server per node) into the imported spec."""
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise SpecError([Problem("--lmcache-server", f"cannot split the command line: {exc}",
+                                 fix="quote the whole command once: --lmcache-server \"lmcache server --l1-size-gb 64\"")]) from None
+    if "server" in words:
+        words = words[words.index("server") + 1:]
+    section = imported.spec.setdefault("lmcache", {"mode": "mp"})
+    if section.get("mode") != "mp":
+        imported.unmapped.append(("--lmcache-server", "vLLM's --kv-transfer-config runs LMCache in-process; the server "
+                                                      "is not used"))
+        return
+    ddr: dict[str, Any] = {}
+    pairs = [(w.split("=", 1) + [None])[:2] if w.startswith("--") else (w, None) for w in words]
+    k = 0
+    while k < len(pairs):
+        flag, value = pairs[k]
+        if value is None and flag.startswith("--") and flag != "--disable-metrics" and k + 1 < len(pairs) \
+                and not pairs[k + 1][0].startswith("--"):
+            value, k = pairs[k + 1][0], k + 1
+        k += 1
+        shown = flag if value is None else f"{flag} {value}"
+        if flag == "--l1-size-gb" and value is not None:
+            ddr["size"] = _gib(_gb(value))
+        elif flag == "--eviction-policy" and value is not None:
+            ddr["eviction"] = MP_POLICIES.get(value, value)
+        elif flag == "--chunk-size" and value is not None:
+            section["chunk_size"] = read_int(value)
+        elif flag == "--port" and value is not None:
+            section["port"] = int(value)
+        elif flag == "--l2-adapter" and value is not None:
+            _adapter(section, value, imported.unmapped)
+        elif flag in SERVER_SET_BY_KVPLAN:
+            imported.unmapped.append((shown, "kvplan's deployment sets it"))
+        else:
+            imported.unmapped.append((shown, "kvplan has no setting for it"))
+    if ddr:
+        section["ddr"] = {"eviction": "LRU", **ddr}
+
+
+def _adapter(section: dict[str, Any], text: str, unmapped: list[tuple[str, str]]) -> None:
+    try:
+        adapter = json.loads(text)
+    except ValueError:
+        unmapped.append((f"--l2-adapter {text}", "not JSON"))
+        return
+    kind = adapter.get("type") if isinstance(adapter, dict) else None
+    if kind == "fs_native" and "max_capacity_gb" in adapter and "base_path" in adapter:
+        policy = (adapter.get("eviction") or {}).get("eviction_policy", "LRU")
+        section["nvme"] = {"size": _gib(_gb(adapter["max_capacity_gb"])), "path": str(adapter["base_path"]),
+                           "eviction": MP_POLICIES.get(policy, policy)}
+    elif kind == "s3":
+        unmapped.append((f"--l2-adapter {text}", "an S3 tier is a Ceph cluster kvplan deploys or adopts: add "
+                                                 "lmcache.ceph and a ceph: section by hand"))
+    else:
+        unmapped.append((f"--l2-adapter {text}", f"adapter type {kind!r}: kvplan deploys fs_native (nvme) and s3 (ceph)"))

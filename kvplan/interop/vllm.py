@@ -1,0 +1,170 @@
+"""A `vllm serve ...` command line as a spec: the model, every serving flag kvplan simulates and deploys
+(`VLLM_FLAGS`, `VLLM_SWITCHES`, --dtype, --quantization), VLLM_CPU_KVCACHE_SPACE, and the LMCache connector of
+--kv-transfer-config; every other flag listed with the reason."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any, Callable
+
+from ..deploy.stack import VLLM_DTYPE
+from ..errors import Problem, SpecError
+from ..spec.serving import QUANTIZATIONS
+from .imported import PLACEHOLDER_WORKLOAD, Imported, read_int
+
+DTYPES = {**{vllm: ours for ours, vllm in VLLM_DTYPE.items()}, "half": "fp16"}
+"""vLLM --dtype -> serving.weights_dtype, the inverse of what the deployment passes (auto and float32 are left to
+the model's own)."""
+
+QUANTIZED_WEIGHTS = {method: dtype for dtype, methods in QUANTIZATIONS.items() for method in methods
+                     if sum(method in ms for ms in QUANTIZATIONS.values()) == 1}
+"""vLLM --quantization -> the one weight precision it serves (compressed-tensors serves either, so it does not say)."""
+
+
+VLLM_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--tensor-parallel-size": ("tensor_parallel", read_int), "-tp": ("tensor_parallel", read_int),
+    "--block-size": ("block_size", read_int),
+    "--gpu-memory-utilization": ("gpu_memory_utilization", float),
+    "--kv-cache-memory-bytes": ("kv_cache_memory", lambda v: f"{read_int(v)}B"),
+    "--max-model-len": ("max_model_len", read_int),
+    "--max-num-seqs": ("max_num_seqs", read_int),
+    "--max-num-batched-tokens": ("max_num_batched_tokens", read_int),
+    "--kv-cache-dtype": ("kv_cache_dtype", str),
+    "--host": ("host", str), "--port": ("port", int),
+}
+"""vLLM flags that take a value -> the serving field it sets and how the value is read."""
+
+VLLM_SWITCHES = {"--enable-prefix-caching": ("prefix_caching", True), "--no-enable-prefix-caching": ("prefix_caching", False),
+                 "--enable-chunked-prefill": ("chunked_prefill", True),
+                 "--no-enable-chunked-prefill": ("chunked_prefill", False)}
+"""vLLM's boolean flags kvplan has a setting for."""
+
+SET_BY_KVPLAN = {"--served-model-name": "kvplan serves the model under its catalog name (the spec's model)",
+                 "--enforce-eager": "kvplan sets it on CPU devices and serves GPUs with CUDA graphs"}
+"""Flags kvplan's deployment writes itself: listed, not imported."""
+
+ENV_SET_BY_KVPLAN = {name: "kvplan's deployment sets it" for name in (
+    "PYTHONHASHSEED", "LMCACHE_CONFIG_FILE", "LMCACHE_TRACK_USAGE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU")}
+"""Environment variables before the command that kvplan's deployment writes itself (VLLM_CPU_KVCACHE_SPACE is
+imported: the KV space of a CPU device)."""
+
+KNOWN_SWITCHES = {"--enforce-eager", "--trust-remote-code", "--disable-log-requests", "--disable-log-stats",
+                  "--enable-log-requests", "--disable-frontend-multiprocessing", "--no-enable-log-requests"}
+"""Boolean flags without a value that kvplan has no setting for (so the next word is not read as their value)."""
+
+
+def from_vllm_command(command: str, gpu: str, name: str = "imported") -> Imported:
+    """The spec of the deployment `command` (`vllm serve MODEL --flag value ...`) starts on `gpu`."""
+    from ..catalog import load_catalog
+
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise SpecError([Problem("--vllm", f"cannot split the command line: {exc}",
+                                 fix="quote the whole command once: --vllm \"vllm serve MODEL --flag value\"")]) from None
+    serving: dict[str, Any] = {"gpu": gpu}
+    lmcache: dict[str, Any] | None = None
+    unmapped: list[tuple[str, str]] = []
+    while words and "=" in words[0] and not words[0].startswith("-"):      # NAME=value before the command
+        variable, value = words.pop(0).split("=", 1)
+        if variable == "VLLM_CPU_KVCACHE_SPACE":
+            serving["kv_cache_memory"] = f"{value}GiB"
+        else:
+            unmapped.append((f"{variable}={value}", ENV_SET_BY_KVPLAN.get(variable, "kvplan has no setting for it")))
+    words = _after_entrypoint(words)
+    model = None
+    i = 0
+    while i < len(words):
+        word = words[i]
+        flag, value = (word.split("=", 1) + [None])[:2] if word.startswith("-") else (word, None)
+        if not word.startswith("-"):
+            if model is None:
+                model = word
+            else:
+                unmapped.append((word, "an extra positional argument; vllm serve takes one model"))
+            i += 1
+            continue
+        takes_value = flag not in VLLM_SWITCHES and flag not in KNOWN_SWITCHES
+        if value is None and takes_value and i + 1 < len(words) and not words[i + 1].startswith("--"):
+            value, i = words[i + 1], i + 1
+        i += 1
+        shown = flag if value is None else f"{flag} {value}"
+        if flag == "--model":
+            model = value
+        elif flag in VLLM_FLAGS and value is not None:
+            key, read = VLLM_FLAGS[flag]
+            try:
+                serving[key] = read(value)
+            except ValueError:
+                unmapped.append((shown, f"'{value}' is not a value kvplan can read for {flag}"))
+        elif flag in VLLM_SWITCHES:
+            key, on = VLLM_SWITCHES[flag]
+            serving[key] = on
+        elif flag == "--dtype" and value is not None:
+            if value in DTYPES:
+                serving["weights_dtype"] = DTYPES[value]
+            elif value != "auto":
+                unmapped.append((shown, "kvplan simulates bf16, fp16, fp8 and int4 weights"))
+        elif flag in ("--quantization", "-q") and value is not None:
+            if value in QUANTIZED_WEIGHTS:
+                serving["quantization"] = value
+                serving["weights_dtype"] = QUANTIZED_WEIGHTS[value]
+            else:
+                unmapped.append((shown, "kvplan cannot tell the weights' precision from it: set serving.quantization "
+                                        "and serving.weights_dtype (fp8 or int4) by hand"))
+        elif flag == "--kv-transfer-config" and value is not None:
+            lmcache = _connector(value, unmapped)
+        elif flag in SET_BY_KVPLAN:
+            unmapped.append((shown, SET_BY_KVPLAN[flag]))
+        else:
+            unmapped.append((shown, "kvplan has no setting for it (it neither simulates nor deploys it)"))
+    if model is None:
+        raise SpecError([Problem("--vllm", "the command names no model",
+                                 fix="give it as vllm serve does: --vllm \"vllm serve meta-llama/Llama-3.1-8B ...\"")])
+    entry = load_catalog().llm(model)
+    if entry is None:
+        raise SpecError([Problem("--vllm", f"the catalog has no model {model!r}", model,
+                                 fix="use a model `kvplan catalog` lists (its Hugging Face id works too), or write "
+                                     "the spec's model: as an inline architecture")])
+    spec: dict[str, Any] = {"name": name, "model": entry.name, "serving": serving}
+    if lmcache is not None:
+        spec["lmcache"] = lmcache
+    spec["workload"] = dict(PLACEHOLDER_WORKLOAD)
+    return Imported(spec, unmapped)
+
+
+def _after_entrypoint(words: list[str]) -> list[str]:
+    """The arguments after `vllm serve` (or `python -m vllm.entrypoints.openai.api_server`)."""
+    for k, word in enumerate(words):
+        if word == "serve" and k > 0 and words[k - 1].endswith("vllm"):
+            return words[k + 1:]
+        if word == "vllm.entrypoints.openai.api_server":
+            return words[k + 1:]
+    return words[1:] if words and words[0].endswith("vllm") else words
+
+
+def _connector(text: str, unmapped: list[tuple[str, str]]) -> dict[str, Any] | None:
+    """--kv-transfer-config -> the lmcache section of its connector (None for another connector)."""
+    try:
+        config = json.loads(text)
+    except ValueError:
+        unmapped.append((f"--kv-transfer-config {text}", "not JSON"))
+        return None
+    connector = config.get("kv_connector") if isinstance(config, dict) else None
+    extra = config.get("kv_connector_extra_config") or {} if isinstance(config, dict) else {}
+    if connector == "LMCacheConnectorV1":
+        return {"mode": "inprocess"}
+    if connector == "LMCacheMPConnector":
+        section: dict[str, Any] = {"mode": "mp"}
+        if "lmcache.mp.port" in extra:
+            section["port"] = int(extra["lmcache.mp.port"])
+        if extra.get("lmcache.mp.save_decode_cache"):
+            section["save_decode_cache"] = True
+        for key in sorted(set(extra) - {"lmcache.mp.port", "lmcache.mp.save_decode_cache", "lmcache.mp.host"}):
+            unmapped.append((f"kv_connector_extra_config.{key}", "kvplan has no setting for it"))
+        return section
+    unmapped.append((f"--kv-transfer-config {text}", f"connector {connector!r}: kvplan deploys LMCache's "
+                                                      "(LMCacheConnectorV1 or LMCacheMPConnector)"))
+    return None
