@@ -250,8 +250,9 @@ def bar_chart(ident: str, title: str, categories: Sequence[str], series: Sequenc
             v = s.values[i]
             if not math.isfinite(v) or v <= 0:
                 if not stacked and v == 0:      # say it is nothing, not missing
-                    parts.append(text_at(x.a + 4, row_top + j * bar_px + min(bar_px - 1, 14) / 2 + 3.5, value_format(0.0),
-                                       anchor="start", size=10, cls="value", fill="#333"))
+                    baseline = row_top + j * bar_px + min(bar_px - 1, 14) / 2 + 3.5
+                    parts.append(text_at(x.a + 4, baseline, value_format(0.0), anchor="start", size=10, cls="value",
+                                         fill="#333"))
                 continue
             x0 = x(offset) if stacked else x.a
             x1 = x(offset + v) if stacked else x(v)

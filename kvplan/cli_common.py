@@ -1,0 +1,67 @@
+"""What every kvplan command module shares: the app's help options, the output conventions (--json and
+--out - print the result itself on stdout, a file gets a line on stderr), the option help texts,
+spec warnings and a progress bar that only long runs show."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from .console import err, styled
+
+HELP = {"help_option_names": ["-h", "--help"]}
+
+STDOUT = "-"
+"""--out - (and --csv -): write to standard output instead of a file."""
+
+JSON_HELP = "Print the result as JSON on stdout instead of tables (the same JSON --out writes)."
+STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR, else $XDG_STATE_HOME/kvplan, "
+              "~/.local/state/kvplan).")
+CACHE_HELP = "Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else ~/.cache/kvplan)."
+
+
+def emit(data: str, out_file: str | None, as_json: bool, what: str) -> None:
+    """`data` (JSON or CSV text, ending in a newline) on stdout for --json or --out - (the caller then prints no
+    tables), and into the file --out names."""
+    from pathlib import Path
+
+    if as_json or out_file == STDOUT:
+        typer.echo(data, nl=False)
+    if out_file and out_file != STDOUT:
+        Path(out_file).write_text(data)
+        err.print(f"{what} written to {out_file}")
+
+
+def print_warnings(warnings: list, console: Console) -> None:
+    """Print warnings (Problems that do not make the input invalid)."""
+    for problem in warnings:
+        console.print(styled(("warning:", "bold yellow"), " ", problem.render()))
+
+
+class ProgressBar:
+    """A progress bar that appears only when a run lasts more than a couple of seconds."""
+
+    DELAY_S = 2.0
+
+    def __enter__(self):
+        import time
+
+        self._start, self._bar, self._task = time.monotonic(), None, None
+        return self._update
+
+    def _update(self, fraction: float) -> None:
+        import time
+
+        if self._bar is None:
+            if time.monotonic() - self._start < self.DELAY_S or not err.is_terminal:
+                return
+            from rich.progress import Progress
+
+            self._bar = Progress(console=err, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("simulating", total=1.0)
+        self._bar.update(self._task, completed=fraction)
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
