@@ -14,9 +14,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..units import SIZE_UNITS
+
 Format = Callable[[float], str]
 
-BINARY_UNITS = (("PiB", 2 ** 50), ("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10))
+BINARY_UNITS = sorted(((unit, size) for unit, size in SIZE_UNITS.items() if unit.endswith("iB")), key=lambda u: -u[1])
+"""The binary units of a spec size, largest first (PiB ... KiB)."""
 
 
 def nice_step(span: float, count: int = 5) -> float:

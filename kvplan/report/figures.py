@@ -277,7 +277,7 @@ def kv_tier_cost(ids: Ids, cost) -> Figure | None:
     chart = svg.bar_chart(ident, title, [t.tier for t in lines], [svg.Bars("USD per hour", usd, svg.colour(2))],
                           value_label="USD per hour", value_format=svg.dollars_telling_apart([0.0, *usd]),
                           desc="Hourly cost of each KV tier, on its own scale.")
-    share = sum(t.usd_per_hour for t in lines) / cost.usd_per_hour if cost.usd_per_hour else 0.0
+    share = sum(usd) / cost.usd_per_hour if cost.usd_per_hour else 0.0
     return Figure(ident, title, chart, f"The ddr, nvme and ceph lines of the bill on a scale of their own: "
                                        f"{svg.fmt_share(share)} of the total.")
 

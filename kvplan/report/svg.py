@@ -19,11 +19,10 @@ from html import escape
 from typing import Sequence
 
 from .axis import (Format, Scale, dollars_telling_apart, fmt_bytes, fmt_dollars, fmt_plain, fmt_seconds, fmt_share,
-                   label_px, nice_step, scale_for)
+                   label_px, scale_for)
 
 WIDTH, HEIGHT = 640, 340
 FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif"
-CHAR_PX = 6.4                      # rough width of one 11 px character, for legends and margins
 GAP_PX = 8                         # the least room between two tick labels
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 """Okabe and Ito's colour-blind safe palette."""
@@ -101,7 +100,7 @@ def legend(items: list[tuple[str, str]], left: float, top: float, right: float, 
     parts = ['<g class="legend" font-size="11" fill="#333">']
     x, y = left, top
     for i, (label, fill) in enumerate(items):
-        width = 22 + CHAR_PX * len(label) + 14
+        width = 22 + label_px(label) + 14
         if x + width > right and x > left:
             x, y = left, y + 16
         if boxes:
@@ -119,7 +118,7 @@ def legend(items: list[tuple[str, str]], left: float, top: float, right: float, 
 def _legend_rows(labels: Sequence[str], left: float, right: float) -> int:
     rows, x = 1, left
     for label in labels:
-        width = 22 + CHAR_PX * len(label) + 14
+        width = 22 + label_px(label) + 14
         if x + width > right and x > left:
             rows, x = rows + 1, left
         x += width
@@ -214,7 +213,7 @@ def bar_chart(ident: str, title: str, categories: Sequence[str], series: Sequenc
     `stacked` into one bar."""
     colours = [s.colour or colour(i) for i, s in enumerate(series)]
     keyed = len(series) > 1
-    label_w = min(200, 12 + CHAR_PX * max((len(c) for c in categories), default=4))
+    label_w = min(200, 12 + max((label_px(c) for c in categories), default=label_px('name')))
     left = max(70, label_w)
     top = 14 + (16 * _legend_rows([s.label for s in series], left, WIDTH - 24) if keyed else 0)
     per_row = 1 if stacked else len(series)
@@ -306,7 +305,7 @@ def heat_map(ident: str, title: str, x_labels: Sequence[str], y_labels: Sequence
     """
     cell_format = cell_format or value_format
     lo, hi = colour_range([v for row in values for v in row], value_format)
-    label_w = max(70, 24 + CHAR_PX * max((len(s) for s in y_labels), default=4))
+    label_w = max(70, 24 + max((label_px(s) for s in y_labels), default=label_px('name')))
     left, right, top, bottom = label_w, WIDTH - 110, 30 if key_label else 14, HEIGHT - 52
     cw, ch = (right - left) / max(1, len(x_labels)), (bottom - top) / max(1, len(y_labels))
 
@@ -343,7 +342,7 @@ def heat_map(ident: str, title: str, x_labels: Sequence[str], y_labels: Sequence
         ky = top + i * (bottom - top) / steps
         parts.append(f'<rect x="{coord(kx)}" y="{coord(ky)}" width="14" height="{coord((bottom - top) / steps + 0.5)}" '
                      f'fill="{ramp(i / (steps - 1))}"/>')
-    key = Scale(lo, hi, 0, 1, binary=value_format is fmt_bytes)
+    key = scale_for(value_format, [], 0, 1, lo=lo, hi=hi)
     for t in key.ticks():
         ky = top + badness(t) * (bottom - top)
         parts.append(f'<line x1="{coord(kx + 14)}" y1="{coord(ky)}" x2="{coord(kx + 18)}" y2="{coord(ky)}" stroke="#555"/>')
@@ -355,4 +354,4 @@ def heat_map(ident: str, title: str, x_labels: Sequence[str], y_labels: Sequence
 
 
 __all__ = ["Bars", "Scale", "Series", "bar_chart", "colour", "colour_range", "dollars_telling_apart", "fmt_bytes",
-           "fmt_dollars", "fmt_plain", "fmt_seconds", "fmt_share", "heat_map", "line_chart", "nice_step"]
+           "fmt_dollars", "fmt_plain", "fmt_seconds", "fmt_share", "heat_map", "line_chart"]
