@@ -69,9 +69,7 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
                                                                   "for this run; reuse one to replay the same tokens)."),
           timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds a request may go without data."),
           api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
-                                                help=API_KEY_HELP),
-          lmcache_log: str = typer.Option("/var/log/kvplan/lmcache-server.log", "--lmcache-log",
-                                          help="The LMCache server's log on this host (for hits per tier).")) -> None:
+                                                help=API_KEY_HELP)) -> None:
     """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""
     from .live.bench import BenchError, new_salt
     from .live.runner import bench as run_bench, default_run_dir
@@ -90,7 +88,7 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
 
     try:
         run = run_bench(resolved, read_text(spec), targets, directory, salt=new_salt() if salt is None else salt,
-                        seed=seed, timeout=timeout, lmcache_log=Path(lmcache_log), progress=progress, router=via)
+                        seed=seed, timeout=timeout, progress=progress, router=via)
     except BenchError as exc:
         err.print(styled(("bench failed:", "bold red"), " ", exc.render()))
         raise typer.Exit(EXIT_LIVE)
@@ -133,8 +131,6 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
             target: List[str] = typer.Option(..., "--target", help="vLLM's endpoint(s), e.g. http://127.0.0.1:8000."),
             lmcache_url: Optional[str] = typer.Option(None, "--lmcache-url", help="LMCache's HTTP API (default: the spec's "
                                                                                   "monitoring.metrics_address, port lmcache.port + 1)."),
-            lmcache_log: str = typer.Option("/var/log/kvplan/lmcache-server.log", "--lmcache-log",
-                                            help="The LMCache server's log on this host."),
             no_ceph: bool = typer.Option(False, "--no-ceph", help="Do not read Ceph (this host is not a Ceph admin host)."),
             timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds each component may take to answer."),
             api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
@@ -144,10 +140,8 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
     from .live.observe import snapshot
 
     _, resolved, _ = _spec(spec)
-    log = Path(lmcache_log)
     lmcache = _targets([lmcache_url])[0] if lmcache_url else None
-    snap = snapshot(resolved, _targets(target, api_key), lmcache=lmcache, lmcache_log=log if log.is_file() else None,
-                    ceph=not no_ceph, timeout=timeout)
+    snap = snapshot(resolved, _targets(target, api_key), lmcache=lmcache, ceph=not no_ceph, timeout=timeout)
     if as_json:
         out.print_json(snap.model_dump_json())
     else:

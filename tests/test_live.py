@@ -41,7 +41,7 @@ from kvplan.live.bench import Bench, BenchError, Outcome, Target, check_target
 from kvplan.live.calibrate import bounded_least_absolute, fit
 from kvplan.spec.profile import Profile, apply_profile, read_profile, write_profile
 from kvplan.live.compare import Row, check_same_spec, rows
-from kvplan.live.observe import Component, Snapshot, observe_vllm, parse_metrics, read_lmcache_log, snapshot
+from kvplan.live.observe import Component, Snapshot, observe_vllm, parse_lmcache_metrics, parse_metrics, snapshot
 from kvplan.live.observed import BenchRun, columns, derive, read_run, write_run
 from kvplan.live.runner import bench as run_bench
 from kvplan.live.tokens import FIRST_ORDINARY_TOKEN, output_identity, prompt_tokens, run_tokens
@@ -713,38 +713,84 @@ def test_metrics_that_are_not_prometheus_text_mark_vllm_down_with_the_reason():
         parse_metrics('vllm:request_success_total{finished_reason="length"} not-a-number\n')
 
 
-LMCACHE_LOG = """\
-[2026-11-29 19:43:12,001] LMCache INFO: Starting LMCache MP server on 127.0.0.1:5555
-[2026-11-29 19:43:13,766] LMCache INFO: Prefetch request completed (L1+L2): 5/7 retained keys (5 L1, 0 L2) in 4.6 ms (external_request_id=cmpl-x, prefetch_request_id=19)
-[2026-11-29 19:43:13,770] LMCache INFO: Stored 256 tokens in 0.002 seconds
+LMCACHE_METRICS = """\
+# HELP lmcache_mp_event_bus_queue_depth Events waiting in the bus
+# TYPE lmcache_mp_event_bus_queue_depth gauge
+lmcache_mp_event_bus_queue_depth{otel_scope_name="lmcache.event_bus",otel_scope_schema_url="",otel_scope_version=""} 0.0
+# HELP lmcache_mp_lookup_requested_tokens_total Total tokens submitted for lookup
+# TYPE lmcache_mp_lookup_requested_tokens_total counter
+lmcache_mp_lookup_requested_tokens_total{cache_salt="a",model_name="m",otel_scope_name="lmcache.lookup"} 1024.0
+lmcache_mp_lookup_requested_tokens_total{cache_salt="b}",model_name="m",otel_scope_name="lmcache.lookup"} 512.0
+# HELP lmcache_mp_lookup_hit_tokens_total Total tokens found in L1+L2 during lookup
+# TYPE lmcache_mp_lookup_hit_tokens_total counter
+lmcache_mp_lookup_hit_tokens_total{cache_salt="a",model_name="m",otel_scope_name="lmcache.lookup"} 768.0
+lmcache_mp_lookup_hit_tokens_total{cache_salt="b}",model_name="m",otel_scope_name="lmcache.lookup"} 256.0
+# HELP lmcache_mp_lookup_hit_l1_tokens_total Of lookup_hit: tokens served from objects L1 already held
+# TYPE lmcache_mp_lookup_hit_l1_tokens_total counter
+lmcache_mp_lookup_hit_l1_tokens_total{cache_salt="a",model_name="m",otel_scope_name="lmcache.lookup"} 512.0
+lmcache_mp_lookup_hit_l1_tokens_total{cache_salt="b}",model_name="m",otel_scope_name="lmcache.lookup"} 256.0
+# HELP lmcache_mp_lookup_hit_l2_tokens_total Of lookup_hit: tokens L2 added beyond the L1-servable prefix
+# TYPE lmcache_mp_lookup_hit_l2_tokens_total counter
+lmcache_mp_lookup_hit_l2_tokens_total{cache_salt="a",model_name="m",otel_scope_name="lmcache.lookup"} 256.0
 """
-LMCACHE_LOG_MORE = """\
-[2026-11-29 19:43:14,101] LMCache INFO: Prefetch request completed (L1+L2): 3/4 retained keys (1 L1, 2 L2) in 9.1 ms (external_request_id=cmpl-y, prefetch_request_id=20)
-[2026-11-29 19:43:14,120] LMCache INFO: Stored 512 tokens in 0.004 seconds
-[2026-11-29 19:43:14,121] LMCache INFO: Stored 128 tokens in 0.001 seconds
-"""
+"""A scrape of the MP server, as its OTel exporter writes it (a label value holding `}` included)."""
 
 
-def test_read_lmcache_log_counts_lookups_and_stores_after_the_offset(tmp_path):
-    log = tmp_path / "lmcache-server.log"
-    log.write_text(LMCACHE_LOG)
-    first = read_lmcache_log(log)
-    assert first == {"lookups_hit": 1, "retained_keys": 5, "l1_keys": 5, "l2_keys": 0, "stored_tokens": 256,
-                     "log_offset": float(len(LMCACHE_LOG.encode()))}
-    with log.open("a") as f:
-        f.write(LMCACHE_LOG_MORE)
-    later = read_lmcache_log(log, int(first["log_offset"]))       # only the lines written since
-    assert later == {"lookups_hit": 1, "retained_keys": 3, "l1_keys": 1, "l2_keys": 2, "stored_tokens": 640,
-                     "log_offset": float(log.stat().st_size)}
+def test_lmcache_metrics_add_up_over_label_sets_and_count_an_unseen_counter_as_zero():
+    counts = parse_lmcache_metrics(LMCACHE_METRICS)
+    assert counts == {"lookup_requested_tokens": 1536, "lookup_hit_tokens": 1024, "l1_hit_tokens": 768,
+                      "l2_hit_tokens": 256, "l2_stored_chunks": 0}
 
 
-def test_read_lmcache_log_restarts_at_zero_when_the_log_was_rotated(tmp_path):
-    """An offset past the end means the log was rewritten: count it all rather than nothing."""
-    log = tmp_path / "lmcache-server.log"
-    log.write_text(LMCACHE_LOG_MORE)
-    counts = read_lmcache_log(log, 10 * log.stat().st_size)
-    assert counts["lookups_hit"] == 1 and counts["stored_tokens"] == 640
-    assert counts["log_offset"] == log.stat().st_size
+def test_lmcache_metrics_are_none_when_the_server_exports_none_of_its_own():
+    """A server started with --disable-metrics still answers /metrics, with only Python's process series."""
+    assert parse_lmcache_metrics("# TYPE process_open_fds gauge\nprocess_open_fds 32.0\n") is None
+
+
+class FakeLMCache(ThreadingHTTPServer):
+    """The LMCache MP server's HTTP API as observe reads it: /healthcheck, /status and /metrics."""
+
+    def __init__(self, metrics: str):
+        self.metrics = metrics
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(handler):
+                body = {"/healthcheck": b"ok", "/status": b'{"storage_manager": {"l1_usage": [4096, 1073741824]}}',
+                        "/metrics": self.metrics.encode()}.get(handler.path)
+                handler.send_response(200 if body is not None else 404)
+                handler.end_headers()
+                handler.wfile.write(body or b"")
+
+            def log_message(handler, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def target(self) -> Target:
+        return Target.parse(f"http://127.0.0.1:{self.server_address[1]}")
+
+
+def test_snapshot_reads_lmcache_usage_and_hits_per_tier_from_its_http_api():
+    server = FakeLMCache(LMCACHE_METRICS)
+    try:
+        snap = snapshot(local(PLAIN_BENCH), [], lmcache=server.target(), ceph=False, timeout=5.0)
+    finally:
+        server.shutdown()
+    assert snap.down() == []
+    assert snap.lmcache["l1_used_bytes"] == 4096
+    assert (snap.lmcache["l1_hit_tokens"], snap.lmcache["l2_hit_tokens"]) == (768, 256)
+
+
+def test_snapshot_says_how_to_turn_on_lmcache_metrics_when_the_server_exports_none():
+    server = FakeLMCache("# TYPE process_open_fds gauge\nprocess_open_fds 32.0\n")
+    try:
+        snap = snapshot(local(PLAIN_BENCH), [], lmcache=server.target(), ceph=False, timeout=5.0)
+    finally:
+        server.shutdown()
+    (component,) = snap.components
+    assert component.up and "--disable-metrics" in component.detail and "kvplan deploy" in component.detail
+    assert snap.lmcache == {"l1_used_bytes": 4096}
 
 
 def test_snapshot_reads_vllm_and_reports_an_unreachable_lmcache_as_down():
@@ -753,7 +799,7 @@ def test_snapshot_reads_vllm_and_reports_an_unreachable_lmcache_as_down():
     lmcache = Target.parse(f"http://127.0.0.1:{unused_port()}")
     with fake_vllm() as fake:
         fake.counters.update(prompt=321, generated=12, finished=3)
-        snap = snapshot(r, [fake.target()], lmcache=lmcache, lmcache_log=None, ceph=False, timeout=5.0)
+        snap = snapshot(r, [fake.target()], lmcache=lmcache, ceph=False, timeout=5.0)
     assert snap.vllm[fake.url]["prompt_tokens"] == 321 and snap.vllm[fake.url]["computed_tokens"] == 321
     assert snap.vllm[fake.url]["finished_requests"] == 3
     up = {c.name: c for c in snap.components}
@@ -764,16 +810,14 @@ def test_snapshot_reads_vllm_and_reports_an_unreachable_lmcache_as_down():
     assert snap.lmcache is None and snap.ceph is None
 
 
-def test_snapshot_reports_an_unreachable_vllm_as_down_and_reads_the_lmcache_log(tmp_path):
+def test_snapshot_reports_an_unreachable_vllm_as_down():
     r = local(PLAIN_BENCH)
-    log = tmp_path / "lmcache.log"
-    log.write_text(LMCACHE_LOG)
     port = unused_port()
     snap = snapshot(r, [Target.parse(f"http://127.0.0.1:{port}")], lmcache=Target.parse(f"127.0.0.1:{unused_port()}"),
-                    lmcache_log=log, ceph=False, timeout=5.0)
-    assert snap.vllm == {}
-    assert {c.name for c in snap.down()} >= {f"vllm http://127.0.0.1:{port}"}
-    assert snap.lmcache["l1_keys"] == 5 and snap.lmcache["stored_tokens"] == 256   # the log, though the API is down
+                    ceph=False, timeout=5.0)
+    assert snap.vllm == {} and snap.lmcache is None
+    names = [c.name for c in snap.down()]
+    assert names[0] == f"vllm http://127.0.0.1:{port}" and names[1].startswith("lmcache http://127.0.0.1:")
 
 
 # ---------------------------------------------------------------------------------------------- observed.py
@@ -803,7 +847,7 @@ def test_derive_takes_prompt_sources_from_vllm_deltas_and_latency_from_the_clien
     after = snap(dict(ZERO, prompt_tokens=8000, hbm_tokens=1500, computed_tokens=6500, preemptions=3))
     outs = [outcome(0, sent=0.0, ttft=0.5, tokens=11), outcome(1, sent=1.0, ttft=0.25, tokens=5),
             outcome(2, sent=2.0, ttft=0.0, tokens=0, error="HTTP 500: x"), outcome(3, sent=3.0, ttft=1.0, tokens=1)]
-    o = derive(outs, before, after, chunk_bytes=None)
+    o = derive(outs, before, after, None)
     assert o.served_tokens == {"hbm": 500, "ddr": 0, "nvme": 0, "ceph": 0, "recomputed": 2500}
     assert o.prompt_tokens == 3000 and o.served_share("hbm") == pytest.approx(500 / 3000)
     assert o.tier_split == "exact" and o.preemptions == 2
@@ -816,24 +860,36 @@ def test_derive_takes_prompt_sources_from_vllm_deltas_and_latency_from_the_clien
 
 
 def test_derive_splits_lmcache_tokens_exactly_when_every_hit_was_in_l1():
-    before = snap(dict(ZERO), lmcache={"l1_keys": 10, "l2_keys": 4})
+    before = snap(dict(ZERO), lmcache={"l1_hit_tokens": 2560, "l2_hit_tokens": 1024})
     after = snap(dict(ZERO, prompt_tokens=2000, lmcache_tokens=768, computed_tokens=1232),
-                 lmcache={"l1_keys": 13, "l2_keys": 4})
-    o = derive([], before, after, chunk_bytes=1 << 20)
+                 lmcache={"l1_hit_tokens": 3328, "l2_hit_tokens": 1024})
+    o = derive([], before, after, local().lmcache)
     assert o.served_tokens == {"hbm": 0, "ddr": 768, "nvme": 0, "ceph": 0, "recomputed": 1232}
     assert o.tier_split == "exact"
 
 
+def test_derive_gives_l2_to_the_one_l2_tier_the_spec_has():
+    """LMCache counts L1 and L2 apart; with ceph the only L2 tier, L2's tokens are Ceph's, whatever it read."""
+    lmcache = local().lmcache.model_copy(update={"tiers": [t for t in local().lmcache.tiers if t.name != "nvme"]})
+    after = snap(dict(ZERO, prompt_tokens=3000, lmcache_tokens=1024, computed_tokens=1976),
+                 lmcache={"l1_hit_tokens": 768, "l2_hit_tokens": 256})
+    o = derive([], snap(dict(ZERO), lmcache={"l1_hit_tokens": 0, "l2_hit_tokens": 0}), after, lmcache)
+    assert o.served_tokens == {"hbm": 0, "ddr": 768, "nvme": 0, "ceph": 256, "recomputed": 1976}
+    assert o.tier_split == "exact"
+
+
 def test_derive_splits_l2_hits_between_ceph_and_nvme_by_pool_reads():
-    """L2 chunks that Ceph's pool served = bytes read / chunk bytes; the rest of L2 is the nvme tier."""
-    chunk = 524288
-    before = snap(dict(ZERO), lmcache={"l1_keys": 0, "l2_keys": 0},
+    """With nvme and ceph both behind L1: L2 tokens Ceph's pool served = bytes read / chunk bytes x chunk
+    tokens; the rest of L2 is the nvme tier."""
+    lmcache = local().lmcache
+    chunk = lmcache.chunk_bytes
+    before = snap(dict(ZERO), lmcache={"l1_hit_tokens": 0, "l2_hit_tokens": 0},
                   ceph={"pool_read_bytes": 10 * chunk, "pool_write_bytes": 0, "pool_objects": 5})
     after = snap(dict(ZERO, prompt_tokens=3000, lmcache_tokens=1000, computed_tokens=2000),
-                 lmcache={"l1_keys": 6, "l2_keys": 4},
+                 lmcache={"l1_hit_tokens": 6 * 256, "l2_hit_tokens": 4 * 256},
                  ceph={"pool_read_bytes": 12 * chunk, "pool_write_bytes": 7 * chunk, "pool_objects": 12,
                        "rgw_objects": 12, "osd_apply_latency_ms_max": 3.0})
-    o = derive([], before, after, chunk_bytes=chunk)
+    o = derive([], before, after, lmcache)
     assert o.served_tokens == {"hbm": 0, "ddr": 600, "nvme": 200, "ceph": 200, "recomputed": 2000}
     assert o.tier_split == "proportional"
     assert (o.ceph_bytes_read, o.ceph_bytes_written, o.ceph_objects, o.rgw_objects) == (2 * chunk, 7 * chunk, 12, 12)
@@ -841,14 +897,16 @@ def test_derive_splits_l2_hits_between_ceph_and_nvme_by_pool_reads():
 
 
 def test_derive_keeps_rounding_in_ddr_so_the_tiers_add_up():
-    after = snap(dict(ZERO, prompt_tokens=1000, lmcache_tokens=1000), lmcache={"l1_keys": 1, "l2_keys": 2})
-    o = derive([], snap(dict(ZERO), lmcache={"l1_keys": 0, "l2_keys": 0}), after, chunk_bytes=None)
+    after = snap(dict(ZERO, prompt_tokens=1000, lmcache_tokens=1000), lmcache={"l1_hit_tokens": 1, "l2_hit_tokens": 2},
+                 ceph={"pool_read_bytes": 0})
+    before = snap(dict(ZERO), lmcache={"l1_hit_tokens": 0, "l2_hit_tokens": 0}, ceph={"pool_read_bytes": 0})
+    o = derive([], before, after, local().lmcache)
     assert sum(o.served_tokens.values()) == 1000 and o.served_tokens["nvme"] == 667
 
 
-def test_derive_without_the_lmcache_log_puts_every_lmcache_token_in_ddr_and_says_unknown():
+def test_derive_without_lmcache_counters_puts_every_lmcache_token_in_ddr_and_says_unknown():
     after = snap(dict(ZERO, prompt_tokens=100, lmcache_tokens=40, computed_tokens=60))
-    o = derive([], snap(dict(ZERO)), after, chunk_bytes=None)
+    o = derive([], snap(dict(ZERO)), after, local().lmcache)
     assert o.served_tokens["ddr"] == 40 and o.tier_split == "unknown"
 
 
@@ -909,7 +967,7 @@ def test_runner_bench_writes_a_run_directory_from_a_fake_stack(tmp_path):
     progress: list[tuple] = []
     with fake_vllm() as fake:
         run = run_bench(r, "name: local\n", [fake.target()], tmp_path / "run", salt=SALT, timeout=10.0,
-                        lmcache_log=None, progress=lambda *a: progress.append(a))
+                        progress=lambda *a: progress.append(a))
     assert read_run(tmp_path / "run") == run
     o = run.observed
     assert (o.requests, o.ok, o.failed) == (8, 8, 0)

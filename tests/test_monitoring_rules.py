@@ -82,12 +82,14 @@ def test_promtool_accepts_both_files(written):
 
 
 def test_scrape_config_has_the_rendered_targets(written):
-    _, monitoring, config_dir = written
+    r, monitoring, config_dir = written
     config = yaml.safe_load((config_dir / "prometheus.yml").read_text())
     assert config["global"]["scrape_interval"] == monitoring.monitoring_scrape_interval
     assert config["rule_files"] == [str(config_dir / "kvplan-rules.yml")]
     jobs = {job["job_name"]: [t for sc in job["static_configs"] for t in sc["targets"]] for job in config["scrape_configs"]}
     assert jobs["vllm"] == monitoring.monitoring_vllm_targets
+    assert jobs.get("lmcache", []) == monitoring.monitoring_lmcache_targets
+    assert bool(jobs.get("lmcache")) == (r.lmcache.mode == "mp"), "the MP server exports its own /metrics"
     assert jobs.get("ceph", []) == monitoring.monitoring_ceph_targets
 
 

@@ -140,6 +140,8 @@ class MonitoringVars(SpecModel):
     monitoring_rules: dict[str, Any]
     """Prometheus alert rules file content."""
     monitoring_vllm_targets: list[str]
+    monitoring_lmcache_targets: list[str]
+    """host:port of each GPU host's LMCache MP server HTTP API (its /metrics); empty without one."""
     monitoring_ceph_targets: list[str]
 
 
@@ -164,9 +166,11 @@ def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str], gpu_addresse
     address = dict(zip(gpu_hosts, gpu_addresses or gpu_hosts))
     ports = [f"{address[host]}:{i['port']}" for host, items in instances.items() for i in items]
     workers = [f"http://{p}" for p in ports]
+    mp = r.lmcache is not None and r.lmcache.mode == "mp"
+    lmcache_targets = [f"{address[host]}:{lmcache_http_port(r)}" for host in instances] if mp else []
     return Stack(ceph=_ceph(r, ceph_hosts) if r.ceph else None, lmcache=_lmcache(r) if r.lmcache else None, vllm=_vllm(r),
                  router=_router(r, workers, address[gpu_hosts[0]]), router_host=gpu_hosts[0], warmup=_warmup(r),
-                 monitoring=_monitoring(r, ports, ceph_hosts), instances=instances)
+                 monitoring=_monitoring(r, ports, lmcache_targets, ceph_hosts), instances=instances)
 
 
 def _placement(r: Resolved, gpu_hosts: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -253,7 +257,7 @@ def _eviction(tier: ResolvedTier) -> dict[str, Any]:
 
 
 def lmcache_http_port(r: Resolved) -> int:
-    """Port of the LMCache server's HTTP API (health, status): the one after its RPC port."""
+    """Port of the LMCache server's HTTP API (health, status, its Prometheus /metrics): the one after its RPC port."""
     return r.lmcache.port + 1
 
 
@@ -263,7 +267,7 @@ def server_args(r: Resolved) -> list[str]:
     ddr, nvme, ceph = lm.tier("ddr"), lm.tier("nvme"), lm.tier("ceph")
     args = ["--host", "127.0.0.1", "--port", str(lm.port), "--chunk-size", str(lm.chunk_size),
             "--l1-size-gb", _num(ddr.configured_gb), "--eviction-policy", MP_POLICY.get(ddr.eviction, ddr.eviction),
-            "--http-host", r.monitoring.metrics_address, "--http-port", str(lmcache_http_port(r)), "--disable-metrics"]
+            "--http-host", r.monitoring.metrics_address, "--http-port", str(lmcache_http_port(r))]
     if nvme:
         adapter = {"type": "fs_native", "base_path": lm.nvme_path, "max_capacity_gb": nvme.configured_gb,
                    "eviction": _eviction(nvme)}
@@ -375,12 +379,12 @@ def hit_ratio_expr(r: Resolved) -> str:
     admission (vLLM 0.33 counts preempted ones apart). The simulator's alert watches the same ratio
     (kvplan.sim.run: `cache_hit`). In-process LMCache's own num_hit_tokens / num_requested_tokens count
     only what a retrieve asked for, so that ratio is near 1 whenever anything loads; the MP server's
-    exporter would bind 0.0.0.0, so kvplan runs it with --disable-metrics."""
+    lookup counters see only what reached LMCache, past vLLM's prefix cache."""
     return ("(sum(rate(vllm:prefix_cache_hits_total[5m])) + sum(rate(vllm:external_prefix_cache_hits_total[5m]))) / "
             "sum(rate(vllm:prefix_cache_queries_total[5m]))")
 
 
-def _monitoring(r: Resolved, vllm_targets: list[str], ceph_hosts: list[str]) -> MonitoringVars:
+def _monitoring(r: Resolved, vllm_targets: list[str], lmcache_targets: list[str], ceph_hosts: list[str]) -> MonitoringVars:
     m = r.monitoring
     rules = [
         {"alert": "KVPlanLMCacheHitRatioLow", "expr": f"({hit_ratio_expr(r)}) < {m.min_lmcache_hit_ratio}", "for": "10m",
@@ -411,4 +415,5 @@ def _monitoring(r: Resolved, vllm_targets: list[str], ceph_hosts: list[str]) -> 
     return MonitoringVars(monitoring_port=m.prometheus_port, monitoring_listen_address=m.metrics_address,
                           monitoring_scrape_interval=f"{round(m.scrape_interval)}s",
                           monitoring_rules={"groups": [{"name": f"kvplan-{r.name}", "rules": rules}]},
-                          monitoring_vllm_targets=vllm_targets, monitoring_ceph_targets=ceph_targets)
+                          monitoring_vllm_targets=vllm_targets, monitoring_lmcache_targets=lmcache_targets,
+                          monitoring_ceph_targets=ceph_targets)

@@ -74,7 +74,7 @@ def _gb(value: Any) -> float:
 
 SERVER_SET_BY_KVPLAN = {"--host", "--http-host", "--http-port", "--disable-metrics", "--supported-transfer-mode",
                         "--shm-name"}
-"""`lmcache server` flags kvplan's deployment writes itself."""
+"""`lmcache server` flags kvplan's deployment writes itself (its metrics are always on: `observe` reads them)."""
 
 MP_POLICIES = {server: ours for ours, server in MP_POLICY.items()}
 """LMCache MP server policy -> kvplan's name, where they differ."""

@@ -4,9 +4,9 @@
   = vLLM's prefix cache, external_kv_transfer = LMCache, local_compute = recomputed), prefix-cache
   and external-prefix-cache queries and hits, generated tokens, preemptions, finished requests,
   the TTFT histogram's sum and count, and KV usage; `/health` says whether it is up.
-- LMCache, from its HTTP API (`/healthcheck`, `/status`: L1 bytes in use) and, where its log is
-  readable on this host, the log's per-lookup lines "N/M retained keys (a L1, b L2)" and
-  "Stored N tokens", counted from a byte offset so that a run counts only its own lines.
+- LMCache, from its HTTP API: `/healthcheck`, `/status` (L1 bytes in use) and its own Prometheus
+  `/metrics` (the MP server's OTel counters): tokens its lookups asked for and found, split into
+  the tokens L1 (ddr) held and those L2 (nvme, ceph) added, and the chunks stored to L2.
 - Ceph, with the `ceph` CLI where this host has it: the KV pool's objects, stored bytes and
   cumulative bytes read and written (`rados df`), OSD commit/apply latency (`ceph osd perf`) and
   the RGW bucket's object count (`radosgw-admin bucket stats`).
@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
@@ -50,11 +48,18 @@ PROMPT_SOURCES = {"local_cache_hit": "hbm_tokens", "external_kv_transfer": "lmca
                   "local_compute": "computed_tokens"}
 """vllm:prompt_tokens_by_source_total{source=...} -> snapshot name."""
 
-DEFAULT_LMCACHE_LOG = "/var/log/kvplan/lmcache-server.log"
-"""Where the deploy's daemon role writes the LMCache server's log (daemon_log_dir/<service>.log)."""
-
-_RETAINED = re.compile(rb"(\d+)/(\d+) retained keys \((\d+) L1, (\d+) L2\)")
-_STORED = re.compile(rb"Stored (\d+) tokens")
+LMCACHE_COUNTERS = {
+    "lmcache_mp_lookup_requested_tokens_total": "lookup_requested_tokens",
+    "lmcache_mp_lookup_hit_tokens_total": "lookup_hit_tokens",
+    "lmcache_mp_lookup_hit_l1_tokens_total": "l1_hit_tokens",
+    "lmcache_mp_lookup_hit_l2_tokens_total": "l2_hit_tokens",
+    "lmcache_mp_l2_store_completed_objects_total": "l2_stored_chunks",
+}
+"""The LMCache MP server's counters kvplan reads (OTel names as its Prometheus exporter writes them: dots
+to `_`, the unit, `_total`) -> their name in a snapshot, summed over label sets (model_name, cache_salt).
+lookup_hit_l1 + lookup_hit_l2 = lookup_hit for every lookup (lmcache/v1/mp_observability/subscribers/
+metrics/lookup.py). A counter appears at its first increment: a server that exports any lmcache_mp_
+series but not these has counted zero."""
 
 
 class Component(BaseModel):
@@ -74,7 +79,7 @@ class Snapshot(BaseModel):
     vllm: dict[str, dict[str, float]]
     """Target URL -> counters (VLLM_COUNTERS and PROMPT_SOURCES names); only instances that answered."""
     lmcache: dict[str, float] | None
-    """l1_used_bytes (HTTP API); log_offset, lookups_hit, retained_keys, l1_keys, l2_keys, stored_tokens (log)."""
+    """l1_used_bytes (`/status`) and the LMCACHE_COUNTERS names (`/metrics`); None when it did not answer."""
     ceph: dict[str, float] | None
     """pool_objects, pool_stored_bytes, pool_read_bytes, pool_write_bytes, osd_apply_latency_ms_max,
     osd_commit_latency_ms_max, rgw_objects."""
@@ -144,8 +149,7 @@ def lmcache_endpoint(r: Resolved) -> tuple[str, int]:
     return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), lmcache_http_port(r)
 
 
-def observe_lmcache(r: Resolved, log: Path | None, log_offset: int, timeout: float,
-                    api: Target | None = None) -> tuple[Component, dict | None]:
+def observe_lmcache(r: Resolved, timeout: float, api: Target | None = None) -> tuple[Component, dict | None]:
     if api is None:
         api = Target.parse("http://{}:{}".format(*lmcache_endpoint(r)))
     name = f"lmcache {api.url}"
@@ -153,19 +157,35 @@ def observe_lmcache(r: Resolved, log: Path | None, log_offset: int, timeout: flo
     try:
         status, _ = _get(api, "/healthcheck", timeout)
         if status != 200:
-            component = Component(name=name, up=False, detail=f"/healthcheck answered HTTP {status}")
-        else:
-            component = Component(name=name, up=True)
-            status, body = _get(api, "/status", timeout)
-            if status == 200:
-                used = json.loads(body).get("storage_manager", {}).get("l1_usage")
-                if isinstance(used, list) and used:
-                    values["l1_used_bytes"] = float(used[0])
+            return Component(name=name, up=False, detail=f"/healthcheck answered HTTP {status}"), None
+        status, body = _get(api, "/status", timeout)
+        if status == 200:
+            used = json.loads(body).get("storage_manager", {}).get("l1_usage")
+            if isinstance(used, list) and used:
+                values["l1_used_bytes"] = float(used[0])
+        status, body = _get(api, "/metrics", timeout)
+        counters = parse_lmcache_metrics(body.decode(errors="replace")) if status == 200 else None
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        component = Component(name=name, up=False, detail=_reason(exc))
-    if log is not None and log.is_file():
-        values.update(read_lmcache_log(log, log_offset))
-    return component, values or None
+        return Component(name=name, up=False, detail=_reason(exc)), None
+    if counters is None:
+        return Component(name=name, up=True, detail="exports no lmcache_mp_ metrics (started with "
+                                                    "--disable-metrics? `kvplan deploy` the spec again)"), values
+    return Component(name=name, up=True), {**values, **counters}
+
+
+def parse_lmcache_metrics(text: str) -> dict[str, float] | None:
+    """LMCache's `/metrics` text -> the LMCACHE_COUNTERS values (0 for one not incremented yet), or None when
+    it exports no lmcache_mp_ series at all (its metrics are off). ValueError for text that is not Prometheus."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counts = dict.fromkeys(LMCACHE_COUNTERS.values(), 0.0)
+    exported = False
+    for family in text_string_to_metric_families(text):
+        exported = exported or family.name.startswith("lmcache_mp_")
+        for sample in family.samples:
+            if sample.name in LMCACHE_COUNTERS:
+                counts[LMCACHE_COUNTERS[sample.name]] += float(sample.value)
+    return counts if exported else None
 
 
 def lmcache_idle(r: Resolved, timeout: float = 5.0) -> bool:
@@ -177,25 +197,6 @@ def lmcache_idle(r: Resolved, timeout: float = 5.0) -> bool:
         return True
     return all(c.get("pending_keys_count", 0) == 0 and c.get("in_flight_task_count", 0) == 0
                for c in controllers.values())
-
-
-def read_lmcache_log(log: Path, offset: int = 0) -> dict[str, float]:
-    """Totals of the LMCache server's lookup and store lines after byte `offset` (restarting at 0 when the
-    log is shorter than that: it was rotated or rewritten)."""
-    size = log.stat().st_size
-    start = offset if offset <= size else 0
-    counts = dict(lookups_hit=0.0, retained_keys=0.0, l1_keys=0.0, l2_keys=0.0, stored_tokens=0.0)
-    with log.open("rb") as f:
-        f.seek(start)
-        data = f.read(size - start)
-    for m in _RETAINED.finditer(data):
-        counts["lookups_hit"] += 1
-        counts["retained_keys"] += int(m.group(1))
-        counts["l1_keys"] += int(m.group(3))
-        counts["l2_keys"] += int(m.group(4))
-    counts["stored_tokens"] = float(sum(int(m.group(1)) for m in _STORED.finditer(data)))
-    counts["log_offset"] = float(start + len(data))
-    return counts
 
 
 def _ceph_json(args: list[str], timeout: float):
@@ -229,8 +230,7 @@ def observe_ceph(r: Resolved, timeout: float) -> tuple[Component, dict | None]:
     return Component(name=name, up=True), values
 
 
-def snapshot(r: Resolved, targets: list[Target], *, lmcache: Target | None = None,
-             lmcache_log: Path | None = Path(DEFAULT_LMCACHE_LOG), log_offset: int = 0, ceph: bool = True,
+def snapshot(r: Resolved, targets: list[Target], *, lmcache: Target | None = None, ceph: bool = True,
              timeout: float = 10.0) -> Snapshot:
     """Read every component of `r`'s stack once: vLLM at `targets`; LMCache (at `lmcache`, default the spec's
     endpoint) and Ceph (`ceph`: read it with this host's CLI) when the spec has them."""
@@ -243,7 +243,7 @@ def snapshot(r: Resolved, targets: list[Target], *, lmcache: Target | None = Non
             vllm[target.url] = values
     lmcache_values = None
     if r.lmcache is not None and r.lmcache.mode == "mp":
-        component, lmcache_values = observe_lmcache(r, lmcache_log, log_offset, timeout, lmcache)
+        component, lmcache_values = observe_lmcache(r, timeout, lmcache)
         components.append(component)
     ceph_values = None
     if ceph and r.ceph is not None and r.lmcache is not None and r.lmcache.tier("ceph") is not None:

@@ -7,10 +7,11 @@ one row per request as the client saw it, the snapshots of the stack before and 
 - latency (client side, successful requests): TTFT, TPOT, E2E summaries; throughput.
 - where prompt tokens came from, from vLLM's counters: `hbm` (its prefix cache), LMCache's
   tokens split over `ddr` / `nvme` / `ceph`, and `recomputed`. vLLM counts LMCache's tokens as one
-  number; the split uses the LMCache server's log (chunks found in L1 and in L2 per lookup) and
-  Ceph's pool counters (bytes read from the KV pool / chunk bytes = chunks that came from Ceph;
-  the rest of L2 is the nvme tier). With every hit in L1, as in short runs, the split is exact;
-  otherwise it is the log's proportion (`tier_split` says which).
+  number; LMCache's own counters split its hits into the tokens L1 (the ddr tier) held and those L2
+  added, in its lookups' proportion. L2 is the one L2 tier the spec has; with both nvme and ceph,
+  Ceph's pool counters say how much came from Ceph (bytes read from the KV pool / chunk bytes =
+  chunks) and the rest of L2 is nvme. `tier_split` says which: exact (at most one L2 tier served),
+  proportional (nvme and ceph told apart by Ceph's bytes read), unknown (LMCache exported no counters).
 - Ceph: bytes written to and read from the KV pool, objects, the bucket's object count, OSD latency.
 - components: which were down before or after the run, and why.
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import Problem, SpecError
+from ..resolve import ResolvedLMCache
 from ..sim.metrics import summary
 from ..sim.result import Summary
 from .bench import Outcome
@@ -53,7 +55,8 @@ class Observed(BaseModel):
     served_tokens: dict[str, int]
     """hbm, ddr, nvme, ceph, recomputed -> prompt tokens."""
     tier_split: str
-    """How LMCache's tokens were split over its tiers: exact, proportional (log), or unknown."""
+    """How LMCache's tokens were split over its tiers: exact, proportional (nvme vs ceph by Ceph's bytes read),
+    or unknown (no LMCache counters: all of them are counted as ddr)."""
     preemptions: int
     ceph_bytes_written: int | None
     ceph_bytes_read: int | None
@@ -109,7 +112,7 @@ def _vllm_delta(before: Snapshot, after: Snapshot, key: str) -> float:
     return sum(v.get(key, 0.0) - before.vllm.get(url, {}).get(key, 0.0) for url, v in after.vllm.items())
 
 
-def derive(outcomes: list[Outcome], before: Snapshot, after: Snapshot, chunk_bytes: int | None) -> Observed:
+def derive(outcomes: list[Outcome], before: Snapshot, after: Snapshot, lmcache: ResolvedLMCache | None) -> Observed:
     ok = [o for o in outcomes if o.ok]
     duration = max((o.last_token for o in ok), default=0.0)    # the clock starts at arrival time 0, as the simulator's
     generated = sum(o.received_tokens for o in ok)
@@ -119,18 +122,23 @@ def derive(outcomes: list[Outcome], before: Snapshot, after: Snapshot, chunk_byt
     lmc = _vllm_delta(before, after, "lmcache_tokens")
     computed = _vllm_delta(before, after, "computed_tokens")
     prompt = _vllm_delta(before, after, "prompt_tokens")
-    l1 = _delta(before.lmcache, after.lmcache, "l1_keys")
-    l2 = _delta(before.lmcache, after.lmcache, "l2_keys")
+    l1 = _delta(before.lmcache, after.lmcache, "l1_hit_tokens")
+    l2 = _delta(before.lmcache, after.lmcache, "l2_hit_tokens")
     ceph_read = _delta(before.ceph, after.ceph, "pool_read_bytes")
     served = {"hbm": int(hbm), "ddr": 0, "nvme": 0, "ceph": 0, "recomputed": int(computed)}
     if lmc <= 0:
         split = "exact"
-    elif l1 is not None and l2 is not None and l1 + l2 > 0:
-        ceph_chunks = min(ceph_read / chunk_bytes, l2) if ceph_read is not None and chunk_bytes else 0.0
-        shares = {"ddr": l1, "nvme": l2 - ceph_chunks, "ceph": ceph_chunks}
-        split = "exact" if l2 == 0 else "proportional"
-        for tier, keys in shares.items():
-            served[tier] = int(round(lmc * keys / (l1 + l2)))
+    elif lmcache is not None and l1 is not None and l2 is not None and l1 + l2 > 0:
+        has_nvme, has_ceph = lmcache.tier("nvme") is not None, lmcache.tier("ceph") is not None
+        if has_nvme and has_ceph and l2 > 0:
+            from_ceph = min(ceph_read / lmcache.chunk_bytes * lmcache.chunk_size, l2) if ceph_read is not None else 0.0
+            split = "proportional"
+        else:
+            from_ceph = l2 if has_ceph else 0.0
+            split = "exact"
+        shares = {"ddr": l1, "nvme": l2 - from_ceph, "ceph": from_ceph}
+        for tier, tokens in shares.items():
+            served[tier] = int(round(lmc * tokens / (l1 + l2)))
         served["ddr"] += int(lmc) - sum(served[t] for t in shares)       # rounding stays in L1
     else:
         served["ddr"] = int(lmc)

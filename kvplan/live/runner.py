@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..resolve import Resolved
 from .bench import Bench, Progress, Target, check_target
-from .observe import DEFAULT_LMCACHE_LOG, lmcache_idle, observe_ceph, snapshot
+from .observe import lmcache_idle, observe_ceph, snapshot
 from .observed import BenchRun, columns, derive, write_run
 
 
@@ -19,28 +19,23 @@ def default_run_dir(r: Resolved, state_dir: Path) -> Path:
 
 
 def bench(r: Resolved, spec_text: str, targets: list[Target], out_dir: Path, *, salt: int, seed: int | None = None,
-          timeout: float = 120.0, lmcache_log: Path | None = Path(DEFAULT_LMCACHE_LOG),
-          progress: Progress | None = None, router: Target | None = None) -> BenchRun:
+          timeout: float = 120.0, progress: Progress | None = None, router: Target | None = None) -> BenchRun:
     """Replay `r`'s workload against `targets` (through `router` when given) and write `out_dir`/run.json and
     spec.yaml. The targets are the vLLM instances whatever the route: their counters are what the run observed."""
     for target in [*targets, *([router] if router else [])]:
         check_target(target, r.model.name)
     runner = Bench(r, targets, salt=salt, router=router, seed=seed, timeout=timeout, progress=progress)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    log = lmcache_log if lmcache_log is not None and lmcache_log.is_file() else None
     warm = runner.run_warmup()
-    # the log is counted from its end as it is now: the snapshots count only this run's lines
-    offset = log.stat().st_size if log is not None else 0
-    before = snapshot(r, targets, lmcache_log=log, log_offset=offset)
+    before = snapshot(r, targets)
     outcomes = runner.run()
     settle(r)
-    after = snapshot(r, targets, lmcache_log=log, log_offset=offset)
-    chunk_bytes = r.lmcache.chunk_bytes if r.lmcache is not None else None
+    after = snapshot(r, targets)
     run = BenchRun(name=r.name, spec_hash=r.spec_hash, seed=runner.seed_used, salt=salt,
                    targets=[t.url for t in targets], router=router.url if router else None, started_at=started,
                    timeout=timeout, warmup=len(warm),
                    requests=columns(outcomes), before=before, after=after,
-                   observed=derive(outcomes, before, after, chunk_bytes))
+                   observed=derive(outcomes, before, after, r.lmcache))
     write_run(out_dir, run, spec_text)
     return run
 
