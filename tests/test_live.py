@@ -790,7 +790,7 @@ def test_snapshot_says_how_to_turn_on_lmcache_metrics_when_the_server_exports_no
         server.shutdown()
     (component,) = snap.components
     assert component.up and "--disable-metrics" in component.detail and "kvplan deploy" in component.detail
-    assert snap.lmcache == {"l1_used_bytes": 4096}
+    assert snap.lmcache == {"l1_used_bytes": 4096}          # what /status said; no counters to split hits by
 
 
 def test_snapshot_reads_vllm_and_reports_an_unreachable_lmcache_as_down():

@@ -269,6 +269,10 @@ def test_the_observation_counts_what_reached_ceph(fidelity):
     run = json.loads((fidelity["out"] / "run-chat" / "run.json").read_text())
     assert not run["observed"]["components_down"], run["observed"]["components_down"]
     assert run["after"]["ceph"]["rgw_objects"] > run["before"]["ceph"]["rgw_objects"]
+    # LMCache's own /metrics saw the same run: lookups, and chunks stored to its L2 (the disk and Ceph tiers)
+    lm_before, lm_after = run["before"]["lmcache"], run["after"]["lmcache"]
+    assert lm_after["lookup_requested_tokens"] > lm_before["lookup_requested_tokens"], (lm_before, lm_after)
+    assert lm_after["l2_stored_chunks"] > lm_before["l2_stored_chunks"], (lm_before, lm_after)
 
 
 def test_lmcache_serves_the_reuse_the_simulator_says_when_vllms_prefix_cache_is_off(fidelity):
@@ -277,6 +281,9 @@ def test_lmcache_serves_the_reuse_the_simulator_says_when_vllms_prefix_cache_is_
     assert ddr["observed"] > 0.3, ddr                 # the reuse really came from LMCache's DDR tier...
     assert abs(ddr["error"]) <= SHARE_BOUND_PP, ddr   # ...as much of it as predicted
     assert rows["prompt tokens from hbm"]["observed"] == 0
+    # LMCache's counters say where its hits came from: L1 only, so the split over its tiers is exact
+    run = json.loads((fidelity["out"] / "run-chat-lmcache" / "run.json").read_text())
+    assert run["observed"]["tier_split"] == "exact", run["observed"]
 
 
 def test_calibrated_predictions_hold_on_held_out_workloads(fidelity):

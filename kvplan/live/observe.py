@@ -53,7 +53,7 @@ LMCACHE_COUNTERS = {
     "lmcache_mp_lookup_hit_tokens_total": "lookup_hit_tokens",
     "lmcache_mp_lookup_hit_l1_tokens_total": "l1_hit_tokens",
     "lmcache_mp_lookup_hit_l2_tokens_total": "l2_hit_tokens",
-    "lmcache_mp_l2_store_completed_objects_total": "l2_stored_chunks",
+    "lmcache_mp_l2_store_completed_objects_chunks_total": "l2_stored_chunks",
 }
 """The LMCache MP server's counters kvplan reads (OTel names as its Prometheus exporter writes them: dots
 to `_`, the unit, `_total`) -> their name in a snapshot, summed over label sets (model_name, cache_salt).
@@ -169,7 +169,7 @@ def observe_lmcache(r: Resolved, timeout: float, api: Target | None = None) -> t
         return Component(name=name, up=False, detail=_reason(exc)), None
     if counters is None:
         return Component(name=name, up=True, detail="exports no lmcache_mp_ metrics (started with "
-                                                    "--disable-metrics? `kvplan deploy` the spec again)"), values
+                                                    "--disable-metrics? `kvplan deploy` the spec again)"), values or None
     return Component(name=name, up=True), {**values, **counters}
 
 
