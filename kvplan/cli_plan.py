@@ -29,7 +29,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                                                                         "95 % interval is marked as such."),
          workers: int = typer.Option(1, "--workers", min=1, help="Simulations run in parallel."),
          gpus: list[str] = typer.Option([], "--gpu", help="Only these accelerators (repeatable; default: every priced one "
-                                                           "of the spec's kind)."),
+                                                           "of the spec's kind that has step-time coefficients)."),
          max_instances: int = typer.Option(8, "--max-instances", min=1, max=4096, help="Most vLLM instances tried."),
          max_runs: int = typer.Option(200, "--max-runs", min=1, help="Most simulation runs the search may make."),
          show_all: bool = typer.Option(False, "--all", help="List every candidate, not only the simulated ones."),

@@ -219,8 +219,10 @@ def _variants(base: dict, topo: Topology, catalog: Catalog, gpus: Sequence[str] 
     if gpus:
         names = list(gpus)
     else:
+        # the alternatives the catalog can price and time (an accelerator without an efficiency block is
+        # planned only when named: its spec must bring serving.step_model)
         names = [device.name] + [d.name for d in catalog.devices.values()
-                                 if d.kind == device.kind and d.name != device.name
+                                 if d.kind == device.kind and d.name != device.name and d.efficiency is not None
                                  and (d.name.lower() in priced or topo.cost.gpu_hour is not None)]
     tps = [t for t in TP_LADDER if s["gpus_per_node"] % t == 0]
     tps = [s["tensor_parallel"]] + [t for t in tps if t != s["tensor_parallel"]]
@@ -374,15 +376,22 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
     base, offered, stats = _at_rate(topo, rate, slo, seed_list[0])
     variants = _variants(base, topo, catalog, gpus, max_instances)
     candidates, invalid = [], 0
+    refused: dict[str, SpecError] = {}
     for spec in variants:
         try:
             t = from_mapping(spec)
             r = resolve(t, catalog)
             cost = cost_of(t, r, catalog=catalog)
-        except SpecError:
+        except SpecError as exc:
             invalid += 1
+            refused.setdefault(spec["serving"]["gpu"].lower(), exc)
             continue
         candidates.append(Candidate(index=len(candidates), topo=t, resolved=r, cost=cost))
+    # an accelerator asked for by name that no combination could use: say why rather than plan without it
+    planned_on = {c.resolved.device.name.lower() for c in candidates}
+    lost = [refused[g.lower()] for g in dict.fromkeys(gpus or []) if g.lower() in refused and g.lower() not in planned_on]
+    if lost:
+        raise SpecError([p for exc in lost for p in exc.problems])
     candidates.sort(key=lambda c: (c.usd_per_hour, c.index))
 
     # ---- prune without simulating

@@ -120,6 +120,12 @@ def catalog_reference(cat: Catalog) -> str:
         lines.append(f"| {d.name} | {d.kind} | {fmt_bytes(d.memory)} | {fmt_bandwidth(d.memory_bandwidth)} | {d.bf16_tflops:g} | "
                      f"{d.fp8_tflops or '-'} | {fmt_bandwidth(d.pcie) if d.pcie else '-'} | "
                      f"{fmt_bandwidth(d.nvlink) if d.nvlink else '-'} | {_cite(d)} |")
+    untimed = [d.name for d in cat.devices.values() if d.efficiency is None]
+    if untimed:
+        lines += ["", f"Without step-time coefficients (no `efficiency:` block): {', '.join(untimed)}. A spec on one of them "
+                  "sets `serving.step_model` (or a calibrated `serving.step_profile`); `kvplan plan` tries them only when "
+                  "`--gpu` names them. The coefficients of the others are in [step-time.md](step-time.md), fitted or "
+                  "assumed as each entry's note says."]
     lines += ["", "## Host memory", "", "| name | per channel | channels/socket | sources |", "|---|---|---|---|"]
     for h in cat.host_memory.values():
         lines.append(f"| {h.name} | {fmt_bandwidth(h.bandwidth_per_channel)} | {h.channels_per_socket} | {_cite(h)} |")

@@ -51,6 +51,10 @@ OP_ALERT_FACTOR = 2.0
 
 KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
+AUTO_KV_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
+"""model.weights_dtype -> the KV dtype vLLM's --kv-cache-dtype auto stores: the model's activation dtype (its
+config's torch_dtype), which for the checkpoints released in fp8 (DeepSeek-V3: torch_dtype bfloat16 beside an
+fp8 quantization_config) is bf16."""
 
 
 class ResolvedTier(SpecModel):
@@ -285,7 +289,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
                                     "1GiB, 2GiB, ...", f"use {max(1, round(s.kv_cache_memory / GIB))}GiB"))
 
     # ---- bytes per token, block and chunk
-    kv_dtype = s.kv_cache_dtype if s.kv_cache_dtype != "auto" else ("bfloat16" if model.weights_dtype == "bf16" else "float16")
+    kv_dtype = s.kv_cache_dtype if s.kv_cache_dtype != "auto" else AUTO_KV_DTYPE[model.weights_dtype]
     kv_dtype_bytes = KV_DTYPE_BYTES[kv_dtype]
     kv_bytes = kv_bytes_per_token(model, kv_dtype_bytes)
     kv_heads_per_rank = model.num_kv_heads if model.attention == "mla" else max(1, model.num_kv_heads // tp)
@@ -294,6 +298,12 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
 
     # ---- accelerator memory
     weights_dtype = s.weights_dtype if s.weights_dtype != "auto" else model.weights_dtype
+    as_released = s.model_path is None or s.model_path == model.hf_id
+    if model.weights_dtype == "fp8" and weights_dtype in ("bf16", "fp16") and as_released:
+        problems.append(Problem("serving.weights_dtype", f"{model.name} is released with fp8 weights, which vLLM serves as "
+                                f"fp8 whatever --dtype says: {weights_dtype} would count twice the bytes it loads",
+                                s.weights_dtype, "auto or fp8 for this checkpoint",
+                                "set serving.weights_dtype: auto, or serving.model_path to a 16-bit conversion of it"))
     weight_bytes_per_gpu = int(model.params * WEIGHT_BYTES[weights_dtype] / tp)
     if s.kv_cache_memory is not None:
         kv_budget = s.kv_cache_memory

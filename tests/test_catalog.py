@@ -11,9 +11,11 @@ from kvplan.errors import SpecError
 from kvplan.resolve import kv_bytes_per_token
 from kvplan.resources import data_root
 
-MODELS = ["Llama-2-7B", "Llama-2-13B", "Llama-2-70B", "Llama-3.1-8B", "Llama-3.1-70B", "Mistral-7B",
-          "Qwen2.5-7B", "Qwen2.5-32B", "Qwen2.5-72B", "DeepSeek-V2-Lite"]
-GPUS = ["A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200"]
+MODELS = ["Llama-2-7B", "Llama-2-13B", "Llama-2-70B", "Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.3-70B", "Mistral-7B",
+          "Mixtral-8x7B", "Qwen2.5-7B", "Qwen2.5-32B", "Qwen2.5-72B", "Qwen3-8B", "Qwen3-32B", "Qwen3-30B-A3B",
+          "DeepSeek-V2-Lite", "DeepSeek-V3"]
+GPUS = ["A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H100-NVL", "H200", "L40S", "L4", "A10G", "B200", "GB200",
+        "MI300X"]
 
 
 def test_promised_models_and_hardware_are_there(catalog):
@@ -48,11 +50,14 @@ def test_published_kv_footprints(catalog):
     assert kv_bytes_per_token(catalog.llm("Llama-3.1-8B"), 2) == 131072
     assert kv_bytes_per_token(catalog.llm("Llama-2-13B"), 2) == 819200
     assert kv_bytes_per_token(catalog.llm("Llama-3.1-70B"), 2) == 327680
+    assert kv_bytes_per_token(catalog.llm("Qwen3-30B-A3B"), 2) == 98304      # 48 x 2 x 4 x 128 x 2
+    assert kv_bytes_per_token(catalog.llm("DeepSeek-V3"), 2) == 70272        # MLA: 61 x (512 + 64) x 2
 
 
 def test_models_are_found_by_alias_and_case(catalog):
     assert catalog.llm("meta-llama/Llama-3.1-8B").name == "Llama-3.1-8B"
     assert catalog.llm("llama-2-13b").name == "Llama-2-13B"
+    assert catalog.llm("deepseek-ai/DeepSeek-R1").name == "DeepSeek-V3"
 
 
 def broken_copy(tmp_path, file: str, old: str, new: str):

@@ -81,6 +81,19 @@ def test_a_rate_no_candidate_can_sustain_is_pruned_by_the_roofline_without_simul
     assert all(c.reason.startswith("pruned: cannot reach") or c.status == "dominated" for c in result.candidates)
 
 
+def test_the_planner_tries_only_the_accelerators_it_can_time_unless_one_is_named():
+    """MI300X has no step-time coefficients in the catalog: plan leaves it out of the alternatives it picks
+    itself, and asked for by name, it says what the spec must bring."""
+    sim = Counting()
+    result = plan(spec("chat-llama2-13b"), rate=10000.0, slo=SLO, max_instances=1, simulate=sim)
+    tried = {c.resolved.device.name for c in result.candidates}
+    assert {"H100-SXM", "H100-NVL", "GB200"} <= tried and "MI300X" not in tried and sim.topologies == []
+    with pytest.raises(SpecError) as exc:
+        plan(spec("chat-llama2-13b"), rate=10000.0, slo=SLO, max_instances=1, gpus=["MI300X"], simulate=sim)
+    text = exc.value.render()
+    assert "no efficiency block for MI300X" in text and "serving.step_model.compute_efficiency" in text
+
+
 def test_a_budget_leaves_out_what_costs_more():
     result = plan(local(), rate=32.0, slo=SLO, budget=0.2, simulate=Counting())
     over = [c for c in result.candidates if c.status == "over budget"]

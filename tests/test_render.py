@@ -142,6 +142,17 @@ def test_quantised_weights_without_a_way_for_vllm_to_load_them_are_refused_with_
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_a_checkpoint_released_in_fp8_renders_as_released(tmp_path):
+    """DeepSeek-V3 ships fp8 weights: vLLM reads the method from the checkpoint, so the deployment passes neither
+    --quantization nor a --dtype that would contradict the simulated one byte per weight."""
+    r = resolve(spec("codegen-70b", model="DeepSeek-V3", serving__gpu="H200", serving__tensor_parallel=8,
+                     serving__instances=4, serving__max_model_len=None))
+    root = render(r, EXAMPLE_CLUSTER, tmp_path / "run", KEYS).root
+    args = ansible_yaml.load((root / "project" / "group_vars" / "all" / "vllm.yml").read_text())["vllm_args"]
+    assert "--quantization" not in args and "--dtype" not in args
+    assert args[args.index("--kv-cache-dtype") + 1] == "bfloat16"
+
+
 def test_a_quantization_that_disagrees_with_the_simulated_weights_is_refused_at_validate():
     with pytest.raises(SpecError) as exc:
         spec("chat-llama2-13b", serving__quantization="awq")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvplan.errors import SpecError
 from kvplan.resolve import GIB, resolve
 
 from conftest import spec
@@ -32,6 +33,23 @@ def test_fp8_kv_cache_halves_the_bytes():
     fp8 = on("Llama-3.1-8B", serving__tensor_parallel=1, serving__kv_cache_dtype="fp8")
     assert fp8.kv_bytes_per_token == bf16.kv_bytes_per_token // 2 == 64 * KIB
     assert fp8.lmcache.chunk_bytes == bf16.lmcache.chunk_bytes // 2
+
+
+def test_a_model_released_in_fp8_counts_one_byte_per_weight_and_keeps_a_bf16_kv_cache():
+    """DeepSeek-V3's checkpoint holds fp8 weights beside a config whose torch_dtype is bfloat16: vLLM loads one
+    byte per weight and, with --kv-cache-dtype auto, caches the MLA latent in bf16 (61 layers x 576 x 2 bytes)."""
+    r = on("DeepSeek-V3", serving__gpu="H200", serving__tensor_parallel=8)
+    assert (r.weights_dtype, r.weight_bytes_per_param, r.kv_cache_dtype) == ("fp8", 1.0, "bfloat16")
+    assert r.kv_bytes_per_token == 61 * 576 * 2
+    assert r.peak_flops == 1978.9e12                    # H200's dense fp8 peak
+
+
+def test_a_16_bit_simulation_of_a_checkpoint_released_in_fp8_is_refused():
+    """vLLM serves an fp8 release as fp8 whatever --dtype says: counting it as bf16 would double its weights."""
+    with pytest.raises(SpecError) as exc:
+        on("DeepSeek-V3", serving__gpu="H200", serving__tensor_parallel=8, serving__weights_dtype="bf16")
+    problem = next(p for p in exc.value.problems if p.path == "serving.weights_dtype")
+    assert "released with fp8 weights" in problem.message and "serving.weights_dtype: auto" in problem.fix
 
 
 def test_tp4_quarters_the_per_rank_bytes_of_a_model_with_8_kv_heads():

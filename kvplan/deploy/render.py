@@ -92,6 +92,8 @@ def _quantised_weights(r: Resolved) -> list[Problem]:
     """A simulation of fp8 or int4 weights deploys only with a checkpoint that vLLM loads as such."""
     if r.weights_dtype not in ("fp8", "int4"):
         return []
+    if r.weights_dtype == r.model.weights_dtype and r.quantization is None and r.model_path in (None, r.model.hf_id):
+        return []                  # released quantised: vLLM reads the method from the checkpoint's config
     methods = {"fp8": "fp8 (vLLM quantises the 16-bit checkpoint as it loads it)",
                "int4": "awq or gptq, with serving.model_path an AWQ or GPTQ checkpoint of the model"}[r.weights_dtype]
     if r.quantization is None:

@@ -73,8 +73,8 @@ class Architecture(SpecModel):
     qk_rope_head_dim: int | None = Field(None, ge=1)
     """MLA only: width of the decoupled rotary key."""
 
-    weights_dtype: Literal["bf16", "fp16"] = "bf16"
-    """Precision of the released weights."""
+    weights_dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    """Precision of the released weights (fp8: released quantised, as DeepSeek-V3; vLLM serves them as they are)."""
 
     hf_id: ModelId | None = None
     """Hugging Face repository vLLM serves by default (serving.model_path overrides it)."""

@@ -94,7 +94,8 @@ class Serving(SpecModel):
     """vLLM --max-num-batched-tokens. Default: vLLM's per-GPU default (2048, 8192 or 16384)."""
 
     weights_dtype: WeightsDtype = "auto"
-    """Weight precision: auto (as released), bf16, fp16, fp8 or int4 (AWQ/GPTQ). fp8 and int4 need serving.quantization."""
+    """Weight precision: auto (as released), bf16, fp16, fp8 or int4 (AWQ/GPTQ). fp8 and int4 need serving.quantization,
+    unless the model is released in that precision (model.weights_dtype)."""
 
     quantization: Quantization | None = None
     """vLLM --quantization: how the checkpoint's weights are quantised. fp8 also quantises a 16-bit checkpoint as
