@@ -24,6 +24,7 @@ import yaml
 
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
+from ..spec import bounds
 from ..spec.base import SpecModel
 from ..spec.grammar import HOST_FORMS, host_problem
 
@@ -63,8 +64,11 @@ def load(path: str | Path) -> Inventory:
     if not p.is_file():
         raise SpecError([Problem("inventory", "no such file or directory", str(p), fix="check the -i path")])
     try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
+        bounds.check_size(p.stat().st_size)
+        data = bounds.load(p.read_text())
+    except SpecError as exc:
+        raise SpecError([Problem("inventory", f"{p}: {q.message}", str(p), fix=q.fix) for q in exc.problems]) from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SpecError([Problem("inventory", f"{p} is not YAML ({exc.__class__.__name__})", str(p),
                                  fix="kvplan reads YAML inventories; convert an INI one with "
                                      "`ansible-inventory -i hosts.ini --list -y > hosts.yml`")]) from None

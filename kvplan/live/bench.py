@@ -146,7 +146,7 @@ def check_target(target: Target, model: str, timeout: float = 10.0) -> None:
                                   fix="point --target at vLLM's OpenAI-compatible server")])
     try:
         served = [m["id"] for m in json.loads(body)["data"]]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise BenchError([Problem("--target", f"{target.url}/v1/models is not an OpenAI model list",
                                   fix="point --target at vLLM's OpenAI-compatible server")]) from None
     if model not in served:
@@ -199,6 +199,8 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
         out.error = f"timed out after {timeout:g} s without data"
     except (OSError, http.client.HTTPException, ValueError) as exc:
         out.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    except (TypeError, AttributeError, KeyError, RecursionError) as exc:    # JSON, but not an OpenAI stream chunk
+        out.error = f"the stream is not an OpenAI completion stream ({type(exc).__name__}: {str(exc)[:120]})"
     finally:
         conn.close()
 

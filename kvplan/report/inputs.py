@@ -82,6 +82,8 @@ def load(path: str | Path) -> ReportInput:
         raise _problem(path, f"is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
                        f"pass the JSON file kvplan wrote (a truncated file means the run was interrupted); "
                        f"{WRITE_ONE}") from None
+    except (ValueError, RecursionError) as exc:           # a number past Python's digit limit, nesting past its stack
+        raise _problem(path, f"is not a JSON file kvplan reads: {str(exc)[:120]}", WRITE_ONE) from None
     if not isinstance(data, dict):
         raise _problem(path, f"holds a JSON {type(data).__name__}, not a kvplan result object",
                        WRITE_ONE, value=_preview(data))

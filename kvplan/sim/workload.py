@@ -499,6 +499,10 @@ def _synthetic(resolved, seed: int) -> RequestList:
 
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 _MAX_PROBLEMS = 10
+MAX_TRACE_BYTES = 1 << 30
+"""A trace file kvplan replays (Mooncake's are a few MB; a gigabyte is millions of requests)."""
+MAX_TRACE_NUMBER = 1 << 53
+"""Largest timestamp, length or hash id of a trace line (the integers a float holds exactly)."""
 
 
 def read_trace(path: str, block_size: int = 512, time_scale: float = 1.0, limit: int | None = None) -> RequestList:
@@ -512,6 +516,10 @@ def read_trace(path: str, block_size: int = 512, time_scale: float = 1.0, limit:
     """
     file = Path(path)
     try:
+        if file.stat().st_size > MAX_TRACE_BYTES:
+            raise SpecError([Problem(str(file), f"the trace is {file.stat().st_size:,} bytes, more than the "
+                                                f"{MAX_TRACE_BYTES:,} kvplan reads",
+                                     fix="replay a part of it (cut the file, or workload.trace.limit on a shorter file)")])
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError([Problem(str(file), f"trace file not found: {file}",
@@ -543,6 +551,8 @@ def _parse_trace(text: str, file: Path, block_size: int) -> list[tuple[int, int,
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             error = (f"not JSON: {exc.msg} at column {exc.colno}", "write one JSON object per line")
+        except (ValueError, RecursionError) as exc:    # an integer past Python's digit limit, nesting past its stack
+            error = (f"not a trace line: {str(exc)[:120]}", "write one flat JSON object of integers per line")
         else:
             error = _check_row(row, block_size)
         if error is None:
@@ -572,11 +582,12 @@ def _check_row(row: Any, block_size: int) -> tuple[str, str] | None:
     for name, low in (("timestamp", 0), ("input_length", 1), ("output_length", 0)):
         value = row[name]
         if type(value) is not int:
-            return f"{name} must be an integer, got {type(value).__name__} {value!r}", f"write {name} as a whole number"
-        if value < low:
-            return f"{name} must be >= {low}, got {value}", f"write a {name} of at least {low}"
+            return f"{name} must be an integer, got {type(value).__name__} {str(value)[:60]}", f"write {name} as a whole number"
+        if not low <= value <= MAX_TRACE_NUMBER:
+            return (f"{name} must be between {low} and {MAX_TRACE_NUMBER:,}, got {str(value)[:60]}",
+                    f"write a {name} of at least {low}")
     ids = row["hash_ids"]
-    if type(ids) is not list or not all(type(h) is int and h >= 0 for h in ids):
+    if type(ids) is not list or not all(type(h) is int and 0 <= h <= MAX_TRACE_NUMBER for h in ids):
         return "hash_ids must be a list of non-negative integers", "write hash_ids as [0, 1, 2, ...]"
     need = -(-row["input_length"] // block_size)
     if len(ids) != need:

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import Problem, SpecError, did_you_mean
+from . import bounds
 from .topology import Topology
 
 
@@ -49,7 +50,11 @@ def read_text(path: str | Path) -> str:
     if str(path) == STDIN:
         if not _stdin:
             try:
-                _stdin.append(sys.stdin.buffer.read().decode("utf-8"))
+                data = sys.stdin.buffer.read(bounds.MAX_FILE_BYTES + 1)
+                bounds.check_size(len(data), "standard input")
+                _stdin.append(data.decode("utf-8"))
+            except SpecError as exc:
+                raise exc.with_source("stdin") from None
             except UnicodeDecodeError as exc:
                 raise SpecError([Problem("", f"cannot read standard input: {exc}", fix="pipe the spec as UTF-8 text")],
                                 "stdin") from None
@@ -61,7 +66,10 @@ def read_text(path: str | Path) -> str:
     if not path.is_file():
         raise SpecError([Problem("", f"not a file: {path}", fix="give the path of a YAML spec file")], source)
     try:
+        bounds.check_size(path.stat().st_size)
         return path.read_text(encoding="utf-8")
+    except SpecError as exc:
+        raise exc.with_source(source) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([Problem("", f"cannot read the file: {exc}", fix="save the spec as UTF-8 text")], source) from None
 
@@ -71,7 +79,9 @@ def read_yaml(path: str | Path) -> Any:
     source = "stdin" if str(path) == STDIN else str(path)
     text = read_text(path)
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return bounds.load(text, _StrictLoader)
+    except SpecError as exc:
+        raise exc.with_source(source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

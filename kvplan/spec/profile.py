@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import Problem, SpecError
+from . import bounds
 from .serving import StepModel
 from .topology import Topology
 
@@ -50,10 +51,13 @@ def _ms(seconds: float | None) -> str | None:
 def read_profile(path: str | Path, where: str = "--profile") -> Profile:
     p = Path(path)
     try:
-        return Profile.model_validate(yaml.safe_load(p.read_text()))
+        bounds.check_size(p.stat().st_size)
+        return Profile.model_validate(bounds.load(p.read_text()))
+    except SpecError as exc:
+        raise SpecError([Problem(where, f"{p}: {q.message}", fix=q.fix) for q in exc.problems]) from None
     except FileNotFoundError:
         raise SpecError([Problem(where, f"no profile at {p}", fix="give the file `kvplan calibrate -o` wrote")]) from None
-    except (ValidationError, yaml.YAMLError, OSError, TypeError) as exc:
+    except (ValidationError, yaml.YAMLError, OSError, TypeError, UnicodeDecodeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SpecError([Problem(where, f"{p} is not a kvplan device profile: {first}",
                                  fix="give the file `kvplan calibrate -o` wrote")]) from None
