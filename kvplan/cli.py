@@ -5,11 +5,12 @@ cli_live: bench, observe, compare, calibrate), which share cli_common and import
 
 Exit codes: 0 success; 1 invalid input (a spec or catalog problem, printed with its field and
 fix); 2 usage error (unknown command or option, missing argument); 3 a deploy failed; 4 no plan
-meets the SLO; 5 the live stack misbehaved (cli_live.py).
+meets the SLO; 5 the live stack misbehaved (cli_live.py); 70 an internal error (a bug in kvplan: crash.py).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import typer
@@ -21,7 +22,7 @@ from .errors import SpecError
 from .usage import Conventional
 
 app = typer.Typer(cls=Conventional, context_settings=HELP, no_args_is_help=True, rich_markup_mode=None,
-                  help="Plan, simulate and deploy tiered KV-cache LLM serving (vLLM + LMCache + Ceph).")
+                  pretty_exceptions_enable=False, help="Plan, simulate and deploy tiered KV-cache LLM serving (vLLM + LMCache + Ceph).")
 
 def _version(value: bool) -> None:
     if value:
@@ -72,13 +73,18 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
              fmt: str = typer.Option("table", "--format", help="table (terminal) or md (Markdown)."),
              profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate "
-                                                                            "(its step_model replaces the spec's).")) -> None:
+                                                                            "(its step_model replaces the spec's)."),
+             max_wall: float = typer.Option(1800.0, "--max-wall", min=0.1, help="Seconds one run may take on this machine "
+                                                                                "before it is stopped."),
+             max_sim_time: Optional[float] = typer.Option(None, "--max-sim-time", min=0.001,
+                                                          help="Simulated seconds one run may reach (default: 100x "
+                                                               "the arrivals' span, at least an hour).")) -> None:
     """Simulate the spec: where each prompt's KV came from, and what users feel (TTFT, TPOT, throughput)."""
     from .cost import cost_of
     from .report import markdown, sections, terminal
     from .resolve import resolve
     from .sim.ablation import ablate_seeds
-    from .sim.run import run
+    from .sim.run import Bounds, run
     from .spec import load
 
     if fmt not in ("table", "md"):
@@ -92,7 +98,8 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         resolved = resolve(topo)
         first = resolved.workload.seed if seed is None else seed
         with ProgressBar() as progress:
-            results = [run(resolved, seed=first + i, progress=progress) for i in range(seeds)]
+            bounds = Bounds(max_wall=max_wall, max_sim_time=max_sim_time)
+            results = [run(resolved, seed=first + i, progress=progress, bounds=bounds) for i in range(seeds)]
             ablation = ablate_seeds(topo, [first + i for i in range(seeds)], progress=progress) if ablate else None
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
@@ -237,7 +244,13 @@ for _name, _command in COMMANDS:
 
 
 def main() -> None:
-    app()
+    """The console entry point: the app, with an unexpected exception reported as an internal error (crash.py)."""
+    try:
+        app(standalone_mode=True)
+    except Exception as exc:     # noqa: BLE001 - the last line of defence; SystemExit and KeyboardInterrupt pass
+        from .crash import report
+
+        sys.exit(report(exc))
 
 
 __all__ = ["app", "main"]
