@@ -1,0 +1,216 @@
+"""No input crashes kvplan, hangs it or eats the machine.
+
+Fuzzed inputs (tests/fuzzing.py: every example mutated, YAML texts bent out of shape, Mooncake trace
+lines) are each accepted or refused with a SpecError whose rendering prints as text; anything else
+escaping the library is a traceback for the user, and fails here. Hypothesis runs with a fixed seed
+and budget, so CI sees the same cases every time; benchmarks/fuzz.py runs many more by hand. Every
+input that ever broke kvplan is kept in tests/fixtures/fuzz/ and must stay a clean error.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzzing import EXAMPLES, REGRESSIONS, REPO, mutated_specs, odd_specs, trace_texts, yaml_texts
+from kvplan.console import TextConsole
+from kvplan.errors import SpecError
+from kvplan.live.bench import Outcome, Target, check_target, stream_completion
+from kvplan.live.observe import parse_lmcache_metrics, parse_metrics
+from kvplan.resolve import resolve
+from kvplan.sim.run import Bounds, run
+from kvplan.sim.workload import read_trace
+from kvplan.spec import from_mapping, load
+
+KVPLAN = str(Path(sys.executable).parent / "kvplan")
+CASE_SECONDS = 20
+"""A case that takes longer than this hangs (a spec is checked in milliseconds)."""
+EXAMPLES_PER_TEST = int(os.environ.get("KVPLAN_FUZZ_EXAMPLES", "150"))
+"""Cases each fuzz test draws (more by hand: KVPLAN_FUZZ_EXAMPLES=5000, or benchmarks/fuzz.py)."""
+FUZZ = settings(derandomize=True, deadline=None, database=None, max_examples=EXAMPLES_PER_TEST,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+
+
+@contextmanager
+def bounded(seconds: int = CASE_SECONDS):
+    """Fail a case that runs past `seconds` instead of waiting on it."""
+    def hang(signum, frame):
+        raise AssertionError(f"the case ran past {seconds} s")
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def refused_cleanly(exc: SpecError) -> None:
+    """A refusal prints as text: rendering it through kvplan's console neither raises nor lets markup through."""
+    console = TextConsole(file=io.StringIO())
+    console.print(exc.render())
+    assert "Traceback" not in console.file.getvalue()
+
+
+def check_spec(data, base_dir: Path) -> None:
+    with bounded():
+        try:
+            resolve(from_mapping(data, base_dir=base_dir))
+        except SpecError as exc:
+            refused_cleanly(exc)
+
+
+@FUZZ
+@given(mutated_specs())
+def test_a_mutated_example_is_accepted_or_refused_with_its_problems(case):
+    name, data = case
+    check_spec(data, next(p.parent for p in EXAMPLES if p.name == name))
+
+
+@FUZZ
+@given(yaml_texts())
+def test_any_yaml_text_is_read_or_refused_within_the_limits(text):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "spec.yaml"
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        with bounded():
+            try:
+                resolve(load(path))
+            except SpecError as exc:
+                refused_cleanly(exc)
+
+
+@FUZZ
+@given(trace_texts())
+def test_any_trace_is_read_or_refused_with_its_line(text):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.jsonl"
+        path.write_text(text)
+        with bounded():
+            try:
+                read_trace(str(path))
+            except SpecError as exc:
+                refused_cleanly(exc)
+
+
+@settings(FUZZ, max_examples=max(EXAMPLES_PER_TEST // 6, 10))
+@given(odd_specs())
+def test_a_valid_odd_spec_simulates_or_stops_at_its_bound(data):
+    """A spec that validates simulates to the end, or stops at a bound with a SpecError that says why."""
+    try:
+        r = resolve(from_mapping(data, base_dir=REPO / "examples"))
+    except SpecError:
+        return
+    with bounded(60):
+        try:
+            run(r, bounds=Bounds(max_wall=10.0))
+        except SpecError as exc:
+            refused_cleanly(exc)
+
+
+@pytest.mark.parametrize("case", sorted(REGRESSIONS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_spec_that_once_broke_kvplan_is_a_clean_error_on_the_cli(case):
+    """Run by the real CLI: exit 1, the problem named, no traceback, and no internal error (exit 70)."""
+    done = subprocess.run([KVPLAN, "validate", str(case)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "problem" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("case", sorted(REGRESSIONS.glob("*.jsonl")), ids=lambda p: p.name)
+def test_every_trace_that_once_broke_kvplan_is_a_clean_error(case):
+    with bounded(), pytest.raises(SpecError) as exc:
+        read_trace(str(case))
+    refused_cleanly(exc.value)
+    assert f"{case}:" in exc.value.render()          # the line it is on
+
+
+# ---- what a server says: the remote side cannot crash the client
+
+class Canned(ThreadingHTTPServer):
+    """An HTTP server that answers every request with the body the case sets."""
+
+    def __init__(self):
+        self.status, self.body = 200, b""
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(handler):
+                handler.send_response(self.status)
+                handler.end_headers()
+                handler.wfile.write(self.body)
+            do_POST = do_GET
+
+            def log_message(handler, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def target(self) -> Target:
+        return Target.parse(f"http://127.0.0.1:{self.server_address[1]}")
+
+
+_server: list[Canned] = []
+
+
+def canned(status: int, body: bytes) -> Target:
+    if not _server:
+        _server.append(Canned())
+    _server[0].status, _server[0].body = status, body
+    return _server[0].target()
+
+
+server_lines = st.one_of(st.sampled_from([b"data: [DONE]", b"data: {}", b"data: []", b"data: null", b"data: 1",
+                                          b'data: {"choices": 1}', b'data: {"choices": [1]}',
+                                          b'data: {"choices": [{"token_ids": 5}]}', b'data: {"error": "[/]boom"}',
+                                          b'data: {"choices": [{"token_ids": [1, 2]}]}', b"data: " + b"[" * 5000,
+                                          b"data: 1" + b"0" * 5000, b"\x1b[2J", b"data: \xff\xfe"]),
+                         st.binary(max_size=40).map(lambda b: b"data: " + b))
+
+
+@FUZZ
+@given(st.sampled_from([200, 200, 401, 500]), st.lists(server_lines, max_size=6))
+def test_any_completion_stream_is_a_result_or_an_error_of_that_request(status, lines):
+    out = Outcome(0, -1, 0, 0, 0.0, 10, 4)
+    with bounded():
+        stream_completion(canned(status, b"\n".join(lines) + b"\n"), {"prompt": [1]}, 5.0, time.monotonic, out)
+    assert out.error or out.received_tokens > 0
+    TextConsole(file=io.StringIO()).print(out.error or "")
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=300), st.sampled_from([b"[]", b"{}", b'{"data": 1}', b'{"data": [1]}',
+                                                             b'{"data": [{"id": "[/]\\u001b[31m"}]}', b"[" * 5000])))
+def test_any_model_list_is_accepted_or_a_bench_error(body):
+    with bounded():
+        try:
+            check_target(canned(200, body), "kvplan-tiny-llama")
+        except SpecError as exc:             # BenchError is one
+            refused_cleanly(exc)
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.sampled_from(["# TYPE vllm:prompt_tokens_total counter", "vllm:prompt_tokens_total 1e999",
+                                           'vllm:prompt_tokens_total{a="}"} 3', "vllm:kv_cache_usage_perc nan",
+                                           "lmcache_mp_lookup_hit_l1_tokens_total -1", "x{", "# TYPE x histogram",
+                                           "x_bucket{le=\"+Inf\"} 1", "\x1b[2J", "x 1 2 3"]),
+                          st.text(max_size=40)), max_size=8))
+def test_any_metrics_text_is_read_or_refused_as_not_prometheus(lines):
+    text = "\n".join(lines) + "\n"
+    for parse in (parse_metrics, parse_lmcache_metrics):
+        try:
+            parse(text)
+        except ValueError:
+            pass
