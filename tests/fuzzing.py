@@ -143,7 +143,7 @@ def trace_texts(draw) -> str:
     return "\n".join(lines) + "\n"
 
 
-NUDGES = [0, 1, 2, 1e-9, 1e-3, 0.5, 1000, 10 ** 6]
+NUDGES = [0, 1, 2, 5e-324, 1e-300, 1e-9, 1e-3, 0.5, 1000, 10 ** 6]
 STEP_MODEL = {"compute_efficiency": [1e-9, 1e-4, 0.01, 1.0], "memory_efficiency": [1e-9, 1e-4, 1.0],
               "step_overhead": ["0s", "1ns", "1us", "10s", "1d"], "request_overhead": ["0s", "1ns", "1h"],
               "layer_overhead": ["0s", "1ns", "1ms"], "allreduce_latency": ["0s", "1ns", "1s"],
@@ -168,6 +168,9 @@ def odd_specs(draw, name: str = "local.yaml") -> dict:
     workload = data["workload"]
     workload["requests"] = min(int(workload.get("requests") or 300), 300)
     if draw(st.booleans()):
-        workload["arrivals"] = {**workload.get("arrivals", {}), "rate": draw(st.sampled_from(
+        process = draw(st.sampled_from(["poisson", "gamma", "constant"]))
+        workload["arrivals"] = {"process": process, "rate": draw(st.sampled_from(
             ["0.001/s", "1/s", "100/s", "1000000/s", "1e-6/s"]))}
+        if process == "gamma":
+            workload["arrivals"]["cv"] = draw(st.sampled_from([5e-324, 1e-300, 1e-6, 0.001, 1.0, 100.0]))
     return data

@@ -60,8 +60,8 @@ class Arrivals(SpecModel):
     rate: Rate = "1/s"
     """Mean arrival rate of new requests (new sessions for chat)."""
 
-    cv: float = Field(1.0, gt=0, le=100)
-    """Coefficient of variation of the gaps for gamma (1 = Poisson; > 1 bursty)."""
+    cv: float = Field(1.0, ge=0.001, le=100)
+    """Coefficient of variation of the gaps for gamma (1 = Poisson; > 1 bursty; below 0.001 use constant)."""
 
 
 class Sessions(SpecModel):
