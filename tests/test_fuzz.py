@@ -15,16 +15,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from answering import Answering
 from fuzzing import EXAMPLES, REGRESSIONS, REPO, mutated_specs, odd_specs, trace_texts, yaml_texts
 from kvplan.console import TextConsole
 from kvplan.errors import SpecError
@@ -139,36 +138,14 @@ def test_every_trace_that_once_broke_kvplan_is_a_clean_error(case):
 
 # ---- what a server says: the remote side cannot crash the client
 
-class Canned(ThreadingHTTPServer):
-    """An HTTP server that answers every request with the body the case sets."""
-
-    def __init__(self):
-        self.status, self.body = 200, b""
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(handler):
-                handler.send_response(self.status)
-                handler.end_headers()
-                handler.wfile.write(self.body)
-            do_POST = do_GET
-
-            def log_message(handler, *args):
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    def target(self) -> Target:
-        return Target.parse(f"http://127.0.0.1:{self.server_address[1]}")
-
-
-_server: list[Canned] = []
+_server: list[Answering] = []
 
 
 def canned(status: int, body: bytes) -> Target:
+    """The one server of these tests, answering every path with `body`."""
     if not _server:
-        _server.append(Canned())
-    _server[0].status, _server[0].body = status, body
+        _server.append(Answering())
+    _server[0].default = (status, body)
     return _server[0].target()
 
 

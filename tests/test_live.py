@@ -50,6 +50,7 @@ from kvplan.sim.run import run as simulate
 from kvplan.sim.workload import OUTPUT, Segments, TraceBlocks, requests
 from kvplan.spec import from_mapping, load, read_yaml
 
+from answering import Answering
 from conftest import REPO
 
 LOCAL = REPO / "examples" / "local.yaml"
@@ -747,32 +748,15 @@ def test_lmcache_metrics_are_none_when_the_server_exports_none_of_its_own():
     assert parse_lmcache_metrics("# TYPE process_open_fds gauge\nprocess_open_fds 32.0\n") is None
 
 
-class FakeLMCache(ThreadingHTTPServer):
+def fake_lmcache(metrics: str) -> Answering:
     """The LMCache MP server's HTTP API as observe reads it: /healthcheck, /status and /metrics."""
-
-    def __init__(self, metrics: str):
-        self.metrics = metrics
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(handler):
-                body = {"/healthcheck": b"ok", "/status": b'{"storage_manager": {"l1_usage": [4096, 1073741824]}}',
-                        "/metrics": self.metrics.encode()}.get(handler.path)
-                handler.send_response(200 if body is not None else 404)
-                handler.end_headers()
-                handler.wfile.write(body or b"")
-
-            def log_message(handler, *args):
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    def target(self) -> Target:
-        return Target.parse(f"http://127.0.0.1:{self.server_address[1]}")
+    return Answering({"/healthcheck": (200, b"ok"),
+                      "/status": (200, b'{"storage_manager": {"l1_usage": [4096, 1073741824]}}'),
+                      "/metrics": (200, metrics.encode())})
 
 
 def test_snapshot_reads_lmcache_usage_and_hits_per_tier_from_its_http_api():
-    server = FakeLMCache(LMCACHE_METRICS)
+    server = fake_lmcache(LMCACHE_METRICS)
     try:
         snap = snapshot(local(PLAIN_BENCH), [], lmcache=server.target(), ceph=False, timeout=5.0)
     finally:
@@ -783,7 +767,7 @@ def test_snapshot_reads_lmcache_usage_and_hits_per_tier_from_its_http_api():
 
 
 def test_snapshot_says_how_to_turn_on_lmcache_metrics_when_the_server_exports_none():
-    server = FakeLMCache("# TYPE process_open_fds gauge\nprocess_open_fds 32.0\n")
+    server = fake_lmcache("# TYPE process_open_fds gauge\nprocess_open_fds 32.0\n")
     try:
         snap = snapshot(local(PLAIN_BENCH), [], lmcache=server.target(), ceph=False, timeout=5.0)
     finally:
