@@ -182,13 +182,13 @@ def load_catalog(root: str | None = None) -> Catalog:
 
     llms = {}
     for file in sorted((base / "llm").glob("*.yaml")):
-        entry = parse(CatalogLlm, read_yaml(file), file)
+        entry = parse(CatalogLlm, read_yaml(file, bounded=False), file)
         if entry is not None:
             llms[entry.name] = entry
 
     def table(file_name: str, key: str, model: type[T]) -> dict[str, T]:
         file = base / "hardware" / file_name
-        data = read_yaml(file)
+        data = read_yaml(file, bounded=False)
         rows = data.get(key) if isinstance(data, dict) else None
         if not isinstance(rows, list):
             problems.append(Problem(f"{file.name}:{key}", f"expected a list under '{key}'", fix="see models/README.md"))
@@ -207,7 +207,7 @@ def load_catalog(root: str | None = None) -> Catalog:
                   nics=table("nics.yaml", "nics", Nic),
                   ceph_device_classes=table("ceph.yaml", "ceph_device_classes", CephDeviceClass))
     prices_file = base / "prices.yaml"
-    price_data = read_yaml(prices_file)
+    price_data = read_yaml(prices_file, bounded=False)
     prices = parse(Prices, price_data.get("prices") if isinstance(price_data, dict) else None, prices_file)
     if problems or prices is None:
         raise SpecError(problems or [Problem("prices.yaml", "no prices")], source=f"catalog {base}")

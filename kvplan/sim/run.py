@@ -40,8 +40,6 @@ Progress = Callable[[float], None]
 
 MAX_SAMPLES = 2_000
 """Occupancy samples a run keeps (a run samples about 100 times over its arrivals' span)."""
-CHECK_EVERY = 50_000
-"""Events between two looks at the wall clock (simulated time is looked at after every event)."""
 
 
 @dataclass(frozen=True)
@@ -52,17 +50,19 @@ class Bounds:
     """Seconds of this machine's time; None: no bound."""
     max_sim_time: float | None = None
     """Simulated seconds after traffic starts; None: 100 times the arrivals' span (at least an hour), which
-    only a run whose instances serve far slower than requests arrive reaches."""
+    only a run whose instances serve far slower than requests arrive reaches. Both bounds are looked at with
+    each occupancy sample (about 100 over the arrivals' span): a run stops within one sample of either."""
 
     def sim_limit(self, span: float) -> float:
         return self.max_sim_time if self.max_sim_time is not None else max(100 * span, 3600.0)
 
 
 class SimulationStopped(SpecError):
-    """A run stopped at a bound, or stalled: what happened, how far it got, and what to change."""
+    """A run stopped at a bound: what happened, how far it got, and what to change."""
 
     def __init__(self, flag: str, message: str, fix: str):
         super().__init__([Problem(flag, message, fix=fix)])
+        self.args = (flag, message, fix)        # simpy re-raises a process's exception as type(exc)(*exc.args)
 
 
 class Simulation:
@@ -71,7 +71,7 @@ class Simulation:
         self.r = r
         self.bounds = bounds
         self.started = 0.0                       # time.monotonic() when the run began
-        self.sim_limit = 0.0                     # simulated seconds the current phase may reach
+        self.sim_limit = 0.0                     # simulated seconds the run may reach
         self.seed = r.workload.seed if seed is None else seed
         self.progress = progress
         self.request_overhead = r.step.request_overhead     # HTTP and streaming: a pure delay, outside the engine
@@ -128,11 +128,13 @@ class Simulation:
 
     # ---- the run
     def sample(self, interval: float, end_hint: float):
-        """Record occupancy (and report progress) every `interval` until the last request is done. A run that
+        """Record occupancy, report progress and look at the bounds every `interval` until the last request is
+        done (a stopped run's SimulationStopped leaves env.run from here). A run that
         lasts far longer than its arrivals (instances far slower than the traffic) keeps at most MAX_SAMPLES:
         at that many it drops every other sample and samples half as often, so time and memory stay bounded."""
         while not self.done:
             self._sample()
+            self._within_bounds()
             if len(self.block_utilisation) >= MAX_SAMPLES:
                 interval *= 2
                 for samples in (*self.occupancy.values(), self.block_utilisation):
@@ -167,10 +169,8 @@ class Simulation:
             for engine in self.engines:
                 for w in warm:
                     engine.submit(w, record=False)
+            env.run(self.finished_event)
         self.started = time.monotonic()
-        self.sim_limit = self.bounds.sim_limit(0.0)
-        if warm:
-            self._run_until(self.finished_event, "the warm-up")
         self.offset = offset = env.now
         reqs = wl.requests(r, self.seed)
         self.expected = len(reqs)
@@ -180,43 +180,25 @@ class Simulation:
         self.sim_limit = self.bounds.sim_limit(last)
         env.process(self.sample(max(last / 100, 1e-3), last + offset))
         if reqs:
-            self._run_until(self.finished_event, "the run")
+            env.run(self.finished_event)
         duration = env.now - offset
         self.done = True
         env.run()                                # idle engines wait on nothing: this lets in-flight writes land
         self._sample()
         return self._result(reqs, warm, duration)
 
-    def _run_until(self, until: simpy.Event, phase: str) -> None:
-        """env.run(until), looking at the bounds every CHECK_EVERY events: a run that would not finish in
-        reasonable time, or that stalls with requests unfinished, stops with SimulationStopped."""
-        env, step = self.env, self.env.step
-        limit = self.offset + self.sim_limit
-        left = CHECK_EVERY
-        try:
-            while not until.processed:
-                step()
-                left -= 1
-                if not left or env.now > limit:
-                    left = CHECK_EVERY
-                    self._within_bounds(phase)
-        except simpy.core.EmptySchedule:
-            raise SimulationStopped("", f"{phase} stalled at {self._progress()}: nothing was left to happen, so "
-                                        "the rest would never finish",
-                                    "this is a bug in kvplan's simulator: report the spec") from None
-
     def _progress(self) -> str:
         done = len(self.columns["id"])
         return f"simulated time {self.env.now - self.offset:,.1f} s, {done:,} of {self.expected:,} requests finished"
 
-    def _within_bounds(self, phase: str) -> None:
+    def _within_bounds(self) -> None:
         wall = time.monotonic() - self.started
         if self.bounds.max_wall is not None and wall > self.bounds.max_wall:
-            raise SimulationStopped("--max-wall", f"{phase} took more than {self.bounds.max_wall:g} s of wall time "
+            raise SimulationStopped("--max-wall", f"the run took more than {self.bounds.max_wall:g} s of wall time "
                                                   f"and was stopped at {self._progress()}",
                                     "give it longer (--max-wall), or simulate fewer requests (workload.requests)")
         if self.env.now - self.offset > self.sim_limit:
-            raise SimulationStopped("--max-sim-time", f"{phase} reached {self.sim_limit:,.0f} s of simulated time "
+            raise SimulationStopped("--max-sim-time", f"the run passed {self.sim_limit:,.0f} s of simulated time "
                                                       f"({self._progress()}): the instances serve far slower than "
                                                       "requests arrive, or a step takes far longer than it should",
                                     "check serving.step_model and the arrival rate against `kvplan capacity`, or "

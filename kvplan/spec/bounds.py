@@ -4,12 +4,12 @@ A real spec is a few kilobytes, nested five levels deep, with a few hundred valu
 below are far beyond that and far below what would make parsing slow or large:
 
 - the file's size, checked before it is read;
-- while YAML is parsed, before anything is built from it (PyYAML's parser yields events without
-  recursing, so this scan is safe on any input): the nesting depth (PyYAML builds nested values
-  recursively, and a 3,000-deep list overflows Python's stack), the number of values with every
-  alias expanded (an "alias bomb" of nine nested aliases names 387 million values in 300 bytes),
-  the length of one string, and the digits of one number (Python refuses to convert integers of
-  more than 4,300 digits, and big ones are slow).
+- while YAML is composed into nodes, before any value is built from them (PyYAML's parser is a
+  state machine that does not recurse; its composer recurses once a level, so it is stopped long
+  before Python's stack is): the nesting depth (a 3,000-deep list would overflow the stack), the
+  number of values with every alias expanded (an "alias bomb" of nine nested aliases names 387
+  million values in 300 bytes), the length of one string, and the digits of one number (Python
+  refuses to convert integers of more than 4,300 digits, and big ones are slow).
 
 Each violation is a SpecError that names the limit, the line and the fix.
 """
@@ -46,50 +46,63 @@ def check_size(size: int, what: str = "the file") -> None:
                                  fix="a spec is a few kilobytes: check that this is the file you meant")])
 
 
-def check_yaml(text: str, loader: type = yaml.SafeLoader) -> None:
-    """Scan `text`'s YAML events against the limits; SpecError at the first one broken (a YAML syntax error is
-    left to the parser that follows, which reports it with its line)."""
-    check_size(len(text.encode("utf-8", errors="replace")), "the text")
-    resolver = yaml.resolver.Resolver()
-    depth = values = 0
-    anchored: dict[str, int] = {}                 # anchor -> values it stands for
-    open_at: list[tuple[str | None, int]] = []     # collections being read: (anchor, values before it)
-    try:
-        for event in yaml.parse(text, Loader=loader):
-            line = event.start_mark.line if event.start_mark else 0
-            if isinstance(event, yaml.AliasEvent):
-                values += anchored.get(event.anchor, 1)
-            elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise _limit(f"values nested more than {MAX_DEPTH} deep", line,
-                                 "a spec nests a few levels: check the brackets or the indentation")
-                open_at.append((event.anchor, values))
-                values += 1
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-                anchor, before = open_at.pop()
-                if anchor is not None:
-                    anchored[anchor] = values - before
-            elif isinstance(event, yaml.ScalarEvent):
-                values += 1
-                if event.anchor is not None:
-                    anchored[event.anchor] = 1
-                if len(event.value) > MAX_STRING_CHARS:
-                    raise _limit(f"a string of {len(event.value):,} characters (at most {MAX_STRING_CHARS:,})", line,
-                                 "shorten it, or keep long text out of the spec")
-                if (event.implicit[0] and len(event.value) > MAX_NUMBER_CHARS
-                        and resolver.resolve(yaml.ScalarNode, event.value, event.implicit) in _NUMBER_TAGS):
-                    raise _limit(f"a number of {len(event.value):,} characters (at most {MAX_NUMBER_CHARS})", line,
-                                 "write the number with fewer digits (units such as 40GiB or 2h keep them short)")
-            if values > MAX_VALUES:
-                raise _limit(f"more than {MAX_VALUES:,} values (aliases expanded)", line,
-                             "a spec holds hundreds of values: check for aliases (*name) that repeat large blocks")
-    except yaml.YAMLError:
-        return
+class _Bounded:
+    """A PyYAML Loader mixin that holds the document to the limits while it composes it, in the one pass that
+    parses it: the depth, the values (an alias counts what its anchor holds) and each scalar's length."""
+
+    def compose_document(self):
+        self._depth, self._values, self._anchored = 0, 0, {}
+        return super().compose_document()
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        line = event.start_mark.line if event.start_mark else 0
+        if isinstance(event, yaml.AliasEvent):
+            self._count(self._anchored.get(event.anchor, 1), line)
+            return super().compose_node(parent, index)
+        if isinstance(event, yaml.ScalarEvent):
+            _check_scalar(event, line)
+        before = self._values
+        self._count(1, line)
+        nested = isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent))
+        if nested:
+            self._depth += 1
+            if self._depth > MAX_DEPTH:
+                raise _limit(f"values nested more than {MAX_DEPTH} deep", line,
+                             "a spec nests a few levels: check the brackets or the indentation")
+        node = super().compose_node(parent, index)
+        if nested:
+            self._depth -= 1
+        if event.anchor is not None:
+            self._anchored[event.anchor] = self._values - before
+        return node
+
+    def _count(self, n: int, line: int) -> None:
+        self._values += n
+        if self._values > MAX_VALUES:
+            raise _limit(f"more than {MAX_VALUES:,} values (aliases expanded)", line,
+                         "a spec holds hundreds of values: check for aliases (*name) that repeat large blocks")
+
+
+_RESOLVER = yaml.resolver.Resolver()
+
+
+def _check_scalar(event: yaml.ScalarEvent, line: int) -> None:
+    if len(event.value) > MAX_STRING_CHARS:
+        raise _limit(f"a string of {len(event.value):,} characters (at most {MAX_STRING_CHARS:,})", line,
+                     "shorten it, or keep long text out of the spec")
+    if (event.implicit[0] and len(event.value) > MAX_NUMBER_CHARS
+            and _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit) in _NUMBER_TAGS):
+        raise _limit(f"a number of {len(event.value):,} characters (at most {MAX_NUMBER_CHARS})", line,
+                     "write the number with fewer digits (units such as 40GiB or 2h keep them short)")
+
+
+_LOADERS: dict[type, type] = {}
 
 
 def load(text: str, loader: type = yaml.SafeLoader) -> Any:
-    """`text` parsed with `loader` once it is within the limits (yaml.YAMLError for a syntax error, as yaml.load)."""
-    check_yaml(text, loader)
-    return yaml.load(text, Loader=loader)  # noqa: S506 - callers pass SafeLoader subclasses
+    """`text` parsed with `loader` held to the limits (a SpecError naming the one broken; yaml.YAMLError for a
+    syntax error, as yaml.load)."""
+    check_size(len(text.encode("utf-8", errors="replace")), "the text")
+    bounded = _LOADERS.get(loader) or _LOADERS.setdefault(loader, type(f"Bounded{loader.__name__}", (_Bounded, loader), {}))
+    return yaml.load(text, Loader=bounded)  # noqa: S506 - callers pass SafeLoader subclasses
