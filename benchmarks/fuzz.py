@@ -76,6 +76,9 @@ class Tally:
 
 
 def drive(strategy, count: int, seed_label: str, body) -> None:
+    if count < 1:
+        return
+
     @settings(max_examples=count, derandomize=True, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(strategy)
