@@ -1,7 +1,7 @@
 """No input crashes kvplan, hangs it or eats the machine.
 
 Fuzzed inputs (tests/fuzzing.py: every example mutated, YAML texts bent out of shape, Mooncake trace
-lines) are each accepted or refused with a SpecError whose rendering prints as text; anything else
+lines, inventories, result files, and what a server answers) are each accepted or refused with a SpecError whose rendering prints as text; anything else
 escaping the library is a traceback for the user, and fails here. Hypothesis runs with a fixed seed
 and budget, so CI sees the same cases every time; benchmarks/fuzz.py runs many more by hand. Every
 input that ever broke kvplan is kept in tests/fixtures/fuzz/ and must stay a clean error.
@@ -191,3 +191,45 @@ def test_any_metrics_text_is_read_or_refused_as_not_prometheus(lines):
             parse(text)
         except ValueError:
             pass
+
+
+# ---- inventories and result files
+
+INVENTORIES = sorted(p for p in (REPO / "inventories").glob("*/hosts.yml"))
+
+
+@FUZZ
+@given(st.sampled_from(INVENTORIES), st.data())
+def test_any_inventory_is_read_or_refused(path, data):
+    import yaml
+
+    from fuzzing import _mutate
+    from kvplan.deploy import inventory
+
+    mutated = _mutate(yaml.safe_load(path.read_text()), data.draw)
+    with tempfile.TemporaryDirectory() as folder:
+        file = Path(folder) / "hosts.yml"
+        file.write_text(yaml.safe_dump(mutated) if data.draw(st.booleans()) else data.draw(yaml_texts()))
+        with bounded():
+            try:
+                inventory.load(file)
+            except SpecError as exc:
+                refused_cleanly(exc)
+
+
+@FUZZ
+@given(st.data())
+def test_any_result_file_is_read_or_refused(data):
+    from kvplan.report.inputs import load as read_result
+
+    text = data.draw(st.one_of(st.sampled_from(["{}", "[]", "null", '{"per_request": 1, "spec_hash": 2}',
+                                                '{"kind": "plan"}', "[" * 5000, "1" + "0" * 5000]),
+                               st.text(max_size=100)))
+    with tempfile.TemporaryDirectory() as folder:
+        file = Path(folder) / "run.json"
+        file.write_text(text)
+        with bounded():
+            try:
+                read_result(file)
+            except SpecError as exc:
+                refused_cleanly(exc)

@@ -86,16 +86,22 @@ def _walk(name: str, node: Any, inherited: dict, groups: dict[str, dict[str, Hos
     if not isinstance(node, dict):
         raise SpecError([Problem(f"inventory.{name}", "a group must be a mapping with hosts, vars or children", node,
                                  fix=f"see {path} and inventories/example-cluster/hosts.yml")])
-    group_vars = {**inherited, **(node.get("vars") or {})}
+    def mapping(value: Any, where: str, what: str) -> dict:
+        if not isinstance(value or {}, dict):
+            raise SpecError([Problem(where, f"{what} must be a mapping", value,
+                                     fix=f"see {path} and inventories/example-cluster/hosts.yml")])
+        return value or {}
+
+    group_vars = {**inherited, **mapping(node.get("vars"), f"inventory.{name}.vars", "a group's vars")}
     members = groups.setdefault(name, {})
-    for host, host_vars in (node.get("hosts") or {}).items():
-        merged = {**group_vars, **(host_vars or {})}
+    for host, host_vars in mapping(node.get("hosts"), f"inventory.{name}.hosts", "a group's hosts").items():
+        merged = {**group_vars, **mapping(host_vars, f"inventory.{name}.{host}", "a host's vars")}
         for field, value in (("", host), (".ansible_host", merged.get("ansible_host", host))):
             if not isinstance(value, str) or host_problem(value):
                 raise SpecError([Problem(f"inventory.{name}.{host}{field}", "must be a host name or IP address", value, HOST_FORMS,
                                          f"name the host in {path} by its DNS name or IP address (or set ansible_host)")])
         members[host] = Host(name=host, vars=merged)
-    for child, child_node in (node.get("children") or {}).items():
+    for child, child_node in mapping(node.get("children"), f"inventory.{name}.children", "a group's children").items():
         members.update(_walk(child, child_node, group_vars, groups, path))
     return members
 
