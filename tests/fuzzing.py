@@ -55,7 +55,7 @@ def _parent(data: Any, path: tuple) -> Any:
     return data
 
 
-def _mutate(data: Any, draw: Callable) -> Any:
+def mutate(data: Any, draw: Callable) -> Any:
     """One change at a random place: delete, replace with any value, nudge a number, or rename a key."""
     paths = _paths(data)
     if not paths:
@@ -81,7 +81,7 @@ def mutated_specs(draw, names: list[str] | None = None) -> tuple[str, Any]:
     name = draw(st.sampled_from(names or sorted(PARSED)))
     data = copy.deepcopy(PARSED[name])
     for _ in range(draw(st.integers(1, 4))):
-        data = _mutate(data, draw)
+        data = mutate(data, draw)
     return name, data
 
 

@@ -20,15 +20,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from answering import Answering
-from fuzzing import EXAMPLES, REGRESSIONS, REPO, mutated_specs, odd_specs, trace_texts, yaml_texts
+from fuzzing import EXAMPLES, REGRESSIONS, REPO, mutate, mutated_specs, odd_specs, trace_texts, yaml_texts
 from kvplan.console import TextConsole
+from kvplan.deploy import inventory
 from kvplan.errors import SpecError
 from kvplan.live.bench import Outcome, Target, check_target, stream_completion
 from kvplan.live.observe import parse_lmcache_metrics, parse_metrics
+from kvplan.report.inputs import load as read_result
 from kvplan.resolve import resolve
 from kvplan.sim.run import Bounds, run
 from kvplan.sim.workload import read_trace
@@ -201,12 +204,7 @@ INVENTORIES = sorted(p for p in (REPO / "inventories").glob("*/hosts.yml"))
 @FUZZ
 @given(st.sampled_from(INVENTORIES), st.data())
 def test_any_inventory_is_read_or_refused(path, data):
-    import yaml
-
-    from fuzzing import _mutate
-    from kvplan.deploy import inventory
-
-    mutated = _mutate(yaml.safe_load(path.read_text()), data.draw)
+    mutated = mutate(yaml.safe_load(path.read_text()), data.draw)
     with tempfile.TemporaryDirectory() as folder:
         file = Path(folder) / "hosts.yml"
         file.write_text(yaml.safe_dump(mutated) if data.draw(st.booleans()) else data.draw(yaml_texts()))
@@ -220,8 +218,6 @@ def test_any_inventory_is_read_or_refused(path, data):
 @FUZZ
 @given(st.data())
 def test_any_result_file_is_read_or_refused(data):
-    from kvplan.report.inputs import load as read_result
-
     text = data.draw(st.one_of(st.sampled_from(["{}", "[]", "null", '{"per_request": 1, "spec_hash": 2}',
                                                 '{"kind": "plan"}', "[" * 5000, "1" + "0" * 5000]),
                                st.text(max_size=100)))

@@ -102,7 +102,6 @@ _LOADERS: dict[type, type] = {}
 
 def load(text: str, loader: type = yaml.SafeLoader) -> Any:
     """`text` parsed with `loader` held to the limits (a SpecError naming the one broken; yaml.YAMLError for a
-    syntax error, as yaml.load)."""
-    check_size(len(text.encode("utf-8", errors="replace")), "the text")
+    syntax error, as yaml.load). The file's size is the caller's to check, before it reads it (check_size)."""
     bounded = _LOADERS.get(loader) or _LOADERS.setdefault(loader, type(f"Bounded{loader.__name__}", (_Bounded, loader), {}))
     return yaml.load(text, Loader=bounded)  # noqa: S506 - callers pass SafeLoader subclasses
