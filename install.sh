@@ -26,19 +26,32 @@ esac
 
 # The tests deploy a real single-node Ceph and check Prometheus rules with promtool, so
 # `./install.sh test` installs Debian's ceph and prometheus packages, and the tools the tests
-# use (procps, an ssh client, systemd-analyze, chromium for the HTML report); nothing is started here.
+# use (procps, an ssh client, systemd-analyze, chromium for the HTML report, iproute2 and an sshd
+# for scripts/test-cluster.sh); nothing is started here.
 if [ "${1:-}" = test ]; then
   need=""
   for cmd in ceph-mon:ceph-mon ceph-mgr:ceph-mgr ceph-osd:ceph-osd radosgw:radosgw ceph:ceph-common \
              uuidgen:uuid-runtime promtool:prometheus start-stop-daemon:dpkg pkill:procps ssh:openssh-client \
-             systemd-analyze:systemd chromium:chromium; do
+             systemd-analyze:systemd chromium:chromium ip:iproute2 sshd:openssh-server; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need="$need ${cmd#*:}"
   done
   if [ -n "$need" ]; then
     sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
     echo "installing Debian packages for the tests:$need"
+    # On a machine without systemd, a package's postinst starts its daemon right away (Debian's
+    # openssh-server: an sshd on port 22). A policy-rc.d that exits 101 forbids that while apt
+    # runs; it is removed after, also when apt fails, unless it was there before.
+    policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      policy=/usr/sbin/policy-rc.d
+      trap '$sudo rm -f "$policy"' EXIT
+      trap 'exit 130' INT TERM
+      printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+      $sudo chmod 755 "$policy"
+    fi
     $sudo apt-get update -qq
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+    if [ -n "$policy" ]; then $sudo rm -f "$policy"; trap - EXIT INT TERM; fi
   fi
 fi
 

@@ -101,7 +101,8 @@ def check_conf_values(tmp_path: Path, succeed: bool, **overrides):
     """packages.yml's first task, alone, with the rendered variables and these overrides."""
     (task,) = [t for t in role_tasks("packages.yml") if t["name"] == CONF_CHECK]
     (tmp_path / "project").mkdir(exist_ok=True)
-    return run_play(tmp_path / "project", [], tasks=[task | {"vars": ceph_vars() | overrides}], succeed=succeed)
+    return run_play(tmp_path / "project", [], tasks=[task | {"vars": ceph_vars() | overrides}], succeed=succeed,
+                    inventory_=CEPH_HOST)
 
 
 def test_the_ceph_conf_check_comes_before_anything_is_installed_or_written():

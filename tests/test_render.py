@@ -120,9 +120,10 @@ def test_rules_refuse_what_the_deployment_cannot_honour():
         spec("local", lmcache__ceph__ttl="12h")
     assert "whole days" in problems(exc)["lmcache.ceph.ttl"]
     with pytest.raises(SpecError) as exc:
-        spec("local", ceph__hosts=3, ceph__pool__size=1)
-    assert "single-node" in problems(exc)["ceph.hosts"]
-    assert spec("local", ceph__hosts=3, ceph__pool__size=1, simulate_only=True).simulate_only
+        spec("local", ceph__hosts=7, ceph__pool__size=1)
+    assert "a monitor on every host" in problems(exc)["ceph.hosts"]
+    assert spec("local", ceph__hosts=7, ceph__pool__size=1, simulate_only=True).simulate_only
+    assert spec("local", ceph__hosts=3, ceph__failure_domain="host", ceph__pool__size=3).ceph.hosts == 3
 
 
 def test_quantised_weights_without_a_way_for_vllm_to_load_them_are_refused_with_the_fix(tmp_path):

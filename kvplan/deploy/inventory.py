@@ -3,9 +3,10 @@
 Groups (inventories/README.md):
 - `gpu`: the serving nodes, exactly as many as the spec needs (serving.instances over the node
   size); each runs its vLLM instances and, with LMCache, the node's LMCache server or config.
-- `ceph`: the Ceph hosts when the spec has a ceph section: the one host of deploy: packages, the
-  ceph.hosts hosts of deploy: cephadm (the first bootstraps), or for deploy: external one admin
-  host with the `ceph` CLI and an admin keyring.
+- `ceph`: the Ceph hosts when the spec has a ceph section: the ceph.hosts hosts of deploy:
+  packages (a monitor and the OSDs on each, the manager and RGW on the first) or of deploy:
+  cephadm (the first bootstraps), or for deploy: external one admin host with the `ceph` CLI
+  and an admin keyring.
 - `monitoring`: the host that runs Prometheus.
 
 kvplan reads YAML inventories (a hosts.yml file, or a directory holding one) and checks the groups
@@ -123,7 +124,8 @@ def required(r: Resolved, inv: Inventory) -> list[Problem]:
                          f"of {r.gpus_per_node} accelerators")
     if r.ceph is not None:
         if r.ceph.deploy == "packages":
-            need("ceph", 1, "deploy: packages builds a single-node cluster")
+            need("ceph", r.ceph.hosts, f"ceph.hosts is {r.ceph.hosts} (deploy: packages: a monitor and "
+                                       f"{r.ceph.osds // r.ceph.hosts} OSD(s) on each, the manager and RGW on the first)")
         elif r.ceph.deploy == "cephadm":
             need("ceph", r.ceph.hosts, f"ceph.hosts is {r.ceph.hosts}")
         else:

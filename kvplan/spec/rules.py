@@ -134,6 +134,10 @@ def _lmcache(topo: "Topology") -> Iterator[Problem]:
                           lm.warmup.system_prompts, f"0..{prefixes.count}", f"use at most {prefixes.count}")
 
 
+PACKAGES_MAX_HOSTS = 5
+"""deploy: packages puts a monitor on each Ceph host; Ceph's docs advise 3 or 5 monitors for a cluster."""
+
+
 def _ceph(topo: "Topology") -> Iterator[Problem]:
     c = topo.ceph
     if c is None:
@@ -151,10 +155,11 @@ def _ceph(topo: "Topology") -> Iterator[Problem]:
         low = 1 << (c.pool.pg_num.bit_length() - 1)
         yield Problem("ceph.pool.pg_num", "must be a power of two", c.pool.pg_num, "1, 2, 4, ..., 65536",
                       f"use {low} or {low * 2}")
-    if c.deploy == "packages" and c.hosts != 1 and not topo.simulate_only:
-        yield Problem("ceph.hosts", "deploy: packages builds a single-node cluster (development, CI, one-box labs)",
-                      c.hosts, "1 with deploy: packages", f"use deploy: cephadm for {c.hosts} hosts, or deploy: external "
-                      "for a cluster you already run")
+    if c.deploy == "packages" and c.hosts > PACKAGES_MAX_HOSTS and not topo.simulate_only:
+        yield Problem("ceph.hosts", f"deploy: packages runs a monitor on every host, and a quorum of more than "
+                      f"{PACKAGES_MAX_HOSTS} monitors slows every cluster map update", c.hosts,
+                      f"1..{PACKAGES_MAX_HOSTS} with deploy: packages", f"use deploy: cephadm for {c.hosts} hosts, or "
+                      "deploy: external for a cluster you already run")
     if c.access == "cephfs" and not topo.simulate_only:
         yield Problem("ceph.access", "kvplan does not deploy CephFS (no filesystem, MDS or client mount is created), so "
                       "LMCache would write to a local directory named like the mount", c.access, "s3",
