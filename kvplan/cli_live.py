@@ -129,8 +129,9 @@ def _print_observed(run) -> None:
 
 def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the live stack."),
             target: List[str] = typer.Option(..., "--target", help="vLLM's endpoint(s), e.g. http://127.0.0.1:8000."),
-            lmcache_url: Optional[str] = typer.Option(None, "--lmcache-url", help="LMCache's HTTP API (default: the spec's "
-                                                                                  "monitoring.metrics_address, port lmcache.port + 1)."),
+            lmcache_url: Optional[List[str]] = typer.Option(None, "--lmcache-url", help="LMCache's HTTP API, once per server "
+                                                            "(default: port lmcache.port + 1 on the spec's monitoring.metrics_address, "
+                                                            "or with 0.0.0.0 on each target's host)."),
             no_ceph: bool = typer.Option(False, "--no-ceph", help="Do not read Ceph (this host is not a Ceph admin host)."),
             timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds each component may take to answer."),
             api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
@@ -140,7 +141,7 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
     from .live.observe import snapshot
 
     _, resolved, _ = _spec(spec)
-    lmcache = _targets([lmcache_url])[0] if lmcache_url else None
+    lmcache = _targets(lmcache_url) if lmcache_url else None
     snap = snapshot(resolved, _targets(target, api_key), lmcache=lmcache, ceph=not no_ceph, timeout=timeout)
     if as_json:
         out.print_json(snap.model_dump_json())

@@ -41,7 +41,8 @@ from kvplan.live.bench import Bench, BenchError, Outcome, Target, check_target
 from kvplan.live.calibrate import bounded_least_absolute, fit
 from kvplan.spec.profile import Profile, apply_profile, read_profile, write_profile
 from kvplan.live.compare import Row, check_same_spec, rows
-from kvplan.live.observe import Component, Snapshot, observe_vllm, parse_lmcache_metrics, parse_metrics, snapshot
+from kvplan.live.observe import (Component, Snapshot, lmcache_servers, observe_vllm, parse_lmcache_metrics, parse_metrics,
+                                 snapshot)
 from kvplan.live.observed import BenchRun, columns, derive, read_run, write_run
 from kvplan.live.runner import bench as run_bench
 from kvplan.live.tokens import FIRST_ORDINARY_TOKEN, output_identity, prompt_tokens, run_tokens
@@ -70,10 +71,13 @@ def unused_port() -> int:
     return port
 
 
-def local(workload: dict | None = None, *, lmcache: bool = True, step_model: dict | None = None):
-    """examples/local.yaml resolved, with its workload replaced (and optionally without LMCache and Ceph,
-    so that nothing would ever look for the real LMCache server the spec names)."""
+def local(workload: dict | None = None, *, lmcache: bool = True, step_model: dict | None = None,
+          monitoring: dict | None = None):
+    """examples/local.yaml resolved, with its workload (and monitoring) replaced, and optionally without LMCache
+    and Ceph, so that nothing would ever look for the real LMCache server the spec names."""
     data = read_yaml(LOCAL)
+    if monitoring is not None:
+        data["monitoring"] = monitoring
     if workload is not None:
         data["workload"] = workload
     if not lmcache:
@@ -758,7 +762,7 @@ def fake_lmcache(metrics: str) -> Answering:
 def test_snapshot_reads_lmcache_usage_and_hits_per_tier_from_its_http_api():
     server = fake_lmcache(LMCACHE_METRICS)
     try:
-        snap = snapshot(local(PLAIN_BENCH), [], lmcache=server.target(), ceph=False, timeout=5.0)
+        snap = snapshot(local(PLAIN_BENCH), [], lmcache=[server.target()], ceph=False, timeout=5.0)
     finally:
         server.shutdown()
     assert snap.down() == []
@@ -766,10 +770,31 @@ def test_snapshot_reads_lmcache_usage_and_hits_per_tier_from_its_http_api():
     assert (snap.lmcache["l1_hit_tokens"], snap.lmcache["l2_hit_tokens"]) == (768, 256)
 
 
+def test_one_lmcache_server_per_node_is_read_on_each_targets_host_and_their_counters_add_up():
+    """MP mode runs a server per node; with its API on every address, observe reads the one beside each target."""
+    r = local(PLAIN_BENCH, monitoring={"metrics_address": "0.0.0.0"})
+    port = r.lmcache.port + 1
+    targets = [Target.parse(u) for u in ("http://10.0.2.21:8000", "http://10.0.2.21:8001", "http://10.0.2.22:8000")]
+    assert [s.url for s in lmcache_servers(r, targets)] == [f"http://10.0.2.21:{port}", f"http://10.0.2.22:{port}"]
+    assert [s.url for s in lmcache_servers(local(PLAIN_BENCH), targets)] == [f"http://127.0.0.1:{port}"]
+    servers = [fake_lmcache(LMCACHE_METRICS), fake_lmcache(LMCACHE_METRICS)]
+    try:
+        both = snapshot(r, [], lmcache=[s.target() for s in servers], ceph=False, timeout=5.0)
+        servers.pop().shutdown()
+        one_gone = snapshot(r, [], lmcache=[servers[0].target(), Target.parse(f"http://127.0.0.1:{unused_port()}")],
+                            ceph=False, timeout=5.0)
+    finally:
+        for server in servers:
+            server.shutdown()
+    assert (both.lmcache["l1_hit_tokens"], both.lmcache["l2_hit_tokens"], both.lmcache["l1_used_bytes"]) == (1536, 512, 8192)
+    # A sum over some of the servers would be read as the whole stack's: with one down there is none, and it is named.
+    assert one_gone.lmcache is None and [c.up for c in one_gone.components] == [True, False]
+
+
 def test_snapshot_says_how_to_turn_on_lmcache_metrics_when_the_server_exports_none():
     server = fake_lmcache("# TYPE process_open_fds gauge\nprocess_open_fds 32.0\n")
     try:
-        snap = snapshot(local(PLAIN_BENCH), [], lmcache=server.target(), ceph=False, timeout=5.0)
+        snap = snapshot(local(PLAIN_BENCH), [], lmcache=[server.target()], ceph=False, timeout=5.0)
     finally:
         server.shutdown()
     (component,) = snap.components
@@ -783,7 +808,7 @@ def test_snapshot_reads_vllm_and_reports_an_unreachable_lmcache_as_down():
     lmcache = Target.parse(f"http://127.0.0.1:{unused_port()}")
     with fake_vllm() as fake:
         fake.counters.update(prompt=321, generated=12, finished=3)
-        snap = snapshot(r, [fake.target()], lmcache=lmcache, ceph=False, timeout=5.0)
+        snap = snapshot(r, [fake.target()], lmcache=[lmcache], ceph=False, timeout=5.0)
     assert snap.vllm[fake.url]["prompt_tokens"] == 321 and snap.vllm[fake.url]["computed_tokens"] == 321
     assert snap.vllm[fake.url]["finished_requests"] == 3
     up = {c.name: c for c in snap.components}
@@ -797,7 +822,7 @@ def test_snapshot_reads_vllm_and_reports_an_unreachable_lmcache_as_down():
 def test_snapshot_reports_an_unreachable_vllm_as_down():
     r = local(PLAIN_BENCH)
     port = unused_port()
-    snap = snapshot(r, [Target.parse(f"http://127.0.0.1:{port}")], lmcache=Target.parse(f"127.0.0.1:{unused_port()}"),
+    snap = snapshot(r, [Target.parse(f"http://127.0.0.1:{port}")], lmcache=[Target.parse(f"127.0.0.1:{unused_port()}")],
                     ceph=False, timeout=5.0)
     assert snap.vllm == {} and snap.lmcache is None
     names = [c.name for c in snap.down()]

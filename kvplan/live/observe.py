@@ -6,7 +6,9 @@
   the TTFT histogram's sum and count, and KV usage; `/health` says whether it is up.
 - LMCache, from its HTTP API: `/healthcheck`, `/status` (L1 bytes in use) and its own Prometheus
   `/metrics` (the MP server's OTel counters): tokens its lookups asked for and found, split into
-  the tokens L1 (ddr) held and those L2 (nvme, ceph) added, and the chunks stored to L2.
+  the tokens L1 (ddr) held and those L2 (nvme, ceph) added, and the chunks stored to L2. MP mode
+  runs one server per node: with the API on every address (metrics_address 0.0.0.0) kvplan reads
+  the server of each host a target is on, and adds their counters up.
 - Ceph, with the `ceph` CLI where this host has it: the KV pool's objects, stored bytes and
   cumulative bytes read and written (`rados df`), OSD commit/apply latency (`ceph osd perf`) and
   the RGW bucket's object count (`radosgw-admin bucket stats`).
@@ -79,7 +81,8 @@ class Snapshot(BaseModel):
     vllm: dict[str, dict[str, float]]
     """Target URL -> counters (VLLM_COUNTERS and PROMPT_SOURCES names); only instances that answered."""
     lmcache: dict[str, float] | None
-    """l1_used_bytes (`/status`) and the LMCACHE_COUNTERS names (`/metrics`); None when it did not answer."""
+    """l1_used_bytes (`/status`) and the LMCACHE_COUNTERS names (`/metrics`), summed over the servers read; None
+    when one did not answer."""
     ceph: dict[str, float] | None
     """pool_objects, pool_stored_bytes, pool_read_bytes, pool_write_bytes, osd_apply_latency_ms_max,
     osd_commit_latency_ms_max, rgw_objects."""
@@ -149,6 +152,23 @@ def lmcache_endpoint(r: Resolved) -> tuple[str, int]:
     return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), lmcache_http_port(r)
 
 
+def lmcache_servers(r: Resolved, targets: list[Target]) -> list[Target]:
+    """The LMCache servers behind `targets`: with the API on every address (0.0.0.0), the one on each host a target
+    is on (MP mode runs one per node); with it on one address, that one (loopback: this host's). None without an
+    MP server."""
+    if r.lmcache is None or r.lmcache.mode != "mp":
+        return []
+    port = lmcache_http_port(r)
+    if r.monitoring.metrics_address in ("0.0.0.0", "::") and targets:
+        hosts = dict.fromkeys(t.host for t in targets)
+        return [Target.parse(f"http://{_bracketed(host)}:{port}") for host in hosts]
+    return [Target.parse("http://{}:{}".format(*lmcache_endpoint(r)))]
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 def observe_lmcache(r: Resolved, timeout: float, api: Target | None = None) -> tuple[Component, dict | None]:
     if api is None:
         api = Target.parse("http://{}:{}".format(*lmcache_endpoint(r)))
@@ -188,10 +208,14 @@ def parse_lmcache_metrics(text: str) -> dict[str, float] | None:
     return counts if exported else None
 
 
-def lmcache_idle(r: Resolved, timeout: float = 5.0) -> bool:
-    """True when the LMCache server has no store pending or in flight (or does not answer: nothing to wait for)."""
+def lmcache_idle(r: Resolved, servers: list[Target], timeout: float = 5.0) -> bool:
+    """True when no LMCache server has a store pending or in flight (one that does not answer has nothing to wait for)."""
+    return all(_server_idle(server, timeout) for server in servers)
+
+
+def _server_idle(server: Target, timeout: float) -> bool:
     try:
-        status, body = _get(Target.parse("http://{}:{}".format(*lmcache_endpoint(r))), "/status", timeout)
+        status, body = _get(server, "/status", timeout)
         controllers = json.loads(body).get("storage_manager", {}).get("store_controllers", {}) if status == 200 else {}
     except (OSError, http.client.HTTPException, ValueError):
         return True
@@ -230,10 +254,11 @@ def observe_ceph(r: Resolved, timeout: float) -> tuple[Component, dict | None]:
     return Component(name=name, up=True), values
 
 
-def snapshot(r: Resolved, targets: list[Target], *, lmcache: Target | None = None, ceph: bool = True,
+def snapshot(r: Resolved, targets: list[Target], *, lmcache: list[Target] | None = None, ceph: bool = True,
              timeout: float = 10.0) -> Snapshot:
-    """Read every component of `r`'s stack once: vLLM at `targets`; LMCache (at `lmcache`, default the spec's
-    endpoint) and Ceph (`ceph`: read it with this host's CLI) when the spec has them."""
+    """Read every component of `r`'s stack once: vLLM at `targets`; LMCache (the servers at `lmcache`, default
+    `lmcache_servers`: their counters added up, or None when one of them did not answer) and Ceph (`ceph`: read
+    it with this host's CLI) when the spec has them."""
     components: list[Component] = []
     vllm: dict[str, dict[str, float]] = {}
     for target in targets:
@@ -243,8 +268,13 @@ def snapshot(r: Resolved, targets: list[Target], *, lmcache: Target | None = Non
             vllm[target.url] = values
     lmcache_values = None
     if r.lmcache is not None and r.lmcache.mode == "mp":
-        component, lmcache_values = observe_lmcache(r, timeout, lmcache)
-        components.append(component)
+        read = [observe_lmcache(r, timeout, server) for server in (lmcache or lmcache_servers(r, targets))]
+        components += [component for component, _ in read]
+        if all(values is not None for _, values in read):
+            lmcache_values = {}
+            for _, values in read:
+                for key, value in values.items():
+                    lmcache_values[key] = lmcache_values.get(key, 0.0) + value
     ceph_values = None
     if ceph and r.ceph is not None and r.lmcache is not None and r.lmcache.tier("ceph") is not None:
         component, ceph_values = observe_ceph(r, timeout * 3)

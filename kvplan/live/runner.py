@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..resolve import Resolved
 from .bench import Bench, Progress, Target, check_target
-from .observe import lmcache_idle, observe_ceph, snapshot
+from .observe import lmcache_idle, lmcache_servers, observe_ceph, snapshot
 from .observed import BenchRun, columns, derive, write_run
 
 
@@ -29,7 +29,7 @@ def bench(r: Resolved, spec_text: str, targets: list[Target], out_dir: Path, *, 
     warm = runner.run_warmup()
     before = snapshot(r, targets)
     outcomes = runner.run()
-    settle(r)
+    settle(r, lmcache_servers(r, targets))
     after = snapshot(r, targets)
     run = BenchRun(name=r.name, spec_hash=r.spec_hash, seed=runner.seed_used, salt=salt,
                    targets=[t.url for t in targets], router=router.url if router else None, started_at=started,
@@ -40,12 +40,12 @@ def bench(r: Resolved, spec_text: str, targets: list[Target], out_dir: Path, *, 
     return run
 
 
-def settle(r: Resolved, limit: float = 45.0, poll: float = 3.0) -> None:
+def settle(r: Resolved, servers: list[Target], limit: float = 45.0, poll: float = 3.0) -> None:
     """Wait (at most `limit` seconds) until the stack has written down what the run did: LMCache has no store
     pending or in flight, and the Ceph pool's counters, which OSDs report every few seconds, hold still."""
     deadline = time.monotonic() + limit
     if r.lmcache is not None and r.lmcache.mode == "mp":
-        while not lmcache_idle(r) and time.monotonic() < deadline:
+        while not lmcache_idle(r, servers) and time.monotonic() < deadline:
             time.sleep(0.5)
     if r.ceph is None or r.lmcache is None or r.lmcache.tier("ceph") is None:
         return
