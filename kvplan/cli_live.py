@@ -117,6 +117,8 @@ def _print_observed(run) -> None:
     if o.ceph_bytes_written is not None:
         table.add_row("bytes written to Ceph", f"{o.ceph_bytes_written:,}")
         table.add_row("Ceph pool objects / RGW objects", f"{o.ceph_objects} / {o.rgw_objects}")
+    if o.l2_store_failed_chunks:
+        table.add_row("LMCache L2 stores failed (chunks)", f"{o.l2_store_failed_chunks:,}")
     out.print(table)
     if o.tier_split != "exact":
         out.print(f"LMCache's tokens split over its tiers: {o.tier_split} (see docs/fidelity.md)")

@@ -744,7 +744,7 @@ lmcache_mp_lookup_hit_l2_tokens_total{cache_salt="a",model_name="m",otel_scope_n
 def test_lmcache_metrics_add_up_over_label_sets_and_count_an_unseen_counter_as_zero():
     counts = parse_lmcache_metrics(LMCACHE_METRICS)
     assert counts == {"lookup_requested_tokens": 1536, "lookup_hit_tokens": 1024, "l1_hit_tokens": 768,
-                      "l2_hit_tokens": 256, "l2_stored_chunks": 0}
+                      "l2_hit_tokens": 256, "l2_submitted_chunks": 0, "l2_stored_chunks": 0}
 
 
 def test_lmcache_metrics_are_none_when_the_server_exports_none_of_its_own():
@@ -789,6 +789,20 @@ def test_one_lmcache_server_per_node_is_read_on_each_targets_host_and_their_coun
     assert (both.lmcache["l1_hit_tokens"], both.lmcache["l2_hit_tokens"], both.lmcache["l1_used_bytes"]) == (1536, 512, 8192)
     # A sum over some of the servers would be read as the whole stack's: with one down there is none, and it is named.
     assert one_gone.lmcache is None and [c.up for c in one_gone.components] == [True, False]
+
+
+def test_l2_stores_submitted_and_never_completed_are_counted_as_failed():
+    """With Ceph unreachable LMCache's S3 writes fail: submitted to L2, never stored. The run settles first, so
+    nothing is still in flight when the difference is taken."""
+    def snap(submitted: float, stored: float) -> Snapshot:
+        return Snapshot(taken_at=0.0, components=[], vllm={}, ceph=None,
+                        lmcache={"l2_submitted_chunks": submitted, "l2_stored_chunks": stored})
+
+    r = local(PLAIN_BENCH)
+    assert derive([], snap(10, 10), snap(25, 18), r.lmcache).l2_store_failed_chunks == 8
+    assert derive([], snap(10, 10), snap(25, 25), r.lmcache).l2_store_failed_chunks == 0
+    assert derive([], snap(10, 10), Snapshot(taken_at=0.0, components=[], vllm={}, lmcache=None, ceph=None),
+                  r.lmcache).l2_store_failed_chunks is None
 
 
 def test_snapshot_says_how_to_turn_on_lmcache_metrics_when_the_server_exports_none():

@@ -6,7 +6,8 @@
   the TTFT histogram's sum and count, and KV usage; `/health` says whether it is up.
 - LMCache, from its HTTP API: `/healthcheck`, `/status` (L1 bytes in use) and its own Prometheus
   `/metrics` (the MP server's OTel counters): tokens its lookups asked for and found, split into
-  the tokens L1 (ddr) held and those L2 (nvme, ceph) added, and the chunks stored to L2. MP mode
+  the tokens L1 (ddr) held and those L2 (nvme, ceph) added, and the chunks submitted to and stored
+  in L2 (a store that failed, e.g. Ceph unreachable, is submitted and never completed). MP mode
   runs one server per node: with the API on every address (metrics_address 0.0.0.0) kvplan reads
   the server of each host a target is on, and adds their counters up.
 - Ceph, with the `ceph` CLI where this host has it: the KV pool's objects, stored bytes and
@@ -55,6 +56,7 @@ LMCACHE_COUNTERS = {
     "lmcache_mp_lookup_hit_tokens_total": "lookup_hit_tokens",
     "lmcache_mp_lookup_hit_l1_tokens_total": "l1_hit_tokens",
     "lmcache_mp_lookup_hit_l2_tokens_total": "l2_hit_tokens",
+    "lmcache_mp_l2_store_submitted_objects_chunks_total": "l2_submitted_chunks",
     "lmcache_mp_l2_store_completed_objects_chunks_total": "l2_stored_chunks",
 }
 """The LMCache MP server's counters kvplan reads (OTel names as its Prometheus exporter writes them: dots

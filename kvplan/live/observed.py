@@ -64,6 +64,9 @@ class Observed(BaseModel):
     rgw_objects: int | None
     osd_apply_latency_ms_max: float | None
     components_down: list[Component]
+    l2_store_failed_chunks: int | None = None
+    """Chunks LMCache submitted to its L2 tiers (nvme, ceph) that were never stored (the run settles first, so
+    none is still in flight): failed writes, e.g. with Ceph unreachable. None without LMCache's counters."""
 
     def served_share(self, tier: str) -> float:
         return self.served_tokens[tier] / self.prompt_tokens if self.prompt_tokens else 0.0
@@ -166,7 +169,14 @@ def derive(outcomes: list[Outcome], before: Snapshot, after: Snapshot, lmcache: 
         ceph_bytes_written=grew("pool_write_bytes"), ceph_bytes_read=grew("pool_read_bytes"),
         ceph_objects=count("pool_objects"), rgw_objects=count("rgw_objects"),
         osd_apply_latency_ms_max=(after.ceph or {}).get("osd_apply_latency_ms_max"),
+        l2_store_failed_chunks=_store_failures(before, after),
         components_down=list(down.values()))
+
+
+def _store_failures(before: Snapshot, after: Snapshot) -> int | None:
+    submitted = _delta(before.lmcache, after.lmcache, "l2_submitted_chunks")
+    stored = _delta(before.lmcache, after.lmcache, "l2_stored_chunks")
+    return None if submitted is None or stored is None else max(0, int(submitted - stored))
 
 
 def write_run(directory: Path, run: BenchRun, spec_text: str) -> Path:
