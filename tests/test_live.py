@@ -805,6 +805,24 @@ def test_l2_stores_submitted_and_never_completed_are_counted_as_failed():
                   r.lmcache).l2_store_failed_chunks is None
 
 
+def test_an_lmcache_tier_the_server_turned_off_is_reported_down_with_the_fix():
+    """LMCache 0.5.6's S3 adapter turns itself off for good after 3 consecutive connection failures (Ceph
+    unreachable for a moment); /healthcheck still answers, /status says so, and only a restart helps."""
+    status = {"storage_manager": {"l2_adapters": [
+        {"is_healthy": False, "type": "S3L2Adapter", "endpoint": "kvcache.rgw.kvplan.test:7480", "connection_failures": 7,
+         "connection_disabled": True}]}}
+    server = Answering({"/healthcheck": (200, b"ok"), "/status": (200, json.dumps(status).encode()),
+                        "/metrics": (200, LMCACHE_METRICS.encode())})
+    try:
+        snap = snapshot(local(PLAIN_BENCH), [], lmcache=[server.target()], ceph=False, timeout=5.0)
+    finally:
+        server.shutdown()
+    (down,) = snap.down()
+    assert "S3L2Adapter (kvcache.rgw.kvplan.test:7480) is off after 7 connection failures" in down.detail
+    assert "kvplan deploy" in down.detail
+    assert snap.lmcache["l2_hit_tokens"] == 256                 # what it counted still counts
+
+
 def test_snapshot_says_how_to_turn_on_lmcache_metrics_when_the_server_exports_none():
     server = fake_lmcache("# TYPE process_open_fds gauge\nprocess_open_fds 32.0\n")
     try:

@@ -181,18 +181,33 @@ def observe_lmcache(r: Resolved, timeout: float, api: Target | None = None) -> t
         if status != 200:
             return Component(name=name, up=False, detail=f"/healthcheck answered HTTP {status}"), None
         status, body = _get(api, "/status", timeout)
+        off: list[str] = []
         if status == 200:
-            used = json.loads(body).get("storage_manager", {}).get("l1_usage")
+            manager = json.loads(body).get("storage_manager", {})
+            used = manager.get("l1_usage")
             if isinstance(used, list) and used:
                 values["l1_used_bytes"] = float(used[0])
+            off = [_tier_off(a) for a in manager.get("l2_adapters", []) if isinstance(a, dict) and a.get("is_healthy") is False]
         status, body = _get(api, "/metrics", timeout)
         counters = parse_lmcache_metrics(body.decode(errors="replace")) if status == 200 else None
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return Component(name=name, up=False, detail=_reason(exc)), None
+    if off:
+        return Component(name=name, up=False, detail="; ".join(off)), ({**values, **counters} if counters else values or None)
     if counters is None:
         return Component(name=name, up=True, detail="exports no lmcache_mp_ metrics (started with "
                                                     "--disable-metrics? `kvplan deploy` the spec again)"), values or None
     return Component(name=name, up=True), {**values, **counters}
+
+
+def _tier_off(adapter: dict) -> str:
+    """An L2 adapter the server reports unhealthy. LMCache 0.5.6's S3 adapter turns itself off for good after 3
+    consecutive connection failures; only a restart turns it on again, which `kvplan deploy` does."""
+    where = adapter.get("endpoint") or adapter.get("base_path") or "?"
+    failures = adapter.get("connection_failures")
+    why = f" after {failures} connection failures" if failures is not None else ""
+    return (f"its L2 tier {adapter.get('type', '?')} ({where}) is off{why}: LMCache no longer reads or writes it "
+            "until the server restarts (`kvplan deploy` the spec again restarts it)")
 
 
 def parse_lmcache_metrics(text: str) -> dict[str, float] | None:
