@@ -31,7 +31,7 @@ def inventory_for(r, tmp: Path):
 
     from kvplan.deploy import inventory
 
-    ceph_hosts = 0 if r.ceph is None else (r.ceph.hosts if r.ceph.deploy == "cephadm" else 1)
+    ceph_hosts = 0 if r.ceph is None else (1 if r.ceph.deploy == "external" else r.ceph.hosts)
     groups = {"gpu": {"hosts": {f"gpu-{i + 1}": {"ansible_host": f"10.0.2.{i + 1}"} for i in range(r.nodes)}},
               "monitoring": {"hosts": {"mon-1": {"ansible_host": "10.0.3.1"}}}}
     if ceph_hosts:
