@@ -18,8 +18,8 @@ import threading
 import time
 
 STATE = ["/var/lib/ceph/mon/ceph-*", "/var/lib/ceph/mgr/ceph-*", "/var/lib/ceph/osd/ceph-*", "/var/lib/ceph/radosgw/ceph-*",
-         "/var/lib/ceph/osd-blocks", "/etc/ceph/ceph.conf", "/etc/ceph/ceph.client.admin.keyring", "/run/ceph",
-         "/etc/ceph/kvplan-services.yml"]
+         "/var/lib/ceph/osd-blocks", "/etc/ceph/ceph.conf", "/etc/ceph/ceph.client.admin.keyring",
+         "/etc/ceph/ceph.mon.keyring", "/run/ceph", "/etc/ceph/kvplan-services.yml"]
 PACKAGES = ("ceph-mon", "ceph-mgr", "ceph-osd", "radosgw", "radosgw-admin")
 
 

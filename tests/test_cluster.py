@@ -65,6 +65,8 @@ FAULT_WORKLOAD = {"kind": "chat", "seed": 3, "requests": 24, "arrivals": {"proce
                   "sessions": {"turns": 3, "think_time": "1s"}, "shared_prefixes": {"count": 2, "skew": 1.0, "tokens": 512},
                   "prompt": {"dist": "uniform", "min": 256, "max": 768}, "output": 8}
 """The load each fault phase replays (about 15 s): chat sessions whose turns reuse their history."""
+HEALTHY_GPU1: list = []
+"""gpu1's bench run after the Ceph-unreachable fault healed: the LMCache-killed fault's "before"."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -496,6 +498,7 @@ def test_a_serving_host_cut_off_from_ceph_keeps_answering_and_a_deploy_turns_its
     assert snapshot(r, gpu1, ceph=False).down() == []
     after = bench(path, tmp_path / "after", gpu1, None, salt=303)
     assert after.observed.failed == 0 and after.observed.l2_store_failed_chunks == 0, after.observed
+    HEALTHY_GPU1.append(after)                                     # the next fault's "before"
     prompt = fresh_prompt(31)
     hits = lmcache_counters("gpu1")["l2_hit_tokens"]
     complete(VLLM["gpu0"], prompt)
@@ -513,7 +516,8 @@ def test_a_serving_host_cut_off_from_ceph_keeps_answering_and_a_deploy_turns_its
 def test_a_killed_lmcache_server_leaves_the_other_host_alone_and_a_deploy_heals_it(deployed, results, tmp_path):
     path = spec_with(tmp_path, "fault", workload=FAULT_WORKLOAD)
     gpu1 = [VLLM["gpu1"]]
-    before = bench(path, tmp_path / "before", gpu1, None, salt=401)
+    # gpu1 as the last test left it, healthy (its "after" run), unless that test did not get so far
+    before = HEALTHY_GPU1.pop() if HEALTHY_GPU1 else bench(path, tmp_path / "before", gpu1, None, salt=401)
 
     def fault():
         pid = on("gpu0", "cat", "/run/kvplan/lmcache-server.pid").strip()
@@ -527,13 +531,13 @@ def test_a_killed_lmcache_server_leaves_the_other_host_alone_and_a_deploy_heals_
     r = resolved(path)
     down = [c.name for c in snapshot(r, list(VLLM.values()), ceph=False).down()]
     assert down == [f"lmcache http://{ADDRESS['gpu0']}:{r.lmcache.port + 1}"], down
-    healed = deploy(deployed["state"])
+    healed = deploy(deployed["state"], "--tags", "lmcache,vllm")
     assert healed.returncode == 0, healed.stdout + healed.stderr
     assert snapshot(resolved(path), list(VLLM.values()), ceph=False).down() == []
     after = bench(path, tmp_path / "after", list(VLLM.values()), ROUTER, salt=403)
     assert after.observed.failed == 0, after.observed.errors
     results["lmcache_killed_on_gpu0"] = {
-        "fault": "gpu0's LMCache server killed (SIGKILL) while a bench ran against gpu1; then kvplan deploy",
+        "fault": "gpu0's LMCache server killed (SIGKILL) while a bench ran against gpu1; then kvplan deploy --tags lmcache,vllm",
         "phases": {"before": phase_figures(before), "during (gpu1)": phase_figures(run),
                    "after the deploy (both)": phase_figures(after)}}
 
