@@ -40,11 +40,13 @@ def bench(r: Resolved, spec_text: str, targets: list[Target], out_dir: Path, *, 
     return run
 
 
-def settle(r: Resolved, servers: list[Target], limit: float = 45.0, poll: float = 3.0) -> None:
-    """Wait (at most `limit` seconds) until the stack has written down what the run did: LMCache has no store
-    pending or in flight, and the Ceph pool's counters, which OSDs report every few seconds, hold still."""
+def settle(r: Resolved, servers: list[Target] | None = None, limit: float = 45.0, poll: float = 3.0) -> None:
+    """Wait (at most `limit` seconds) until the stack has written down what the run did: the LMCache `servers`
+    (default: the spec's metrics address) have no store pending or in flight, and the Ceph pool's counters,
+    which OSDs report every few seconds, hold still."""
     deadline = time.monotonic() + limit
     if r.lmcache is not None and r.lmcache.mode == "mp":
+        servers = lmcache_servers(r, []) if servers is None else servers
         while not lmcache_idle(r, servers) and time.monotonic() < deadline:
             time.sleep(0.5)
     if r.ceph is None or r.lmcache is None or r.lmcache.tier("ceph") is None:
