@@ -157,7 +157,7 @@ def lmcache_endpoint(r: Resolved) -> tuple[str, int]:
 def lmcache_servers(r: Resolved, targets: list[Target]) -> list[Target]:
     """The LMCache servers behind `targets`: with the API on every address (0.0.0.0), the one on each host a target
     is on (MP mode runs one per node); with it on one address, that one (loopback: this host's). None without an
-    MP server."""
+    MP server (an empty list)."""
     if r.lmcache is None or r.lmcache.mode != "mp":
         return []
     port = lmcache_http_port(r)
@@ -225,7 +225,7 @@ def parse_lmcache_metrics(text: str) -> dict[str, float] | None:
     return counts if exported else None
 
 
-def lmcache_idle(r: Resolved, servers: list[Target], timeout: float = 5.0) -> bool:
+def lmcache_idle(servers: list[Target], timeout: float = 5.0) -> bool:
     """True when no LMCache server has a store pending or in flight (one that does not answer has nothing to wait for)."""
     return all(_server_idle(server, timeout) for server in servers)
 

@@ -47,7 +47,7 @@ def settle(r: Resolved, servers: list[Target] | None = None, limit: float = 45.0
     deadline = time.monotonic() + limit
     if r.lmcache is not None and r.lmcache.mode == "mp":
         servers = lmcache_servers(r, []) if servers is None else servers
-        while not lmcache_idle(r, servers) and time.monotonic() < deadline:
+        while not lmcache_idle(servers) and time.monotonic() < deadline:
             time.sleep(0.5)
     if r.ceph is None or r.lmcache is None or r.lmcache.tier("ceph") is None:
         return
