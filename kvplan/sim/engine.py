@@ -59,7 +59,7 @@ class Seq:
     """One request inside an engine."""
 
     __slots__ = ("req", "target", "computed", "generated", "holding", "blocks", "chunks", "saved",
-                 "tiers", "hbm_tokens", "admitted", "first_token", "preemptions", "pending_load", "record",
+                 "tiers", "hbm_tokens", "admitted", "first_token", "preemptions", "pending_load", "load_wait", "record",
                  "prompt", "output", "since", "ticket")
 
     def __init__(self, req: "Request", record: bool):
@@ -77,6 +77,7 @@ class Seq:
         self.first_token = -1.0
         self.preemptions = 0
         self.pending_load = None                 # a retrieve process to wait for before the forward pass
+        self.load_wait = 0.0                     # seconds its prefill steps waited for retrieves
         self.record = record
         self.prompt = req.prompt_tokens          # copies of the request's lengths, read every step
         self.output = req.output_tokens
@@ -385,6 +386,9 @@ class Engine:
         start = env.now
         if loads:
             yield simpy.AllOf(env, loads)
+            waited = env.now - start
+            for seq, _ in prefills:
+                seq.load_wait += waited
         yield env.timeout(self.steptime.step([(new, s.computed) for s, new in prefills], decoding.members,
                                              decoding.context))
         stores = []

@@ -84,6 +84,9 @@ class RequestRow(NamedTuple):
     recomputed_tokens: int
     queue: float
     """Seconds from arrival to first being scheduled."""
+    load: float
+    """Seconds of its prefill steps spent waiting for synchronous LMCache retrieves (its own or a batch
+    mate's: a step's forward pass waits for every load it admitted)."""
     ttft: float
     """Seconds from arrival to the first output token."""
     tpot: float
@@ -112,6 +115,7 @@ class RequestTable(_Result):
     ceph_tokens: Ints
     recomputed_tokens: Ints
     queue: Floats
+    load: Floats
     ttft: Floats
     tpot: Floats
     e2e: Floats

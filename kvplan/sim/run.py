@@ -117,7 +117,7 @@ class Simulation:
             id=req.id, instance=instance, arrival=req.arrival, prompt_tokens=req.prompt_tokens,
             output_tokens=req.output_tokens, hbm_tokens=seq.hbm_tokens, ddr_tokens=seq.tiers["ddr"],
             nvme_tokens=seq.tiers["nvme"], ceph_tokens=seq.tiers["ceph"], recomputed_tokens=req.prompt_tokens - served,
-            queue=seq.admitted - arrival, ttft=seq.first_token - arrival + self.request_overhead,
+            queue=seq.admitted - arrival, load=seq.load_wait, ttft=seq.first_token - arrival + self.request_overhead,
             e2e=now - arrival + self.request_overhead,
             tpot=(now - seq.first_token) / (req.output_tokens - 1) if req.output_tokens > 1 else 0.0,
             preemptions=seq.preemptions)
