@@ -1,11 +1,11 @@
 """The `kvplan` command: the Typer app and its command table. Commands are thin wrappers that parse, call the
 library and print; validate, simulate, schema, catalog and `model build-tiny` are here, the others in the module
 of their concern (cli_deploy: render, deploy; cli_plan: plan, sweep, capacity, size, report; cli_import: import;
-cli_live: bench, observe, compare, calibrate), which share cli_common and import nothing from here.
+cli_live: bench, observe, compare, calibrate; cli_doctor: doctor), which share cli_common and import nothing from here.
 
 Exit codes: 0 success; 1 invalid input (a spec or catalog problem, printed with its field and
 fix); 2 usage error (unknown command or option, missing argument); 3 a deploy failed; 4 no plan
-meets the SLO; 5 the live stack misbehaved (cli_live.py); 70 an internal error (a bug in kvplan: crash.py).
+meets the SLO; 5 the live stack misbehaved (cli_live.py); 6 doctor found a problem (cli_doctor.py); 70 an internal error (a bug in kvplan: crash.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from . import __version__, cli_deploy, cli_import, cli_live, cli_plan
+from . import __version__, cli_deploy, cli_doctor, cli_import, cli_live, cli_plan
 from .cli_common import HELP, JSON_HELP, STDOUT, ProgressBar, emit, print_warnings
 from .console import EXIT_INVALID, err, fail as _fail, out, styled
 from .errors import SpecError
@@ -235,7 +235,7 @@ def build_tiny(out_dir: str = typer.Argument("/var/lib/kvplan/models/tiny-llama"
 COMMANDS = [("validate", validate), ("simulate", simulate), ("render", cli_deploy.render), ("deploy", cli_deploy.deploy),
             ("plan", cli_plan.plan), ("import", cli_import.import_spec), ("schema", schema), ("catalog", catalog),
             ("sweep", cli_plan.sweep), ("capacity", cli_plan.capacity), ("size", cli_plan.size),
-            ("report", cli_plan.report), ("bench", cli_live.bench), ("observe", cli_live.observe),
+            ("doctor", cli_doctor.doctor), ("report", cli_plan.report), ("bench", cli_live.bench), ("observe", cli_live.observe),
             ("compare", cli_live.compare), ("calibrate", cli_live.calibrate)]
 """Every command, in the order `kvplan --help` lists them."""
 

@@ -32,30 +32,42 @@ from .units import fmt_bytes, fmt_count
 TIER_ABOVE = {"ddr": "hbm", "nvme": "ddr", "ceph": "nvme"}
 
 
-def tier_warnings(r: Resolved) -> list[Problem]:
-    """Every tier of the spec that is smaller than the one above it or than one request's prompt."""
+def below_the_tier_above(r: Resolved) -> list[tuple[ResolvedTier, int, str, int]]:
+    """(tier, its tokens per instance, the tier above it, that tier's tokens per instance) for each LMCache
+    tier that holds no more per instance than the nearest tier above it."""
     if r.lmcache is None:
         return []
     shares = {"hbm": r.hbm_tokens} if r.prefix_caching else {}
-    warnings = []
-    prompt = typical_prompt_tokens(r.workload)
+    found = []
     for tier in r.lmcache.tiers:
         share = tier.capacity_tokens * tier.caches // r.instances
         above = _nearest_above(tier.name, shares)
         if above is not None and share <= shares[above]:
-            what = "HBM prefix cache" if above == "hbm" else f"{above} tier"
-            warnings.append(Problem(
-                f"lmcache.{tier.name}.size", f"holds {fmt_count(share)} tokens per instance, no more than the "
-                f"{fmt_count(shares[above])} of the {what} above it: it can keep only what that tier already keeps, "
-                "so expect almost no hits on it while every chunk is still written to it", _capacity(tier),
-                fix=f"raise lmcache.{tier.name}.size above {_size_for(r, tier, shares[above])}, or remove the tier"))
+            found.append((tier, share, above, shares[above]))
+        shares[tier.name] = share
+    return found
+
+
+def tier_warnings(r: Resolved) -> list[Problem]:
+    """Every tier of the spec that is smaller than the one above it or than one request's prompt."""
+    if r.lmcache is None:
+        return []
+    warnings = []
+    for tier, share, above, above_share in below_the_tier_above(r):
+        what = "HBM prefix cache" if above == "hbm" else f"{above} tier"
+        warnings.append(Problem(
+            f"lmcache.{tier.name}.size", f"holds {fmt_count(share)} tokens per instance, no more than the "
+            f"{fmt_count(above_share)} of the {what} above it: it can keep only what that tier already keeps, "
+            "so expect almost no hits on it while every chunk is still written to it", _capacity(tier),
+            fix=f"raise lmcache.{tier.name}.size above {size_for(r, tier, above_share)}, or remove the tier"))
+    prompt = typical_prompt_tokens(r.workload)
+    for tier in r.lmcache.tiers:
         if prompt is not None and tier.capacity_tokens < prompt:
             warnings.append(Problem(
                 f"lmcache.{tier.name}.size", f"one cache holds {fmt_count(tier.capacity_tokens)} tokens, fewer than one "
                 f"typical prompt of this workload ({fmt_count(prompt)} tokens): storing a prompt evicts its own first "
                 "chunks, and a lookup stops at the first miss", _capacity(tier),
-                fix=f"raise lmcache.{tier.name}.size above {_size_for(r, tier, prompt * tier.caches // r.instances)}"))
-        shares[tier.name] = share
+                fix=f"raise lmcache.{tier.name}.size above {size_for(r, tier, prompt * tier.caches // r.instances)}"))
     return warnings
 
 
@@ -70,7 +82,7 @@ def _capacity(tier: ResolvedTier) -> str:
     return f"{fmt_bytes(tier.capacity_bytes)} per {tier.scope}"
 
 
-def _size_for(r: Resolved, tier: ResolvedTier, tokens_per_instance: int) -> str:
+def size_for(r: Resolved, tier: ResolvedTier, tokens_per_instance: float) -> str:
     """The spec size (per node for ddr and nvme, cluster-wide for ceph) that holds this many tokens per instance."""
     lm = r.lmcache
     sharing = r.instances if tier.name == "ceph" else r.instances_per_node

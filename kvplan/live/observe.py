@@ -11,8 +11,10 @@
   runs one server per node: with the API on every address (metrics_address 0.0.0.0) kvplan reads
   the server of each host a target is on, and adds their counters up.
 - Ceph, with the `ceph` CLI where this host has it: the KV pool's objects, stored bytes and
-  cumulative bytes read and written (`rados df`), OSD commit/apply latency (`ceph osd perf`) and
-  the RGW bucket's object count (`radosgw-admin bucket stats`).
+  cumulative bytes read and written (`rados df`), OSD commit/apply latency (`ceph osd perf`), how
+  many OSDs are up (`ceph osd stat`: one down makes the component "ceph osds" down) and the RGW
+  bucket's object count (`radosgw-admin bucket stats`). RGW itself is up when its S3 port answers
+  HTTP where LMCache reaches it (the spec's rgw address, else its DNS name).
 
 A component that does not answer is recorded as down with the reason; observing never raises
 for it. `Observed` (observed.py) is the difference of two snapshots plus the client's view.
@@ -87,7 +89,7 @@ class Snapshot(BaseModel):
     when one did not answer."""
     ceph: dict[str, float] | None
     """pool_objects, pool_stored_bytes, pool_read_bytes, pool_write_bytes, osd_apply_latency_ms_max,
-    osd_commit_latency_ms_max, rgw_objects."""
+    osd_commit_latency_ms_max, osds, osds_up, rgw_objects."""
 
     def down(self) -> list[Component]:
         return [c for c in self.components if not c.up]
@@ -262,6 +264,9 @@ def observe_ceph(r: Resolved, timeout: float) -> tuple[Component, dict | None]:
         perf = _ceph_json(["ceph", "osd", "perf"], timeout)
         infos = perf.get("osdstats", perf).get("osd_perf_infos", [])
         values["osd_apply_latency_ms_max"] = float(max((i["perf_stats"]["apply_latency_ms"] for i in infos), default=0))
+        stat = _ceph_json(["ceph", "osd", "stat"], timeout)
+        stat = stat.get("osdmap", stat)
+        values["osds"], values["osds_up"] = float(stat["num_osds"]), float(stat["num_up_osds"])
         values["osd_commit_latency_ms_max"] = float(max((i["perf_stats"]["commit_latency_ms"] for i in infos), default=0))
         if r.ceph.access == "s3" and shutil.which("radosgw-admin"):
             stats = _ceph_json(["radosgw-admin", "bucket", "stats", f"--bucket={r.ceph.rgw_bucket}"], timeout)
@@ -269,6 +274,29 @@ def observe_ceph(r: Resolved, timeout: float) -> tuple[Component, dict | None]:
     except (OSError, RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
         return Component(name=name, up=False, detail=_reason(exc)), None
     return Component(name=name, up=True), values
+
+
+def osds_component(values: dict) -> Component:
+    """The cluster's OSDs as one component: down when any is (Ceph serves degraded, or not at all, without it)."""
+    down = int(values["osds"] - values["osds_up"])
+    return Component(name="ceph osds", up=down == 0,
+                     detail=f"{down} of {int(values['osds'])} OSDs down (`ceph osd tree down` names them)" if down else "")
+
+
+def rgw_url(r: Resolved) -> str:
+    """Where LMCache reaches RGW (the spec's rgw address, else its DNS name), without the bucket."""
+    return f"http://{_bracketed(r.ceph.rgw_address or r.ceph.rgw_dns_name)}:{r.ceph.rgw_port}"
+
+
+def observe_rgw(r: Resolved, timeout: float) -> Component:
+    """RGW is up when its S3 port answers HTTP at all (an anonymous GET / is refused or listed: either is an answer)."""
+    api = Target.parse(rgw_url(r))
+    try:
+        _get(api, "/", timeout)
+    except (OSError, http.client.HTTPException) as exc:
+        return Component(name=f"rgw {api.url}", up=False, detail=f"{_reason(exc)}: LMCache cannot read or write its ceph "
+                                                                    "tier (is radosgw running? `kvplan deploy` starts it)")
+    return Component(name=f"rgw {api.url}", up=True)
 
 
 def snapshot(r: Resolved, targets: list[Target], *, lmcache: list[Target] | None = None, ceph: bool = True,
@@ -296,4 +324,8 @@ def snapshot(r: Resolved, targets: list[Target], *, lmcache: list[Target] | None
     if ceph and r.ceph is not None and r.lmcache is not None and r.lmcache.tier("ceph") is not None:
         component, ceph_values = observe_ceph(r, timeout * 3)
         components.append(component)
+        if ceph_values is not None:
+            components.append(osds_component(ceph_values))
+        if r.ceph.access == "s3":
+            components.append(observe_rgw(r, timeout))
     return Snapshot(taken_at=time.time(), components=components, vllm=vllm, lmcache=lmcache_values, ceph=ceph_values)

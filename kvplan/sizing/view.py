@@ -52,9 +52,10 @@ from ..sim.eviction import make
 from ..sim.lmcache import MP_RATIO, MP_WATERMARK
 from ..spec import Topology
 from ..units import fmt_bytes, fmt_duration
-from .stack import NEVER, Needs, Stream, hits_at, least_capacity, needs
+from .stack import NEVER, Needs, Stream, hits_at, least_capacity, needs, previous
 
-__all__ = ["SizeResult", "TierSize", "SizePoint", "size", "TARGETS", "STACK_POLICIES"]
+__all__ = ["SizeResult", "TierSize", "SizePoint", "size", "TARGETS", "STACK_POLICIES", "replayed_hit_ratio",
+           "workload_streams"]
 
 TARGETS = (50, 90, 99)
 """Shares of a tier's maximum reuse (percent) whose capacities are reported."""
@@ -206,6 +207,16 @@ class _Streams:
         within = np.arange(lo[-1], dtype=np.int64) - np.repeat(lo[:-1], lengths)
         return Stream(self.block_keys, off, np.repeat(off[1:] - 1, lengths) - within, lo)
 
+    def reuse_times(self) -> np.ndarray:
+        """Seconds from a chunk's previous reference to each counted lookup of it (lookups of chunks never seen
+        before are left out): how long a tier must keep a chunk for the reuse to hit."""
+        stream = self.chunk_stream()
+        prev = previous(stream.keys)[stream.lookups]
+        seen = prev >= 0
+        when = np.asarray(self.arrivals, dtype=float)
+        request_of = np.searchsorted(stream.offsets, np.arange(len(stream.keys)), side="right") - 1
+        return when[request_of[stream.lookups[seen]]] - when[request_of[prev[seen]]]
+
     def replay(self, cache, tier: str, size: int) -> int:
         """Chunks hit when `cache` is the only tier (as the simulator's LMCache tier `tier` behaves)."""
         keys, off = self.chunk_keys.tolist(), self.chunk_offsets.tolist()
@@ -223,6 +234,21 @@ class _Streams:
             if rest:
                 cache.store(rest if write_all else cache.absent(rest), size, now)
         return hits
+
+
+def workload_streams(r: Resolved, seed: int) -> _Streams:
+    """The chunk and block streams of `r`'s workload for `seed` (warm-up first), as `size` builds them."""
+    return _Streams(r, wl.warmup(r, seed), wl.requests(r, seed))
+
+
+def replayed_hit_ratio(streams: _Streams, r: Resolved, tier_name: str, policy: str) -> float:
+    """The tier's hit ratio (prompt tokens) as the only cache, its caches pooled, with eviction `policy`,
+    replayed as the simulator builds the tier (MP mode's batch eviction, the tier's TTL)."""
+    lm = r.lmcache
+    t = lm.tier(tier_name)
+    batch = dict(watermark=MP_WATERMARK, ratio=MP_RATIO) if lm.mode == "mp" else {}
+    cache = make(policy, t.capacity_bytes * t.caches, ttl=t.ttl_s, **batch)
+    return _share(streams.replay(cache, tier_name, lm.chunk_bytes), lm.chunk_size, streams.prompt_tokens)
 
 
 def _never_evicts(capacity_bytes: int, distinct: int, size: int, ttl: float | None, last: float) -> bool:

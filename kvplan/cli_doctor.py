@@ -1,0 +1,194 @@
+"""`kvplan doctor` (registered on cli.app): findings with their evidence and proven fixes, for a simulation or a
+live stack (kvplan.doctor).
+
+Exit codes besides cli.py's: 0 when nothing is wrong (advice may still be printed), 6 when doctor found a
+problem, so that a cron job or a CI step can run it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from . import paths
+from .cli_common import CACHE_HELP, JSON_HELP, ProgressBar
+from .console import err, fail as _fail, out, styled, warn
+from .errors import Problem, SpecError
+from .units import fmt_duration
+
+EXIT_FINDINGS = 6
+
+
+def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
+           result: Optional[str] = typer.Option(None, "--result", help="A `kvplan simulate --out` file of this spec to "
+                                                                      "diagnose instead of simulating it."),
+           target: Optional[List[str]] = typer.Option(None, "--target", help="Diagnose the live stack: vLLM's endpoint(s), "
+                                                                             "e.g. http://127.0.0.1:8000 (what observe reads)."),
+           lmcache_url: Optional[List[str]] = typer.Option(None, "--lmcache-url", help="LMCache's HTTP API, once per server "
+                                                                                      "(as for observe)."),
+           no_ceph: bool = typer.Option(False, "--no-ceph", help="Do not read Ceph (this host is not a Ceph admin host)."),
+           seed: Optional[int] = typer.Option(None, "--seed", help="First seed (default: workload.seed)."),
+           seeds: int = typer.Option(3, "--seeds", min=1, max=100, help="Seeds to simulate the spec and every fix on "
+                                                                        "(2 or more: fixes are tested against the noise)."),
+           no_prove: bool = typer.Option(False, "--no-prove", help="Report the findings and their proposed fixes without "
+                                                                    "simulating the fixes."),
+           write: Optional[str] = typer.Option(None, "--write", help="Write the spec with every kept fix applied to this file."),
+           as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+           timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds each live component may take to answer."),
+           workers: int = typer.Option(1, "--workers", min=1, max=256, help="Simulations run in parallel."),
+           cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
+           no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+    """Diagnose a spec (simulated) or its live stack: symptoms, causes with evidence, and spec changes proven by simulation."""
+    from .doctor import diagnose, diagnose_live, fixed_mapping, simulated_case
+    from .doctor.case import Case
+    from .resolve import resolve
+    from .spec.load import from_mapping, read_yaml
+
+    if result and target:
+        raise typer.BadParameter("give --result or --target, not both", param_hint="--result")
+    cache = None if no_cache else _cache(cache_dir)
+    try:
+        data = read_yaml(spec)
+        base = Path(spec).parent if spec != "-" else None
+        topo = from_mapping(data, base_dir=base, source=spec)
+        resolved = resolve(topo)
+        first = resolved.workload.seed if seed is None else seed
+        seed_list = [first + i for i in range(seeds)]
+        with ProgressBar() as progress:
+            tick = (lambda done, total: progress(done / total)) if progress else None
+            if target:
+                from .cli_live import _targets
+                from .live.observe import snapshot
+
+                snap = snapshot(resolved, _targets(target), lmcache=_targets(lmcache_url) if lmcache_url else None,
+                                ceph=not no_ceph, timeout=timeout)
+                case = Case(topo=topo, resolved=resolved, data=data, base_dir=base)
+                diagnosis, case = diagnose_live(case, snap, spec, seed_list, cache, workers, not no_prove, tick)
+            else:
+                if result:
+                    case = Case(topo=topo, resolved=resolved, data=data, base_dir=base, results=_results(result, resolved))
+                else:
+                    case = simulated_case(topo, resolved, data, base, seed_list, cache, workers)
+                diagnosis = diagnose(case, cache, workers, not no_prove, tick)
+    except SpecError as exc:
+        _fail(exc if exc.source else exc.with_source(spec))
+    written = None
+    if write:
+        written = _write(write, spec, case, diagnosis, fixed_mapping)
+    if as_json:
+        payload = diagnosis.model_dump(mode="json")
+        payload["healthy"] = diagnosis.healthy
+        if written is not None:
+            payload["written"] = written
+        typer.echo(json.dumps(payload, indent=1))
+    else:
+        _print(diagnosis, spec, hint=written is None)
+        if written is not None:
+            _print_written(write, written)
+    if not diagnosis.healthy:
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def _cache(cache_dir: str | None):
+    from .sweep.cache import RunCache
+
+    return RunCache(paths.cache_dir(cache_dir, warn=warn))
+
+
+def _results(path: str, resolved) -> list:
+    """SimResults from a `kvplan simulate --out` file (one run, or several seeds), checked against the spec."""
+    from pydantic import ValidationError
+
+    from .sim.result import SimResult
+
+    try:
+        raw = json.loads(Path(path).read_text())
+        runs = raw["results"] if isinstance(raw, dict) and "results" in raw else [raw]
+        results = [SimResult.model_validate({k: v for k, v in run.items() if k != "cost"}) for run in runs]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, ValidationError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else f"not the JSON of `kvplan simulate --out` ({type(exc).__name__})"
+        raise SpecError([Problem("--result", reason, path, fix="write it with kvplan simulate SPEC --out run.json")]) from None
+    other = next((r for r in results if r.spec_hash != resolved.spec_hash), None)
+    if other is not None:
+        raise SpecError([Problem("--result", f"it was simulated from another spec (spec {other.spec_hash[:12]}, this one "
+                                             f"{resolved.spec_hash[:12]})", path,
+                                 fix="simulate this spec again (kvplan simulate SPEC --out run.json), or leave --result out")])
+    return results
+
+
+def _write(path: str, spec: str, case, diagnosis, fixed_mapping) -> dict:
+    import yaml
+
+    data, changes, skipped = fixed_mapping(case, diagnosis)
+    header = [f"# written by kvplan doctor from {spec}: the fixes it proved on seeds "
+              f"{', '.join(map(str, diagnosis.seeds))}"]
+    header += [f"#   {c}" for c in changes] or ["#   (no fix was kept: the spec is unchanged)"]
+    header += [f"# left out: {s}" for s in skipped]
+    Path(path).write_text("\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, width=1000))
+    return {"file": path, "changes": [c.model_dump(mode="json") for c in changes], "left_out": skipped}
+
+
+def _figure(unit: str, value: float) -> str:
+    if unit == "s":
+        return fmt_duration(value)
+    if unit == "ratio":
+        return f"{value:.1%}"
+    return f"{value:,.3g}"
+
+
+def _usd(before: float | None, after: float | None) -> str:
+    if before is None or after is None:
+        return "-"
+    return f"{before:,.2f} -> {after:,.2f}"
+
+
+def _print(d, spec: str, hint: bool) -> None:
+    from rich.table import Table
+
+    what = "live stack" if d.source == "live" else f"simulation, {len(d.seeds)} seed(s)"
+    problems = d.problems
+    head = ("healthy", "bold green") if d.healthy else (f"{len(problems)} problem(s)", "bold red")
+    out.print(styled(f"{d.name} ({what}): ", head, f", {len(d.findings) - len(problems)} advice"))
+    for f in d.findings:
+        style = "bold red" if f.severity == "problem" else "bold yellow"
+        out.print()
+        out.print(styled((f"{f.severity}:", style), f" {f.title}  [{f.code}]"))
+        out.print(f"  symptom: {f.symptom}")
+        out.print(f"  cause:   {f.cause}")
+        if f.action:
+            out.print(f"  fix:     {f.action}")
+        if not f.fixes:
+            continue
+        table = Table(show_edge=False, pad_edge=False, box=None, padding=(0, 2, 0, 2))
+        for column in ("change", "judged on", "before", "after", "$/hour", "verdict"):
+            table.add_column(column)
+        for fix in f.fixes:
+            change = ", ".join(str(c) for c in fix.changes)
+            p = fix.proof
+            if p is None:
+                table.add_row(change, fix.metric, "", "", "", "not simulated (--no-prove)")
+            elif p.verdict == "refused":
+                table.add_row(change, p.label, "", "", "", f"refused: {p.refused}")
+            else:
+                after = _figure(p.unit, p.after) + (f" ±{_figure(p.unit, p.after_ci95)}" if p.after_ci95 else "")
+                table.add_row(change, p.label, _figure(p.unit, p.before), after,
+                              _usd(p.usd_per_hour_before, p.usd_per_hour_after),
+                              ("kept: " if fix.kept else "") + p.verdict)
+        out.print(table)
+    for note in d.notes:
+        err.print(note)
+    if hint and any(f.kept for f in d.findings):
+        err.print(f"apply the kept fixes: kvplan doctor {spec} --write fixed.yaml")
+
+
+def _print_written(path: str, written: dict) -> None:
+    n = len(written["changes"])
+    err.print(f"spec with {n} change(s) written to {path}" + "".join(f"\n  {c['path']}: {c['value']}" for c in written["changes"]))
+    for line in written["left_out"]:
+        err.print(f"  left out: {line}")
+
+
+__all__ = ["EXIT_FINDINGS", "doctor"]

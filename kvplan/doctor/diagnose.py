@@ -1,0 +1,128 @@
+"""Diagnose: every rule over a case, every proposed fix proven, and the spec with the kept fixes applied.
+
+Rules run in a fixed order (hit ratio, memory, tail, Ceph), then the follow-ups that judge the design
+note's advice where an earlier finding shows it applies. Fixes proposed by several findings (the same
+changes for the same metric) are simulated once. The result lists problems before advice.
+
+`fixed_mapping` applies, per finding, its best kept fix (an improvement before a saving, one that costs
+nothing more before one that does, then the largest gain on its metric or the largest saving), skipping a fix that changes a path an earlier one already changed; the changes
+applied and those skipped are returned with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ..live.observe import Snapshot
+from ..resolve import Resolved
+from ..spec import Topology
+from . import ceph, hit_ratio, live, memory, tail
+from .case import METRICS, Case
+from .finding import Change, Diagnosis, Finding, Fix
+from .prove import changed_mapping, prove
+
+RULES = [*hit_ratio.RULES, *memory.RULES, *tail.RULES, *ceph.RULES]
+FOLLOW_UPS = [*memory.FOLLOW_UPS, *ceph.FOLLOW_UPS]
+
+
+def simulated_case(topo: Topology, resolved: Resolved, data: dict, base_dir: Path | None, seeds: list[int],
+                   cache=None, workers: int = 1) -> Case:
+    """The case of `topo` simulated on `seeds` (through the run cache)."""
+    from ..sweep.cache import run_cached
+    from ..sweep.executor import Task
+
+    results, _ = run_cached([Task(topo, seed) for seed in seeds], cache, workers=workers)
+    return Case(topo=topo, resolved=resolved, data=data, base_dir=base_dir, results=list(results))
+
+
+def diagnose(case: Case, cache=None, workers: int = 1, prove_fixes: bool = True,
+             on_fix: Callable[[int, int], None] | None = None) -> Diagnosis:
+    findings: list[Finding] = []
+    for rule in RULES:
+        findings += rule(case)
+    for follow in FOLLOW_UPS:
+        findings += follow(case, findings)
+    if prove_fixes:
+        findings = _proven(case, findings, cache, workers, on_fix)
+    return Diagnosis(name=case.resolved.name, spec_hash=case.resolved.spec_hash, source="simulation", seeds=case.seeds,
+                     findings=_ordered(findings), notes=_notes(case))
+
+
+def diagnose_live(case: Case, snap: Snapshot, spec: str, seeds: list[int], cache=None, workers: int = 1,
+                  prove_fixes: bool = True, on_fix=None) -> tuple[Diagnosis, Case]:
+    """Live findings from a snapshot; fixes proven on the spec's workload simulated on `seeds` (returns the case
+    with its runs, for `fixed_mapping`)."""
+    findings: list[Finding] = []
+    for rule in live.RULES:
+        findings += rule(case, snap, spec)
+    if prove_fixes and any(f.fixes for f in findings):
+        case = simulated_case(case.topo, case.resolved, case.data, case.base_dir, seeds, cache, workers)
+        findings = _proven(case, findings, cache, workers, on_fix)
+    return Diagnosis(name=case.resolved.name, spec_hash=case.resolved.spec_hash, source="live", seeds=case.seeds,
+                     findings=_ordered(findings)), case
+
+
+def _proven(case: Case, findings: list[Finding], cache, workers: int, on_fix) -> list[Finding]:
+    keys = list(dict.fromkeys(fix.key() for f in findings for fix in f.fixes))
+    first = {fix.key(): fix for f in findings for fix in reversed(f.fixes)}
+    proofs = {}
+    for i, key in enumerate(keys):
+        proofs[key] = prove(case, first[key], cache, workers)
+        if on_fix:
+            on_fix(i + 1, len(keys))
+    return [f.model_copy(update={"fixes": [fix.model_copy(update={"proof": proofs[fix.key()]}) for fix in f.fixes]})
+            for f in findings]
+
+
+def _ordered(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: f.severity != "problem")     # stable: rule order within each
+
+
+def _notes(case: Case) -> list[str]:
+    n = len(case.results)
+    if n < 2:
+        return ["1 seed: no fix can be shown to beat the noise, so none is kept; --seeds 3 (or more) tests them"]
+    return [f"{n} seeds ({', '.join(map(str, case.seeds))}): findings give their means; a fix is kept when the 95 % "
+            "interval of its paired difference excludes 0 on the better side"]
+
+
+def _gain(fix: Fix) -> float:
+    p = fix.proof
+    if fix.goal == "save":
+        return (p.usd_per_hour_before or 0) - (p.usd_per_hour_after or 0)
+    return -p.difference if METRICS[fix.metric].better == "lower" else p.difference
+
+
+def _costs_more(fix: Fix) -> bool:
+    p = fix.proof
+    return p.usd_per_hour_before is not None and p.usd_per_hour_after is not None and p.usd_per_hour_after > p.usd_per_hour_before
+
+
+def chosen(diagnosis: Diagnosis) -> tuple[list[tuple[Finding, Fix]], list[tuple[Finding, Fix, str]]]:
+    """Per finding its best kept fix; and the ones left out because an earlier chosen fix changes the same path."""
+    taken: dict[str, str] = {}
+    applied, skipped = [], []
+    for finding in diagnosis.findings:
+        kept = finding.kept
+        if not kept:
+            continue
+        best = max(kept, key=lambda fix: (fix.goal == "improve", not _costs_more(fix), _gain(fix)))
+        clash = next((c.path for c in best.changes if c.path in taken), None)
+        if clash is not None:
+            skipped.append((finding, best, f"{clash} is already changed for {taken[clash]}"))
+            continue
+        applied.append((finding, best))
+        for c in best.changes:
+            taken[c.path] = finding.code
+    return applied, skipped
+
+
+def fixed_mapping(case: Case, diagnosis: Diagnosis) -> tuple[dict, list[Change], list[str]]:
+    """The case's spec mapping with the chosen fixes applied, the changes, and why any kept fix was left out."""
+    applied, skipped = chosen(diagnosis)
+    changes = [c for _, fix in applied for c in fix.changes]
+    return changed_mapping(case, changes), changes, [f"{f.code}: {fix.summary} ({why})" for f, fix, why in skipped]
+
+
+__all__ = ["FOLLOW_UPS", "RULES", "chosen", "diagnose", "diagnose_live", "fixed_mapping", "simulated_case"]

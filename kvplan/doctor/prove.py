@@ -1,0 +1,95 @@
+"""Proof: a proposed fix simulated on the case's own seeds, and judged against the noise.
+
+The changed spec is the case's spec mapping with each change applied (kvplan.sweep.variants.apply, the
+same as `--vary`), validated and resolved like any spec: a change the rules of the real stack refuse is
+reported with the loader's reason, never simulated. It runs on the seeds the case ran, so each seed's
+workload is the same before and after and the paired difference (kvplan.sweep.confidence.compare)
+removes the noise both see alike. Runs go through the run cache, so a repeated doctor simulates nothing
+it has simulated before.
+
+Verdicts, for the metric the fix is for:
+
+- improve: *helps* when the difference's 95 % interval excludes 0 on the better side, *hurts* on the
+  worse side, *within noise* otherwise;
+- save: *saves* when the bill falls and the metric is not worse beyond the noise; *costs more* when the
+  bill does not fall; *hurts* when the metric is worse beyond the noise.
+
+With one seed there is no interval: the verdict is *untested*, and the fix is not kept.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import SpecError
+from ..resolve import resolve
+from ..spec import from_mapping
+from ..sweep.confidence import compare
+from ..sweep.variants import apply
+from .case import METRICS, Case
+from .finding import Change, Fix, Proof
+
+
+def changed(case: Case, changes: Sequence[Change]):
+    """The case's spec with the changes applied, as (Topology, Resolved); SpecError when it is refused."""
+    data = case.data
+    for change in changes:
+        data = apply(data, change.path, change.value)
+    topo = from_mapping(data, base_dir=case.base_dir)
+    return topo, resolve(topo)
+
+
+def changed_mapping(case: Case, changes: Sequence[Change]) -> dict:
+    data = case.data
+    for change in changes:
+        data = apply(data, change.path, change.value)
+    return data
+
+
+def prove(case: Case, fix: Fix, cache=None, workers: int = 1) -> Proof:
+    from ..cost import cost_of
+    from ..sweep.cache import run_cached
+    from ..sweep.executor import Task
+
+    metric = METRICS[fix.metric]
+    before = [metric.value(r, case.resolved) for r in case.results]
+    base = dict(metric=fix.metric, label=metric.label, better=metric.better, unit=metric.unit, seeds=case.seeds,
+                before=sum(before) / len(before), usd_per_hour_before=case.usd_per_hour)
+    try:
+        topo, resolved = changed(case, fix.changes)
+    except SpecError as exc:
+        return Proof(**base, after=0.0, after_ci95=0.0, difference=0.0, difference_ci95=0.0, usd_per_hour_after=None,
+                     verdict="refused", refused="; ".join(p.message + (f" ({p.fix})" if p.fix else "") for p in exc.problems))
+    runs, _ = run_cached([Task(topo, seed) for seed in case.seeds], cache, workers=workers)
+    after = [metric.value(r, resolved) for r in runs]
+    diff = compare(before, after)
+    try:
+        usd_after = cost_of(topo, resolved, runs).usd_per_hour
+    except SpecError:
+        usd_after = None
+    mean_after, half_after = _interval(after)
+    return Proof(**base, after=mean_after, after_ci95=half_after, difference=diff.mean, difference_ci95=diff.ci95,
+                 usd_per_hour_after=usd_after, verdict=_verdict(fix, metric.better, diff, case.usd_per_hour, usd_after))
+
+
+def _interval(values: list[float]) -> tuple[float, float]:
+    from ..report.sections import confidence
+
+    return confidence(values)
+
+
+def _verdict(fix: Fix, better: str, diff, usd_before, usd_after) -> str:
+    if not diff.tested:
+        return "untested"
+    gain = -diff.mean if better == "lower" else diff.mean
+    worse = diff.distinguishable and gain < 0
+    if fix.goal == "save":
+        if usd_before is None or usd_after is None or usd_after >= usd_before:
+            return "costs more"
+        return "hurts" if worse else "saves"
+    if worse:
+        return "hurts"
+    return "helps" if diff.distinguishable else "within noise"
+
+
+__all__ = ["changed", "changed_mapping", "prove"]

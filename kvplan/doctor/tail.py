@@ -1,0 +1,136 @@
+"""Diagnosis of a long TTFT tail: what the slowest requests spent their time to first token on.
+
+The tail is the requests at or above each run's TTFT p99. For them the simulator records where the time
+went, request by request: waiting in the queue before first being scheduled (`queue`), prefill steps
+waiting for synchronous LMCache retrieves (`load`: the forward pass waits for every load admitted with
+it, from ddr, nvme or Ceph), and the rest: prefill compute and, for a request preempted before its first
+token, the recomputation after it was re-queued. The shares of the tail's mean TTFT each explains
+(they add up to 1, with the preempted requests' compute counted as recompute) name the cause; the share
+of tail requests that read from Ceph, against all requests, says whether Ceph latency is in it.
+
+`long-ttft-tail` fires when the ttft_p99 SLO is missed (the mean p99 over the seeds is above it; the
+symptom says when its 95 % interval still holds the target, and the finding is then advice unless the
+mean is above twice the target), or, without one, when p99 is more than
+TAIL_RATIO x the median (the design note's "P99 far above the mean"). Fixes follow the cause:
+queueing -> more instances; retrieves -> a ddr tier twice the size (fewer loads from slower tiers);
+recompute -> fewer sequences per instance; compute -> more instances.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..units import fmt_duration
+from ..sweep.confidence import classify
+from .case import Case
+from .finding import Change, Finding, Fix
+
+TAIL_RATIO = 5.0
+"""Without a TTFT SLO, p99 above this many times the median is a long tail."""
+
+
+def tail_shares(case: Case) -> dict[str, float]:
+    """Mean TTFT of the tail requests and the share of it each cause explains, over every run."""
+    parts = {k: [] for k in ("ttft", "queue", "retrieve", "recompute", "compute", "preempted", "ceph")}
+    for res in case.results:
+        t = res.per_request
+        tail = t.ttft >= np.percentile(t.ttft, 99)
+        ttft, queue, load = t.ttft[tail], t.queue[tail], t.load[tail]
+        rest = np.maximum(ttft - queue - load, 0.0)
+        preempted = t.preemptions[tail] > 0
+        parts["ttft"].append(ttft)
+        parts["queue"].append(queue)
+        parts["retrieve"].append(load)
+        parts["recompute"].append(np.where(preempted, rest, 0.0))
+        parts["compute"].append(np.where(preempted, 0.0, rest))
+        parts["preempted"].append(preempted)
+        parts["ceph"].append(t.ceph_tokens[tail] > 0)
+    joined = {k: np.concatenate(v) for k, v in parts.items()}
+    total = float(joined["queue"].sum() + joined["retrieve"].sum() + joined["recompute"].sum() + joined["compute"].sum())
+    shares = {k: float(joined[k].sum() / total) if total else 0.0 for k in ("queue", "retrieve", "recompute", "compute")}
+    every_ceph = float(np.mean(np.concatenate([r.per_request.ceph_tokens > 0 for r in case.results])))
+    return {"tail_requests": int(joined["ttft"].size), "tail_mean_ttft_s": float(joined["ttft"].mean()), **shares,
+            "tail_preempted": float(joined["preempted"].mean()), "tail_reading_ceph": float(joined["ceph"].mean()),
+            "all_reading_ceph": every_ceph}
+
+
+def long_ttft_tail(case: Case) -> list[Finding]:
+    r = case.resolved
+    if not case.results:
+        return []
+    p99, p50 = case.mean("ttft_p99"), case.mean("ttft_p50")
+    target = r.slo.ttft_p99
+    said = ""
+    level = "problem"
+    if target is not None:
+        verdict = classify([res.ttft.p99 for res in case.results], target)
+        if p99 <= target:
+            return []
+        level = severity(verdict, target)
+        said = noise(verdict)
+        symptom = (f"TTFT p99 {fmt_duration(p99)} misses its SLO of {fmt_duration(target)} (median {fmt_duration(p50)})"
+                   + said)
+    elif p99 > TAIL_RATIO * p50 and p99 > 0:
+        symptom = f"TTFT p99 {fmt_duration(p99)} is {p99 / p50:.0f}x the median ({fmt_duration(p50)})"
+    else:
+        return []
+    shares = tail_shares(case)
+    causes = {"queue": "waiting in the queue for a batch slot", "retrieve": "synchronous LMCache retrieves",
+              "recompute": "recomputing requests that were preempted", "compute": "prefill compute"}
+    main = max(causes, key=shares.get)
+    cause = (f"the slowest {shares['tail_requests']:,} requests (mean TTFT {fmt_duration(shares['tail_mean_ttft_s'])}) spent "
+             + ", ".join(f"{shares[k]:.0%} {v}" for k, v in causes.items())
+             + f"; {shares['tail_preempted']:.0%} of them were preempted, and {shares['tail_reading_ceph']:.0%} read from "
+               f"Ceph (of all requests {shares['all_reading_ceph']:.0%})")
+    more = r.instances + math.ceil(r.instances / 2)
+    seqs = _more_sequences(case)
+    fixes = {
+        "queue": [Fix(summary=f"{more} instances instead of {r.instances}",
+                      changes=[Change(path="serving.instances", value=more)], metric="ttft_p99")]
+                 + ([Fix(summary=f"max_num_seqs {seqs} instead of {r.max_num_seqs}: a batch the KV cache holds",
+                         changes=[Change(path="serving.max_num_seqs", value=seqs)], metric="ttft_p99")] if seqs else []),
+        "compute": [Fix(summary=f"{more} instances instead of {r.instances}",
+                        changes=[Change(path="serving.instances", value=more)], metric="ttft_p99")],
+        "recompute": [Fix(summary=f"at most {max(1, r.max_num_seqs // 2)} sequences per instance",
+                          changes=[Change(path="serving.max_num_seqs", value=max(1, r.max_num_seqs // 2))], metric="ttft_p99")],
+        "retrieve": [],
+    }
+    ddr = case.topo.lmcache.ddr if case.topo.lmcache else None
+    if ddr is not None:
+        fixes["retrieve"].append(Fix(summary="a ddr tier twice the size, so fewer loads come from slower tiers",
+                                     changes=[Change(path="lmcache.ddr.size", value=f"{math.ceil(2 * ddr.size / 2**30)}GiB")],
+                                     metric="ttft_p99"))
+    return [Finding(code="long-ttft-tail", area="tail", severity=level, title=f"the TTFT tail comes from {causes[main]}",
+                    symptom=symptom, cause=cause, evidence={"ttft_p99_s": p99, "ttft_p50_s": p50, "main_cause": main, **shares},
+                    fixes=fixes[main])]
+
+
+def _more_sequences(case: Case) -> int | None:
+    """A larger max_num_seqs (up to 4x) that the KV cache holds at the workload's mean sequence length, when the
+    runs did not preempt (a full KV cache is not what the queue waits for); None when there is none."""
+    r = case.resolved
+    if case.mean("preemptions_per_request") > 0:
+        return None
+    sequence = float(np.mean(case.column("prompt_tokens") + case.column("output_tokens")))
+    fits = min(4 * r.max_num_seqs, int(r.hbm_tokens // sequence), r.max_num_batched_tokens)
+    return fits if fits > r.max_num_seqs else None
+
+
+def severity(verdict, target: float) -> str:
+    """A target missed beyond the noise (or by more than twice itself) is a problem; a mean above it that the
+    seeds' 95 % interval still holds is advice: it may be noise, and more seeds decide."""
+    return "problem" if verdict.outcome == "missed" or verdict.mean > 2 * target else "advice"
+
+
+def noise(verdict) -> str:
+    """How sure a missed target is, said after the symptom."""
+    if not verdict.tested:
+        return "; one seed, not tested against the noise"
+    if verdict.outcome == "undecided":
+        return f"; within the noise of {verdict.seeds} seeds (more seeds decide)"
+    return ""
+
+
+RULES = [long_ttft_tail]
