@@ -145,9 +145,18 @@ def _usd(before: float | None, after: float | None) -> str:
     return f"{before:,.2f} -> {after:,.2f}"
 
 
-def _print(d, spec: str, hint: bool) -> None:
-    from rich.table import Table
+def _proof(fix) -> str:
+    p = fix.proof
+    if p is None:
+        return f"{fix.metric}: not simulated (--no-prove)"
+    if p.verdict == "refused":
+        return f"refused: {p.refused}"
+    after = _figure(p.unit, p.after) + (f" ±{_figure(p.unit, p.after_ci95)}" if p.after_ci95 else "")
+    usd = f"; $/hour {_usd(p.usd_per_hour_before, p.usd_per_hour_after)}" if p.usd_per_hour_before is not None else ""
+    return f"{p.label} {_figure(p.unit, p.before)} -> {after}{usd}: " + ("kept, " if fix.kept else "") + p.verdict
 
+
+def _print(d, spec: str, hint: bool) -> None:
     what = "live stack" if d.source == "live" else f"simulation, {len(d.seeds)} seed(s)"
     problems = d.problems
     head = ("healthy", "bold green") if d.healthy else (f"{len(problems)} problem(s)", "bold red")
@@ -160,28 +169,14 @@ def _print(d, spec: str, hint: bool) -> None:
         out.print(f"  cause:   {f.cause}")
         if f.action:
             out.print(f"  fix:     {f.action}")
-        if not f.fixes:
-            continue
-        table = Table(show_edge=False, pad_edge=False, box=None, padding=(0, 2, 0, 2))
-        for column in ("change", "judged on", "before", "after", "$/hour", "verdict"):
-            table.add_column(column)
         for fix in f.fixes:
-            change = ", ".join(str(c) for c in fix.changes)
-            p = fix.proof
-            if p is None:
-                table.add_row(change, fix.metric, "", "", "", "not simulated (--no-prove)")
-            elif p.verdict == "refused":
-                table.add_row(change, p.label, "", "", "", f"refused: {p.refused}")
-            else:
-                after = _figure(p.unit, p.after) + (f" ±{_figure(p.unit, p.after_ci95)}" if p.after_ci95 else "")
-                table.add_row(change, p.label, _figure(p.unit, p.before), after,
-                              _usd(p.usd_per_hour_before, p.usd_per_hour_after),
-                              ("kept: " if fix.kept else "") + p.verdict)
-        out.print(table)
+            out.print(f"  fix:     {', '.join(str(c) for c in fix.changes)}  ({fix.summary})")
+            out.print(f"           {_proof(fix)}")
+    out.print()
     for note in d.notes:
-        err.print(note)
+        out.print(note)
     if hint and any(f.kept for f in d.findings):
-        err.print(f"apply the kept fixes: kvplan doctor {spec} --write fixed.yaml")
+        out.print(f"apply the kept fixes: kvplan doctor {spec} --write fixed.yaml")
 
 
 def _print_written(path: str, written: dict) -> None:

@@ -3,7 +3,9 @@
 `Case` carries the spec three ways (the Topology, its Resolved numbers, and the mapping as the file
 wrote it, which fixes change path by path), the runs, and what is costly to compute and used by several
 rules only once (`sizing`: `kvplan size`'s view of the same workload). `METRICS` names every figure a fix
-is judged on: how to read it from a SimResult and which way is better.
+is judged on: how to read it from a SimResult and which way is better. Shares are of prompt tokens (the
+cache hit ratio: from vLLM's prefix cache or any LMCache tier; `ddr share`: from that tier); `Ceph op
+latency` is the mean op on the slowest OSD; `pool fill` the share of the pool a full ceph tier takes.
 """
 
 from __future__ import annotations
@@ -42,16 +44,16 @@ METRICS: dict[str, Metric] = {
     "ttft_p99": Metric("TTFT p99", "lower", "s", lambda r: r.ttft.p99),
     "ttft_p50": Metric("TTFT p50", "lower", "s", lambda r: r.ttft.p50),
     "tpot_p99": Metric("TPOT p99", "lower", "s", lambda r: r.tpot.p99),
-    "cache_hit_ratio": Metric("cache hit ratio (prompt tokens from vLLM's prefix cache or LMCache)", "higher", "ratio",
+    "cache_hit_ratio": Metric("cache hit ratio", "higher", "ratio",
                               lambda r: sum(t.served_share for t in r.tiers)),
     "lmcache_hit_ratio": Metric("LMCache hit ratio", "higher", "ratio", lambda r: r.lmcache_hit_ratio or 0.0),
-    "ddr_served_share": Metric("share of prompt tokens from ddr", "higher", "ratio", _served("ddr")),
-    "nvme_served_share": Metric("share of prompt tokens from nvme", "higher", "ratio", _served("nvme")),
-    "ceph_served_share": Metric("share of prompt tokens from ceph", "higher", "ratio", _served("ceph")),
-    "preemptions_per_request": Metric("preemptions per request", "lower", "count", lambda r: r.preemptions / max(r.requests, 1)),
-    "ceph_op_latency": Metric("Ceph op latency (mean, slowest OSD)", "lower", "s",
+    "ddr_served_share": Metric("ddr share", "higher", "ratio", _served("ddr")),
+    "nvme_served_share": Metric("nvme share", "higher", "ratio", _served("nvme")),
+    "ceph_served_share": Metric("ceph share", "higher", "ratio", _served("ceph")),
+    "preemptions_per_request": Metric("preemptions/request", "lower", "count", lambda r: r.preemptions / max(r.requests, 1)),
+    "ceph_op_latency": Metric("Ceph op latency", "lower", "s",
                               lambda r: r.ceph_op_latency_slowest_osd or 0.0),
-    "ceph_pool_fill": Metric("share of the Ceph pool a full ceph tier takes", "lower", "ratio", lambda r: 0.0,
+    "ceph_pool_fill": Metric("pool fill", "lower", "ratio", lambda r: 0.0,
                              static=lambda rv: (rv.ceph.kv_budget_bytes or 0) / rv.ceph.usable_bytes if rv.ceph else 0.0),
 }
 

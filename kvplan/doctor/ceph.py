@@ -23,9 +23,8 @@ import math
 import numpy as np
 
 from ..units import fmt_bytes, fmt_duration
-from ..sweep.confidence import classify
 from .case import Case
-from .tail import noise, severity
+from .tail import against, noise, severity
 from .finding import Change, Finding, Fix
 
 SATURATED = 0.8
@@ -55,7 +54,10 @@ def _hardware_fixes(case: Case, metric: str, osds: bool = True, device: bool = T
         if better:
             fixes.append(Fix(summary=f"{better} OSDs instead of {c.device_class}",
                              changes=[Change(path="ceph.device_class", value=better)], metric=metric))
-    if nic and c.network_bandwidth is None:
+    if nic and c.network_bandwidth is not None:
+        fixes.append(Fix(summary=f"the {c.network} class's own bandwidth instead of the override",
+                         changes=[Change(path="ceph.network_bandwidth", value=None)], metric=metric))
+    elif nic:
         better = _faster(cat.nics, c.network, lambda n: n.bandwidth)
         if better:
             fixes.append(Fix(summary=f"{better} instead of {c.network}", changes=[Change(path="ceph.network", value=better)],
@@ -65,7 +67,7 @@ def _hardware_fixes(case: Case, metric: str, osds: bool = True, device: bool = T
 
 def _busiest(case: Case, prefix: str) -> tuple[str | None, float]:
     best, value = None, 0.0
-    for name in {link.name for res in case.results for link in res.links if link.name.startswith(prefix)}:
+    for name in sorted({link.name for res in case.results for link in res.links if link.name.startswith(prefix)}):
         u = float(np.mean([next((link.utilisation for link in res.links if link.name == name), 0.0) for res in case.results]))
         if u > value:
             best, value = name, u
@@ -76,8 +78,9 @@ def ceph_op_latency(case: Case) -> list[Finding]:
     r = case.resolved
     if r.ceph is None or not case.results or all(res.ceph_op_latency is None for res in case.results):
         return []
-    verdict = classify([res.ceph_op_latency_slowest_osd or 0.0 for res in case.results], r.ceph.op_latency_alert)
-    slowest = verdict.mean
+    values = [res.ceph_op_latency_slowest_osd or 0.0 for res in case.results]
+    verdict = against(values, r.ceph.op_latency_alert)
+    slowest = float(np.mean(values))
     if slowest <= r.ceph.op_latency_alert:
         return []
     p50 = float(np.mean([res.ceph_op_latency.p50 for res in case.results if res.ceph_op_latency]))
@@ -85,7 +88,7 @@ def ceph_op_latency(case: Case) -> list[Finding]:
     osd, osd_busy = _busiest(case, "osds/")
     nic, nic_busy = _busiest(case, "nic-")
     return [Finding(
-        code="ceph-op-latency", area="ceph", severity=severity(verdict, r.ceph.op_latency_alert),
+        code="ceph-op-latency", area="ceph", severity=severity(verdict, slowest, r.ceph.op_latency_alert),
         title="Ceph ops are slower than the alert allows",
         symptom=f"one OSD op takes {fmt_duration(slowest)} on the slowest OSD (mean), above the alert's "
                 f"{fmt_duration(r.ceph.op_latency_alert)}; p50 {fmt_duration(p50)}, p99 {fmt_duration(p99)}{noise(verdict)}",
@@ -114,7 +117,7 @@ def saturated_link(case: Case) -> list[Finding]:
             fixes = []
         found.append(Finding(
             code="saturated-link", area="ceph" if prefix != "nvme/" else "tail", severity="problem",
-            title=f"the {what} {name.split('/', 1)[-1]} is saturated",
+            title=f"the {what} link {name} is saturated",
             symptom=f"{name} is busy {busy:.0%} of the run: transfers queue on it",
             cause=f"more bytes (or ops) reach it than it moves; above {SATURATED:.0%} its queue grows quickly",
             evidence={"link": name, "utilisation": busy}, fixes=fixes))

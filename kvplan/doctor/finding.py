@@ -53,8 +53,11 @@ class Proof(_Model):
     before: float
     after: float
     after_ci95: float
+    scale: Literal["linear", "log"] = "linear"
+    """How the seeds were paired: latencies on the log scale (their noise is relative: a p99 of 7 s and 21 s on two
+    seeds), everything else as it is."""
     difference: float
-    """after - before, the mean of the per-seed differences."""
+    """The mean of the per-seed differences: after - before, or ln(after) - ln(before) on the log scale."""
     difference_ci95: float
     """Half-width of the 95 % interval of that difference (0 with one seed: not tested)."""
     usd_per_hour_before: float | None

@@ -4,7 +4,9 @@ The changed spec is the case's spec mapping with each change applied (kvplan.swe
 same as `--vary`), validated and resolved like any spec: a change the rules of the real stack refuse is
 reported with the loader's reason, never simulated. It runs on the seeds the case ran, so each seed's
 workload is the same before and after and the paired difference (kvplan.sweep.confidence.compare)
-removes the noise both see alike. Runs go through the run cache, so a repeated doctor simulates nothing
+removes the noise both see alike. Latencies are paired on the log scale (ln after - ln before): their
+noise is relative (one seed's p99 is 7 s where another's is 21 s), so a fix that cuts every seed's p99
+tenfold is distinguishable even where the seeds' absolute differences vary widely. Runs go through the run cache, so a repeated doctor simulates nothing
 it has simulated before.
 
 Verdicts, for the metric the fix is for:
@@ -19,6 +21,7 @@ With one seed there is no interval: the verdict is *untested*, and the fix is no
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from ..errors import SpecError
@@ -62,13 +65,15 @@ def prove(case: Case, fix: Fix, cache=None, workers: int = 1) -> Proof:
                      verdict="refused", refused="; ".join(p.message + (f" ({p.fix})" if p.fix else "") for p in exc.problems))
     runs, _ = run_cached([Task(topo, seed) for seed in case.seeds], cache, workers=workers)
     after = [metric.value(r, resolved) for r in runs]
-    diff = compare(before, after)
+    log = metric.unit == "s" and min(before + after) > 0
+    diff = compare([math.log(v) for v in before], [math.log(v) for v in after]) if log else compare(before, after)
     try:
         usd_after = cost_of(topo, resolved, runs).usd_per_hour
     except SpecError:
         usd_after = None
     mean_after, half_after = _interval(after)
-    return Proof(**base, after=mean_after, after_ci95=half_after, difference=diff.mean, difference_ci95=diff.ci95,
+    return Proof(**base, after=mean_after, after_ci95=half_after, scale="log" if log else "linear",
+                 difference=diff.mean, difference_ci95=diff.ci95,
                  usd_per_hour_after=usd_after, verdict=_verdict(fix, metric.better, diff, case.usd_per_hour, usd_after))
 
 

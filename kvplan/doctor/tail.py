@@ -65,10 +65,10 @@ def long_ttft_tail(case: Case) -> list[Finding]:
     said = ""
     level = "problem"
     if target is not None:
-        verdict = classify([res.ttft.p99 for res in case.results], target)
+        verdict = against([res.ttft.p99 for res in case.results], target)
         if p99 <= target:
             return []
-        level = severity(verdict, target)
+        level = severity(verdict, p99, target)
         said = noise(verdict)
         symptom = (f"TTFT p99 {fmt_duration(p99)} misses its SLO of {fmt_duration(target)} (median {fmt_duration(p50)})"
                    + said)
@@ -118,10 +118,17 @@ def _more_sequences(case: Case) -> int | None:
     return fits if fits > r.max_num_seqs else None
 
 
-def severity(verdict, target: float) -> str:
+def against(values: list[float], target: float):
+    """classify a latency against its target on the log scale (its noise is relative; see kvplan.doctor.prove)."""
+    if min(values) > 0 and target > 0:
+        return classify([math.log(v) for v in values], math.log(target))
+    return classify(values, target)
+
+
+def severity(verdict, mean: float, target: float) -> str:
     """A target missed beyond the noise (or by more than twice itself) is a problem; a mean above it that the
     seeds' 95 % interval still holds is advice: it may be noise, and more seeds decide."""
-    return "problem" if verdict.outcome == "missed" or verdict.mean > 2 * target else "advice"
+    return "problem" if verdict.outcome == "missed" or mean > 2 * target else "advice"
 
 
 def noise(verdict) -> str:
