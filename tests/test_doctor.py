@@ -327,7 +327,7 @@ def test_the_command_exits_6_on_a_problem_and_writes_the_fixed_spec(tmp_path):
     assert "ddr" not in fixed["lmcache"] and fixed["lmcache"]["nvme"]["size"] == "1TB"   # units as written
     assert payload["written"]["changes"] == [{"path": "lmcache.ddr.size", "value": 0}]
     human = run(str(spec), "--cache-dir", str(tmp_path / "cache"))          # the runs now come from the cache
-    assert human.returncode == 6 and "kept: saves" in human.stdout and "[tier-duplicates-above]" in human.stdout
+    assert human.returncode == 6 and "kept, saves" in human.stdout and "[tier-duplicates-above]" in human.stdout
 
 
 def test_the_command_exits_0_on_a_healthy_spec(tmp_path):
