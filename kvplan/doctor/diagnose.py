@@ -12,15 +12,17 @@ applied and those skipped are returned with it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from ..live.observe import Snapshot
 from ..resolve import Resolved
 from ..spec import Topology
 from . import ceph, hit_ratio, live, memory, tail
 from .case import METRICS, Case
 from .finding import Change, Diagnosis, Finding, Fix
 from .prove import changed_mapping, prove
+
+if TYPE_CHECKING:
+    from ..live.observe import Snapshot
 
 RULES = [*hit_ratio.RULES, *memory.RULES, *tail.RULES, *ceph.RULES]
 FOLLOW_UPS = [*memory.FOLLOW_UPS, *ceph.FOLLOW_UPS]

@@ -15,12 +15,16 @@ started, and which components answer).
 
 from __future__ import annotations
 
-from ..live.observe import Snapshot
+from typing import TYPE_CHECKING
+
 from ..tier_checks import size_for
 from ..units import fmt_bytes, fmt_duration
 from .case import Case
 from .finding import Change, Finding, Fix
 from .hit_ratio import REACH
+
+if TYPE_CHECKING:
+    from ..live.observe import Snapshot
 
 FULL = 0.6
 """L1 held at least this share of its size: MP mode's batch eviction keeps a full L1 between 60 and 80 %."""
