@@ -35,7 +35,7 @@ SMALL = {"workload.requests": 1000, "monitoring.max_ceph_op_latency": "1s"}
 puts the slowest OSD's mean op near the default threshold)."""
 
 SIMULATED_CODES = ["tier-below-working-set", "ttl-shorter-than-reuse", "policy-loses", "tier-duplicates-above",
-                   "prompts-never-fill-a-chunk", "no-room-for-the-batch", "block-size-advice", "long-ttft-tail",
+                   "prompts-never-fill-a-chunk", "no-room-for-the-batch", "block-size-advice", "long-ttft-tail", "slow-decode",
                    "ceph-op-latency", "saturated-link", "pool-near-full", "osd-op-threads-advice"]
 
 
@@ -184,6 +184,15 @@ def test_the_tail_counts_synchronous_retrieves_where_requests_load_from_lmcache(
     table = case.results[0].per_request
     loaded = table.ddr_tokens + table.nvme_tokens + table.ceph_tokens > 0
     assert (table.load[loaded] > 0).mean() > 0.9 and (table.load <= table.ttft).all()
+
+
+def test_a_missed_tpot_slo_is_diagnosed_and_smaller_batches_are_proven():
+    case = case_of({**SMALL, "workload.arrivals.rate": "3/s", "slo.tpot_p99": "20ms"}, seeds=(42, 43, 44))
+    (f,) = [f for f in diagnose(case).findings if f.code == "slow-decode"]
+    assert f.evidence["tpot_p99_s"] > 0.02 and 0 < f.evidence["engine_busy"] <= 1
+    fewer, more = f.fixes
+    assert fewer.changes == [Change(path="serving.max_num_seqs", value=16)]
+    assert fewer.proof.verdict == "helps" and fewer.proof.after < fewer.proof.before
 
 
 # ---- ceph

@@ -33,7 +33,7 @@ MAX_UTILIZATION = 0.95
 def no_room_for_the_batch(case: Case) -> list[Finding]:
     r = case.resolved
     per_request = case.mean("preemptions_per_request")
-    if not case.results or per_request <= PREEMPTION_SHARE:
+    if not any(len(res.per_request) for res in case.results) or per_request <= PREEMPTION_SHARE:
         return []
     sequence = float(np.mean(case.column("prompt_tokens") + case.column("output_tokens")))
     fits = int(r.hbm_tokens // sequence)

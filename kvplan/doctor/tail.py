@@ -14,6 +14,8 @@ mean is above twice the target), or, without one, when p99 is more than
 TAIL_RATIO x the median (the design note's "P99 far above the mean"). Fixes follow the cause:
 queueing -> more instances; retrieves -> a ddr tier twice the size (fewer loads from slower tiers);
 recompute -> fewer sequences per instance; compute -> more instances.
+
+`slow-decode` fires when the tpot_p99 SLO is missed (see `slow_decode`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def tail_shares(case: Case) -> dict[str, float]:
     parts = {k: [] for k in ("ttft", "queue", "retrieve", "recompute", "compute", "preempted", "ceph")}
     for res in case.results:
         t = res.per_request
+        if not len(t):
+            continue
         tail = t.ttft >= np.percentile(t.ttft, 99)
         ttft, queue, load = t.ttft[tail], t.queue[tail], t.load[tail]
         rest = np.maximum(ttft - queue - load, 0.0)
@@ -58,7 +62,7 @@ def tail_shares(case: Case) -> dict[str, float]:
 
 def long_ttft_tail(case: Case) -> list[Finding]:
     r = case.resolved
-    if not case.results:
+    if not any(len(res.per_request) for res in case.results):
         return []
     p99, p50 = case.mean("ttft_p99"), case.mean("ttft_p50")
     target = r.slo.ttft_p99
@@ -107,6 +111,37 @@ def long_ttft_tail(case: Case) -> list[Finding]:
                     fixes=fixes[main])]
 
 
+def slow_decode(case: Case) -> list[Finding]:
+    """`slow-decode`: the tpot_p99 SLO is missed. Every running request emits one token per engine step, so TPOT is
+    the step time, which grows with the batch (its weights are read once per step, its KV per sequence) and with
+    prefill chunks mixed into the step. Fixes: half the sequences per instance (shorter steps), 50 % more
+    instances (fewer requests each)."""
+    r = case.resolved
+    target = r.slo.tpot_p99
+    if target is None or not any(len(res.per_request) for res in case.results):
+        return []
+    tpot = case.mean("tpot_p99")
+    if tpot <= target:
+        return []
+    verdict = against([res.tpot.p99 for res in case.results], target)
+    busy = float(np.mean([np.mean(res.engine_busy) for res in case.results]))
+    more = r.instances + math.ceil(r.instances / 2)
+    fixes = [Fix(summary=f"{more} instances instead of {r.instances}", changes=[Change(path="serving.instances", value=more)],
+                 metric="tpot_p99")]
+    if r.max_num_seqs > 1:
+        fixes.insert(0, Fix(summary=f"at most {r.max_num_seqs // 2} sequences per instance: shorter steps",
+                            changes=[Change(path="serving.max_num_seqs", value=r.max_num_seqs // 2)], metric="tpot_p99"))
+    return [Finding(code="slow-decode", area="tail", severity=severity(verdict, tpot, target),
+                    title="decode steps are slower than the TPOT SLO allows",
+                    symptom=f"TPOT p99 {fmt_duration(tpot)} misses its SLO of {fmt_duration(target)} (median "
+                            f"{fmt_duration(case.mean(lambda res: res.tpot.p50))}){noise(verdict)}",
+                    cause=f"a request emits one token per engine step, so TPOT is the step time: the engines are busy "
+                          f"{busy:.0%} of the run with up to {r.max_num_seqs} sequences a step, prefill chunks mixed in",
+                    evidence={"tpot_p99_s": tpot, "engine_busy": busy, "max_num_seqs": r.max_num_seqs,
+                              "max_num_batched_tokens": r.max_num_batched_tokens},
+                    fixes=fixes)]
+
+
 def _more_sequences(case: Case) -> int | None:
     """A larger max_num_seqs (up to 4x) that the KV cache holds at the workload's mean sequence length, when the
     runs did not preempt (a full KV cache is not what the queue waits for); None when there is none."""
@@ -140,4 +175,4 @@ def noise(verdict) -> str:
     return ""
 
 
-RULES = [long_ttft_tail]
+RULES = [long_ttft_tail, slow_decode]
