@@ -191,7 +191,8 @@ def test_a_missed_tpot_slo_is_diagnosed_and_smaller_batches_are_proven():
     (f,) = [f for f in diagnose(case).findings if f.code == "slow-decode"]
     assert f.evidence["tpot_p99_s"] > 0.02 and 0 < f.evidence["engine_busy"] <= 1
     fewer, more = f.fixes
-    assert fewer.changes == [Change(path="serving.max_num_seqs", value=16)]
+    assert fewer.changes[0].path == "serving.max_num_seqs" and fewer.changes[0].value <= 16
+    assert fewer.changes[0].value == max(1, int(f.evidence["mean_running_per_instance"] / 2))
     assert fewer.proof.verdict == "helps" and fewer.proof.after < fewer.proof.before
 
 

@@ -114,8 +114,9 @@ def long_ttft_tail(case: Case) -> list[Finding]:
 def slow_decode(case: Case) -> list[Finding]:
     """`slow-decode`: the tpot_p99 SLO is missed. Every running request emits one token per engine step, so TPOT is
     the step time, which grows with the batch (its weights are read once per step, its KV per sequence) and with
-    prefill chunks mixed into the step. Fixes: half the sequences per instance (shorter steps), 50 % more
-    instances (fewer requests each)."""
+    prefill chunks mixed into the step. The sequences running on average come from Little's law (their time from
+    admission to the last token, summed, over the run's duration). Fixes: max_num_seqs half of that average
+    (shorter steps), 50 % more instances (fewer requests each)."""
     r = case.resolved
     target = r.slo.tpot_p99
     if target is None or not any(len(res.per_request) for res in case.results):
@@ -125,19 +126,25 @@ def slow_decode(case: Case) -> list[Finding]:
         return []
     verdict = against([res.tpot.p99 for res in case.results], target)
     busy = float(np.mean([np.mean(res.engine_busy) for res in case.results]))
+    running = float(np.mean([float((res.per_request.e2e - res.per_request.queue).sum()) / res.duration / r.instances
+                             for res in case.results if res.duration > 0]))   # Little's law: sequences in flight
     more = r.instances + math.ceil(r.instances / 2)
     fixes = [Fix(summary=f"{more} instances instead of {r.instances}", changes=[Change(path="serving.instances", value=more)],
                  metric="tpot_p99")]
-    if r.max_num_seqs > 1:
-        fixes.insert(0, Fix(summary=f"at most {r.max_num_seqs // 2} sequences per instance: shorter steps",
-                            changes=[Change(path="serving.max_num_seqs", value=r.max_num_seqs // 2)], metric="tpot_p99"))
+    fewer = min(r.max_num_seqs // 2, max(1, int(running / 2)))
+    if fewer >= 1 and fewer < r.max_num_seqs:
+        fixes.insert(0, Fix(summary=f"at most {fewer} sequences per instance (half of the {running:.0f} running on average):"
+                                    " shorter steps",
+                            changes=[Change(path="serving.max_num_seqs", value=fewer)], metric="tpot_p99"))
     return [Finding(code="slow-decode", area="tail", severity=severity(verdict, tpot, target),
                     title="decode steps are slower than the TPOT SLO allows",
                     symptom=f"TPOT p99 {fmt_duration(tpot)} misses its SLO of {fmt_duration(target)} (median "
                             f"{fmt_duration(case.mean(lambda res: res.tpot.p50))}){noise(verdict)}",
                     cause=f"a request emits one token per engine step, so TPOT is the step time: the engines are busy "
-                          f"{busy:.0%} of the run with up to {r.max_num_seqs} sequences a step, prefill chunks mixed in",
-                    evidence={"tpot_p99_s": tpot, "engine_busy": busy, "max_num_seqs": r.max_num_seqs,
+                          f"{busy:.0%} of the run with {running:.1f} sequences running on average (max_num_seqs "
+                          f"{r.max_num_seqs}), prefill chunks mixed in",
+                    evidence={"tpot_p99_s": tpot, "engine_busy": busy, "mean_running_per_instance": running,
+                              "max_num_seqs": r.max_num_seqs,
                               "max_num_batched_tokens": r.max_num_batched_tokens},
                     fixes=fixes)]
 
