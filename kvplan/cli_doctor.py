@@ -153,7 +153,8 @@ def _proof(fix) -> str:
         return f"refused: {p.refused}"
     after = _figure(p.unit, p.after) + (f" ±{_figure(p.unit, p.after_ci95)}" if p.after_ci95 else "")
     usd = f"; $/hour {_usd(p.usd_per_hour_before, p.usd_per_hour_after)}" if p.usd_per_hour_before is not None else ""
-    return f"{p.label} {_figure(p.unit, p.before)} -> {after}{usd}: " + ("kept, " if fix.kept else "") + p.verdict
+    broken = f" ({'; '.join(p.broken)})" if p.broken else ""
+    return f"{p.label} {_figure(p.unit, p.before)} -> {after}{usd}: " + ("kept, " if fix.kept else "") + p.verdict + broken
 
 
 def _print(d, spec: str, hint: bool) -> None:

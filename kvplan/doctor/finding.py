@@ -22,7 +22,7 @@ Severity = Literal["problem", "advice"]
 Goal = Literal["improve", "save"]
 """improve: the metric must get better beyond the noise; save: the bill must fall and the metric not get
 worse beyond the noise."""
-Verdict = Literal["helps", "saves", "within noise", "hurts", "costs more", "untested", "refused"]
+Verdict = Literal["helps", "saves", "within noise", "hurts", "breaks the SLO", "costs more", "untested", "refused"]
 KEPT = ("helps", "saves")
 
 
@@ -65,6 +65,9 @@ class Proof(_Model):
     verdict: Verdict
     refused: str | None = None
     """Why the changed spec is not valid (the loader's problem and fix), for verdict `refused`."""
+    broken: list[str] = []
+    """SLO targets the change makes worse beyond the noise and misses (verdict `breaks the SLO`), each as
+    'key before -> after (target)'."""
 
 
 class Fix(_Model):

@@ -16,6 +16,9 @@ Verdicts, for the metric the fix is for:
 - save: *saves* when the bill falls and the metric is not worse beyond the noise; *costs more* when the
   bill does not fall; *hurts* when the metric is worse beyond the noise.
 
+A fix that would be kept but makes another SLO target worse beyond the noise, and misses it, *breaks the
+SLO* and is not kept (halving the batch for TPOT can leave requests queueing for minutes).
+
 With one seed there is no interval: the verdict is *untested*, and the fix is not kept.
 """
 
@@ -72,9 +75,35 @@ def prove(case: Case, fix: Fix, cache=None, workers: int = 1) -> Proof:
     except SpecError:
         usd_after = None
     mean_after, half_after = _interval(after)
+    verdict = _verdict(fix, metric.better, diff, case.usd_per_hour, usd_after)
+    broken = _broken(case, runs, fix.metric)
+    if broken and verdict in ("helps", "saves"):
+        verdict = "breaks the SLO"
     return Proof(**base, after=mean_after, after_ci95=half_after, scale="log" if log else "linear",
-                 difference=diff.mean, difference_ci95=diff.ci95,
-                 usd_per_hour_after=usd_after, verdict=_verdict(fix, metric.better, diff, case.usd_per_hour, usd_after))
+                 difference=diff.mean, difference_ci95=diff.ci95, usd_per_hour_after=usd_after, verdict=verdict,
+                 broken=broken)
+
+
+def _broken(case: Case, runs, judged: str) -> list[str]:
+    """The SLO targets other than the judged metric that the change makes worse beyond the noise (paired, log scale)
+    and that it then misses: a fix for TPOT that wrecks TTFT is no fix."""
+    from ..units import fmt_duration
+
+    broken = []
+    for key, target in case.resolved.slo.targets().items():
+        if key == judged:
+            continue
+        name, pct = key.rsplit("_", 1)
+        before = [getattr(getattr(r, name), pct) for r in case.results]
+        after = [getattr(getattr(r, name), pct) for r in runs]
+        if min(before + after) <= 0:
+            continue
+        diff = compare([math.log(v) for v in before], [math.log(v) for v in after])
+        mean_after = sum(after) / len(after)
+        if diff.distinguishable and diff.mean > 0 and mean_after > target:
+            broken.append(f"{key} {fmt_duration(sum(before) / len(before))} -> {fmt_duration(mean_after)} "
+                          f"(target {fmt_duration(target)})")
+    return broken
 
 
 def _interval(values: list[float]) -> tuple[float, float]:
