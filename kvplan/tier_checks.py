@@ -84,12 +84,14 @@ def _capacity(tier: ResolvedTier) -> str:
 
 def size_for(r: Resolved, tier: ResolvedTier, tokens_per_instance: float) -> str:
     """The spec size (per node for ddr and nvme, cluster-wide for ceph) that holds this many tokens per instance, in
-    whole GiB (whole MiB below one GiB)."""
+    whole GiB (whole MiB below one GiB, whole TiB above one TiB)."""
     lm = r.lmcache
     sharing = r.instances if tier.name == "ceph" else r.instances_per_node
     needed = tokens_per_instance * sharing * lm.chunk_bytes / lm.chunk_size
     if needed < GIB:
         return f"{math.ceil(needed / 2**20)}MiB"
+    if needed > 1024 * GIB:
+        return f"{math.ceil(needed / (1024 * GIB))}TiB"
     return f"{math.ceil(needed / GIB)}GiB"
 
 
