@@ -28,6 +28,7 @@ import math
 from typing import Sequence
 
 from ..errors import SpecError
+from ..report.sections import confidence
 from ..resolve import resolve
 from ..spec import from_mapping
 from ..sweep.confidence import compare
@@ -36,20 +37,18 @@ from .case import METRICS, Case
 from .finding import Change, Fix, Proof
 
 
-def changed(case: Case, changes: Sequence[Change]):
-    """The case's spec with the changes applied, as (Topology, Resolved); SpecError when it is refused."""
-    data = case.data
-    for change in changes:
-        data = apply(data, change.path, change.value)
-    topo = from_mapping(data, base_dir=case.base_dir)
-    return topo, resolve(topo)
-
-
 def changed_mapping(case: Case, changes: Sequence[Change]) -> dict:
+    """The case's spec mapping with the changes applied (units as the file wrote them)."""
     data = case.data
     for change in changes:
         data = apply(data, change.path, change.value)
     return data
+
+
+def changed(case: Case, changes: Sequence[Change]):
+    """The case's spec with the changes applied, as (Topology, Resolved); SpecError when it is refused."""
+    topo = from_mapping(changed_mapping(case, changes), base_dir=case.base_dir)
+    return topo, resolve(topo)
 
 
 def prove(case: Case, fix: Fix, cache=None, workers: int = 1) -> Proof:
@@ -74,7 +73,7 @@ def prove(case: Case, fix: Fix, cache=None, workers: int = 1) -> Proof:
         usd_after = cost_of(topo, resolved, runs).usd_per_hour
     except SpecError:
         usd_after = None
-    mean_after, half_after = _interval(after)
+    mean_after, half_after = confidence(after)
     verdict = _verdict(fix, metric.better, diff, case.usd_per_hour, usd_after)
     broken = _broken(case, runs, fix.metric)
     if broken and verdict in ("helps", "saves"):
@@ -104,12 +103,6 @@ def _broken(case: Case, runs, judged: str) -> list[str]:
             broken.append(f"{key} {fmt_duration(sum(before) / len(before))} -> {fmt_duration(mean_after)} "
                           f"(target {fmt_duration(target)})")
     return broken
-
-
-def _interval(values: list[float]) -> tuple[float, float]:
-    from ..report.sections import confidence
-
-    return confidence(values)
 
 
 def _verdict(fix: Fix, better: str, diff, usd_before, usd_after) -> str:
