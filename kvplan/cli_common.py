@@ -32,6 +32,15 @@ def emit(data: str, out_file: str | None, as_json: bool, what: str) -> None:
         err.print(f"{what} written to {out_file}")
 
 
+def run_cache(cache_dir: str | None, no_cache: bool):
+    """The run cache the --cache-dir / --no-cache options ask for (None: off)."""
+    from . import paths
+    from .console import warn
+    from .sweep.cache import RunCache
+
+    return None if no_cache else RunCache(paths.cache_dir(cache_dir, warn=warn))
+
+
 def print_warnings(warnings: list, console: Console) -> None:
     """Print warnings (Problems that do not make the input invalid)."""
     for problem in warnings:

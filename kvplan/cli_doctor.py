@@ -13,9 +13,8 @@ from typing import List, Optional
 
 import typer
 
-from . import paths
-from .cli_common import CACHE_HELP, JSON_HELP, ProgressBar
-from .console import err, fail as _fail, out, styled, warn
+from .cli_common import CACHE_HELP, JSON_HELP, ProgressBar, run_cache
+from .console import err, fail as _fail, out, styled
 from .errors import Problem, SpecError
 from .units import fmt_duration
 
@@ -49,7 +48,7 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
     if result and target:
         raise typer.BadParameter("give --result or --target, not both", param_hint="--result")
-    cache = None if no_cache else _cache(cache_dir)
+    cache = run_cache(cache_dir, no_cache)
     try:
         data = read_yaml(spec)
         base = Path(spec).parent if spec != "-" else None
@@ -90,12 +89,6 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             _print_written(write, written)
     if not diagnosis.healthy:
         raise typer.Exit(EXIT_FINDINGS)
-
-
-def _cache(cache_dir: str | None):
-    from .sweep.cache import RunCache
-
-    return RunCache(paths.cache_dir(cache_dir, warn=warn))
 
 
 def _results(path: str, resolved) -> list:

@@ -11,9 +11,8 @@ from typing import Optional
 
 import typer
 
-from . import paths
-from .cli_common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, emit
-from .console import err, fail as _fail, out, warn
+from .cli_common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, emit, run_cache
+from .console import err, fail as _fail, out
 from .errors import SpecError
 
 EXIT_NO_PLAN = 4
@@ -93,12 +92,6 @@ def _executor_options(workers: int, ray: Optional[str]) -> None:
                                  param_hint="--workers/--ray")
 
 
-def _run_cache(cache_dir: str | None, no_cache: bool):
-    from .sweep.cache import RunCache
-
-    return None if no_cache else RunCache(paths.cache_dir(cache_dir, warn=warn))
-
-
 def _runs_line(total: int, simulated: int, cache) -> None:
     if cache is None:
         err.print(f"{total} run(s) simulated (cache off)")
@@ -132,7 +125,7 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         varies = [parse_vary(v) for v in vary]
     except VaryUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--vary") from None
-    cache = _run_cache(cache_dir, no_cache)
+    cache = run_cache(cache_dir, no_cache)
     try:
         with ProgressBar() as progress:
             result, simulated = sweep(spec, varies, zip_=zip_, seeds=seeds, first_seed=seed, workers=workers, ray=ray,
@@ -181,7 +174,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from .units import fmt_duration
 
     _executor_options(workers, ray)
-    cache = _run_cache(cache_dir, no_cache)
+    cache = run_cache(cache_dir, no_cache)
     state = {"n": 0}
     machine = as_json or out_file == STDOUT
     say = err if machine else out          # with JSON on stdout, the probes are progress on stderr

@@ -77,6 +77,16 @@ class Case:
             return float(np.mean([METRICS[metric].value(r, self.resolved) for r in self.results]))
         return float(np.mean([metric(r) for r in self.results]))
 
+    def tier_mean(self, tier: str, of: Callable) -> float:
+        """The mean over the runs of `of(TierResult)` for `tier` (0 when no run has the tier)."""
+        values = [of(res.tier(tier)) for res in self.results if res.tier(tier) is not None]
+        return float(np.mean(values)) if values else 0.0
+
+    @property
+    def mean_sequence_tokens(self) -> float:
+        """Prompt plus output tokens of the mean request, over every run."""
+        return float(np.mean(self.column("prompt_tokens") + self.column("output_tokens")))
+
     def column(self, name: str) -> np.ndarray:
         """A per-request column over every run, run after run."""
         return np.concatenate([getattr(r.per_request, name) for r in self.results])

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from ..units import fmt_bytes, fmt_duration
-from .case import Case
+from .case import METRICS, Case
 from .tail import against, noise, severity
 from .finding import Change, Finding, Fix
 
@@ -128,7 +128,7 @@ def pool_near_full(case: Case) -> list[Finding]:
     r = case.resolved
     if r.ceph is None or not r.ceph.kv_budget_bytes:
         return []
-    fill = r.ceph.kv_budget_bytes / r.ceph.usable_bytes
+    fill = METRICS["ceph_pool_fill"].static(r)
     if fill <= NEAR_FULL:
         return []
     c = case.topo.ceph

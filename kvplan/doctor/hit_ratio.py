@@ -62,14 +62,14 @@ def tier_below_working_set(case: Case) -> list[Finding]:
         got = conf.simulated_hit_ratio if conf.simulated_hit_ratio is not None else conf.hit_ratio
         if conf.capacity_bytes >= CLEARLY * target.capacity_bytes or got >= REACH / 100 * view.max_hit_ratio:
             continue
-        runs = [res.tier(tier.name) for res in case.results if res.tier(tier.name)]
         evidence = {"capacity_bytes": conf.capacity_bytes, "working_set_bytes": view.working_set_bytes,
                     "hit_ratio_at_capacity": got, "max_hit_ratio": view.max_hit_ratio,
                     f"capacity_for_{REACH}pct_bytes": target.capacity_bytes}
+        runs = any(res.tier(tier.name) for res in case.results)
         if runs:
-            evidence |= {"simulated_served_share": float(np.mean([t.served_share for t in runs])),
-                         "simulated_peak_fill": float(np.mean([t.peak_used_bytes / t.capacity_bytes for t in runs])),
-                         "simulated_evictions": float(np.mean([t.evictions for t in runs]))}
+            evidence |= {"simulated_served_share": case.tier_mean(tier.name, lambda t: t.served_share),
+                         "simulated_peak_fill": case.tier_mean(tier.name, lambda t: t.peak_used_bytes / t.capacity_bytes),
+                         "simulated_evictions": case.tier_mean(tier.name, lambda t: t.evictions)}
         size = size_for(r, tier, target.capacity_tokens / r.instances)
         found.append(Finding(
             code="tier-below-working-set", area="hit ratio", severity="problem",
@@ -95,7 +95,7 @@ def ttl_shorter_than_reuse(case: Case) -> list[Finding]:
     found = []
     for tier in tiers:
         late = float(np.mean(reuse > tier.ttl_s))
-        expired = float(np.mean([res.tier(tier.name).expired for res in case.results if res.tier(tier.name)] or [0]))
+        expired = case.tier_mean(tier.name, lambda t: t.expired)
         if late < 0.05 or expired == 0:
             continue
         p50, p90 = (float(x) for x in np.percentile(reuse, [50, 90]))
@@ -169,7 +169,7 @@ def tier_duplicates_above(case: Case) -> list[Finding]:
         served = case.mean(f"{tier.name}_served_share")
         if served >= DUPLICATE_SHARE:
             continue
-        written = float(np.mean([res.tier(tier.name).bytes_written for res in case.results if res.tier(tier.name)] or [0]))
+        written = case.tier_mean(tier.name, lambda t: t.bytes_written)
         what = "vLLM's prefix cache (HBM)" if above == "hbm" else f"the {above} tier"
         found.append(Finding(
             code="tier-duplicates-above", area="hit ratio", severity="problem",

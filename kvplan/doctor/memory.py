@@ -18,8 +18,6 @@ max_model_len sequence do not fit). So:
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..units import fmt_bytes
 from .case import Case
 from .finding import Change, Finding, Fix
@@ -35,7 +33,7 @@ def no_room_for_the_batch(case: Case) -> list[Finding]:
     per_request = case.mean("preemptions_per_request")
     if not any(len(res.per_request) for res in case.results) or per_request <= PREEMPTION_SHARE:
         return []
-    sequence = float(np.mean(case.column("prompt_tokens") + case.column("output_tokens")))
+    sequence = case.mean_sequence_tokens
     fits = int(r.hbm_tokens // sequence)
     evidence = {"preemptions_per_request": per_request, "gpu_memory_bytes": r.device.memory,
                 "gpu_memory_utilization": r.gpu_memory_utilization, "weight_bytes_per_gpu": r.weight_bytes_per_gpu,

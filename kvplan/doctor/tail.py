@@ -88,15 +88,12 @@ def long_ttft_tail(case: Case) -> list[Finding]:
              + ", ".join(f"{shares[k]:.0%} {v}" for k, v in causes.items())
              + f"; {shares['tail_preempted']:.0%} of them were preempted, and {shares['tail_reading_ceph']:.0%} read from "
                f"Ceph (of all requests {shares['all_reading_ceph']:.0%})")
-    more = r.instances + math.ceil(r.instances / 2)
     seqs = _more_sequences(case)
     fixes = {
-        "queue": [Fix(summary=f"{more} instances instead of {r.instances}",
-                      changes=[Change(path="serving.instances", value=more)], metric="ttft_p99")]
+        "queue": [_more_instances(r, "ttft_p99")]
                  + ([Fix(summary=f"max_num_seqs {seqs} instead of {r.max_num_seqs}: a batch the KV cache holds",
                          changes=[Change(path="serving.max_num_seqs", value=seqs)], metric="ttft_p99")] if seqs else []),
-        "compute": [Fix(summary=f"{more} instances instead of {r.instances}",
-                        changes=[Change(path="serving.instances", value=more)], metric="ttft_p99")],
+        "compute": [_more_instances(r, "ttft_p99")],
         "recompute": [Fix(summary=f"at most {max(1, r.max_num_seqs // 2)} sequences per instance",
                           changes=[Change(path="serving.max_num_seqs", value=max(1, r.max_num_seqs // 2))], metric="ttft_p99")],
         "retrieve": [],
@@ -128,9 +125,7 @@ def slow_decode(case: Case) -> list[Finding]:
     busy = float(np.mean([np.mean(res.engine_busy) for res in case.results]))
     running = float(np.mean([float((res.per_request.e2e - res.per_request.queue).sum()) / res.duration / r.instances
                              for res in case.results if res.duration > 0]))   # Little's law: sequences in flight
-    more = r.instances + math.ceil(r.instances / 2)
-    fixes = [Fix(summary=f"{more} instances instead of {r.instances}", changes=[Change(path="serving.instances", value=more)],
-                 metric="tpot_p99")]
+    fixes = [_more_instances(r, "tpot_p99")]
     fewer = min(r.max_num_seqs // 2, max(1, int(running / 2)))
     if fewer >= 1 and fewer < r.max_num_seqs:
         fixes.insert(0, Fix(summary=f"at most {fewer} sequences per instance (half of the {running:.0f} running on average):"
@@ -149,13 +144,20 @@ def slow_decode(case: Case) -> list[Finding]:
                     fixes=fixes)]
 
 
+def _more_instances(r, metric: str) -> Fix:
+    """50 % more instances (rounded up), judged on `metric`."""
+    more = r.instances + math.ceil(r.instances / 2)
+    return Fix(summary=f"{more} instances instead of {r.instances}", changes=[Change(path="serving.instances", value=more)],
+               metric=metric)
+
+
 def _more_sequences(case: Case) -> int | None:
     """A larger max_num_seqs (up to 4x) that the KV cache holds at the workload's mean sequence length, when the
     runs did not preempt (a full KV cache is not what the queue waits for); None when there is none."""
     r = case.resolved
     if case.mean("preemptions_per_request") > 0:
         return None
-    sequence = float(np.mean(case.column("prompt_tokens") + case.column("output_tokens")))
+    sequence = case.mean_sequence_tokens
     fits = min(4 * r.max_num_seqs, int(r.hbm_tokens // sequence), r.max_num_batched_tokens)
     return fits if fits > r.max_num_seqs else None
 
