@@ -131,9 +131,12 @@ class Segments:
     unit i (start/end are offsets within the segment); key -1 is SEGMENTS_ROOT. `parent`, when
     given, must be a content whose parts begin ours (the previous turn of a session): its keys are
     reused instead of recomputed (a pure speed-up, the keys are the same either way).
+
+    A finished request forgets its keys (`forget`), except those its next turn has not computed
+    yet: they are handed on rather than hashed again from the conversation's start.
     """
 
-    __slots__ = ("parts", "length", "_parent", "_keys")
+    __slots__ = ("parts", "length", "_parent", "_keys", "_child", "_done")
 
     def __init__(self, parts: tuple[tuple[tuple[int, ...], int], ...], parent: "Segments | None" = None):
         if parent is None:
@@ -150,6 +153,10 @@ class Segments:
         self.length = length
         self._parent = parent
         self._keys: dict[int, list[int]] = {}
+        self._child: Segments | None = None
+        self._done = False
+        if parent is not None:
+            parent._child = self
 
     def __len__(self) -> int:
         return self.length
@@ -173,12 +180,18 @@ class Segments:
         for node in reversed(chain):                 # only this content keeps them (see forget)
             base = _extend_keys(node.parts, node.length // unit, unit, base)
         self._keys[unit] = base
+        parent = self._parent
+        if parent is not None and parent._done:      # handed on: the finished turn needs them no more
+            parent._keys.pop(unit, None)
         return base
 
     def forget(self) -> None:
         """Drop the cached keys (they are recomputed if asked for again): a finished request's
-        keys would otherwise stay in memory for the rest of a long run."""
-        self._keys = {}
+        keys would otherwise stay in memory for the rest of a long run. Keys the next turn has
+        not yet built on are kept until it has."""
+        self._done = True
+        child = self._child
+        self._keys = {unit: keys for unit, keys in self._keys.items() if child is not None and unit not in child._keys}
 
 
 def _extend_keys(parts, n_keys: int, unit: int, base: list[int]) -> list[int]:
