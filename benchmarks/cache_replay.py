@@ -6,11 +6,15 @@ Two measurements, each in its own process so that peak RSS belongs to one of the
           (lookup of the longest held prefix, touch of the hits, insert of the rest), at several
           capacities; prints chunk lookups per second for the lookups alone and for the whole
           lookup + update loop. Target on one core: >= 5 M chunk lookups/s.
+  replay  one LRU over the trace's stream of chunk accesses (every request's chunk keys in
+          order): kvplan's LRU (`Cache.store`, a hit touches, a miss inserts and evicts) against a
+          plain OrderedDict loop doing the same, in alternation, with the ratio pair by pair.
+          Target: kvplan at least the speed of the plain loop.
   sim     the whole hierarchy with timing: examples/mooncake-replay.yaml on the full trace
           (two 8-GPU Llama-3.1-70B instances, ddr + nvme + ceph), at several ddr sizes; prints
           simulated requests per minute of wall time. Target: >= 50,000 requests/min.
 
-Usage: python benchmarks/cache_replay.py [--trace PATH] [--part cache|sim]
+Usage: python benchmarks/cache_replay.py [--trace PATH] [--part cache|replay|sim]
 The trace defaults to ../shared/traces/mooncake_fast25/conversation_trace.jsonl beside the repo.
 """
 
@@ -75,6 +79,59 @@ def cache_part(trace: Path) -> None:
     print(f"peak RSS: {peak_rss_mib():,.0f} MiB")
 
 
+def plain_lru(stream: list, capacity: int) -> int:
+    """The reference: an OrderedDict LRU loop over the stream; returns the hits."""
+    from collections import OrderedDict
+
+    d: OrderedDict = OrderedDict()
+    hits = 0
+    for k in stream:
+        if k in d:
+            d.move_to_end(k)
+            hits += 1
+        else:
+            d[k] = 1
+            if len(d) > capacity:
+                d.popitem(last=False)
+    return hits
+
+
+def kvplan_lru(stream: list, capacity: int) -> int:
+    from kvplan.sim.eviction import make
+
+    stored, _ = make("LRU", capacity).store(stream, 1)
+    return len(stream) - stored
+
+
+def replay_part(trace: Path, pairs: int = 5) -> None:
+    from kvplan.sim.workload import read_trace
+
+    reqs = read_trace(str(trace))
+    stream = [k for r in reqs for k in r.content.keys(CHUNK, r.prompt_tokens)]
+    unique = len(set(stream))
+    gc.freeze()
+    print(f"stream: {len(stream):,} chunk accesses, {unique:,} distinct")
+    for share in (0.1, 0.5):
+        capacity = max(1, int(unique * share))
+        ratios, plain_s, ours_s = [], [], []
+        for _ in range(pairs):
+            t0 = time.perf_counter()
+            want = plain_lru(stream, capacity)
+            t1 = time.perf_counter()
+            got = kvplan_lru(stream, capacity)
+            t2 = time.perf_counter()
+            if got != want:
+                sys.exit(f"kvplan's LRU found {got:,} hits, the plain loop {want:,}: they must agree")
+            plain_s.append(t1 - t0)
+            ours_s.append(t2 - t1)
+            ratios.append((t1 - t0) / (t2 - t1))
+        ratios.sort()
+        print(f"capacity {share:>4.0%} ({capacity:,} chunks), hit ratio {want / len(stream):.3f}: plain loop "
+              f"{len(stream) / min(plain_s) / 1e6:.2f} M/s, kvplan {len(stream) / min(ours_s) / 1e6:.2f} M/s; "
+              f"kvplan speed / plain loop speed, pair by pair: median {ratios[len(ratios) // 2]:.2f} "
+              f"({ratios[0]:.2f}-{ratios[-1]:.2f})")
+
+
 def sim_part(trace: Path) -> None:
     from kvplan.resolve import resolve
     from kvplan.sim.run import run
@@ -99,16 +156,18 @@ def sim_part(trace: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    parser.add_argument("--part", choices=("cache", "sim"))
+    parser.add_argument("--part", choices=("cache", "replay", "sim"))
     args = parser.parse_args()
     if not args.trace.is_file():
         sys.exit(f"trace not found: {args.trace} (give --trace PATH)")
     if args.part == "cache":
         cache_part(args.trace)
+    elif args.part == "replay":
+        replay_part(args.trace)
     elif args.part == "sim":
         sim_part(args.trace)
     else:
-        for part in ("cache", "sim"):
+        for part in ("cache", "replay", "sim"):
             print(f"== {part} ==", flush=True)
             subprocess.run([sys.executable, __file__, "--trace", str(args.trace), "--part", part], check=True)
 

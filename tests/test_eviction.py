@@ -605,11 +605,12 @@ def state(cache) -> tuple:
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 @pytest.mark.parametrize("mode", [{}, {"watermark": 0.8, "ratio": 0.2}, {"ttl": 5.0}])
 @settings(max_examples=40, deadline=None)
-@given(batches=st.lists(st.lists(st.integers(0, 30), max_size=12), max_size=12),
-       size=st.sampled_from([1, 2, 50]))
-def test_store_is_touch_or_insert_key_by_key(policy, mode, batches, size):
+@given(batches=st.lists(st.tuples(st.lists(st.integers(0, 30), max_size=12), st.sampled_from([1, 2, 3, 50])),
+                        max_size=12))
+def test_store_is_touch_or_insert_key_by_key(policy, mode, batches):
+    """Stores of one size or of several (a cache of equal sizes counts its capacity in keys)."""
     one, bulk = make(policy, 20, **mode), make(policy, 20, **mode)
-    for t, keys in enumerate(batches):
+    for t, (keys, size) in enumerate(batches):
         now = float(t)
         one.expire(now)
         stored = refused = 0

@@ -211,12 +211,20 @@ class LRU(Cache):
     """Least recently used: an OrderedDict (key -> size) in recency order; a hit moves the key to the end,
     the victim is the first. LMCache's default in both modes (reference/lmcache-vllm.md §2)."""
 
-    __slots__ = ("_d",)
+    __slots__ = ("_d", "_unit")
     name = "LRU"
 
     def __init__(self, capacity: int, *, watermark: float | None = None, ratio: float = 0.2):
         super().__init__(capacity, watermark=watermark, ratio=ratio)
         self._sizes = self._d = OrderedDict()
+        self._unit = 0                  # the size of every key held, when they all have one (0: mixed)
+
+    def _sized(self, size: int) -> None:
+        """Note a key of `size` bytes about to be added."""
+        if not self._d:
+            self._unit = size
+        elif size != self._unit:
+            self._unit = 0
 
     # prefix(): Cache.prefix over self._sizes, which is this OrderedDict
 
@@ -231,6 +239,8 @@ class LRU(Cache):
         """`Cache.store` with `insert` written out: eviction runs only when the new key needs room."""
         if size > self.capacity or size <= 0:
             return Cache.store(self, keys, size, now)
+        if self.watermark is None and self._plain:
+            return self._store_on_demand(keys, size)
         d, hit, cap = self._d, self._hit, self.capacity
         high = self._high if self.watermark is not None else None
         stored = 0
@@ -241,12 +251,58 @@ class LRU(Cache):
             after = self.used + size
             if after > cap or (high is not None and after >= high):
                 self._make_room(k, size)
+            self._sized(size)
             d[k] = size
             self.used += size
             stored += 1
         return stored, 0
 
+    _plain = True
+    """Hits move a key to the end and the victim is the first key (not so in FIFO and MRU)."""
+
+    def _store_on_demand(self, keys: Iterable, size: int) -> tuple[int, int]:
+        """`store` of a plain LRU evicting on demand, the hot loop of a cache replay: the OrderedDict
+        operations inline, the counters kept in locals; the same victims in the same order."""
+        d, cap = self._d, self.capacity
+        move, pop = d.move_to_end, d.popitem
+        self._sized(size)
+        if self._unit == size:          # every key is `size` bytes: the capacity is a number of keys
+            keys = keys if isinstance(keys, list) else list(keys)
+            most, before, hits = cap // size, len(d), 0
+            for k in keys:
+                if k in d:
+                    move(k)
+                    hits += 1
+                    continue
+                d[k] = size             # the victim is the first key: never k, which is last
+                if len(d) > most:
+                    pop(False)
+            stored = len(keys) - hits
+            evicted = before + stored - len(d)
+            self.used = len(d) * size
+            self.evictions += evicted
+            self.evicted_bytes += evicted * size
+            return stored, 0
+        used, stored, evicted, evicted_bytes = self.used, 0, 0, 0
+        for k in keys:
+            if k in d:
+                move(k)
+                continue
+            used += size
+            while used > cap:
+                s = pop(False)[1]
+                used -= s
+                evicted += 1
+                evicted_bytes += s
+            d[k] = size
+            stored += 1
+        self.used = used
+        self.evictions += evicted
+        self.evicted_bytes += evicted_bytes
+        return stored, 0
+
     def _add(self, key, size: int) -> None:
+        self._sized(size)
         self._d[key] = size
 
     def _hit(self, key) -> None:
@@ -274,6 +330,7 @@ class FIFO(LRU):
 
     __slots__ = ()
     name = "FIFO"
+    _plain = False
 
     def touch(self, keys: Iterable, now: float = 0.0) -> None:
         return None
@@ -288,6 +345,7 @@ class MRU(LRU):
 
     __slots__ = ()
     name = "MRU"
+    _plain = False
 
     def _pop_victim(self, incoming) -> tuple:
         return self._d.popitem(last=True)
