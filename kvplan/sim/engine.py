@@ -443,7 +443,7 @@ class Engine:
         for seq in decodes:
             decoding.sync(seq)
         horizon = decoding.next_end()
-        room = np.array([s.holding.blocks * bs - s.computed for s in decodes])   # decode steps before a new block
+        room = [s.holding.blocks * bs - s.computed for s in decodes]   # decode steps before a new block
         horizon = min(horizon, self._steps_within_free_blocks(room, horizon))
         if horizon < 1:                      # the next step needs a block that is not free: step it
             yield from self._step([], [])
@@ -461,10 +461,10 @@ class Engine:
                 yield env.timeout(max(0.0, float(ends[steps - 1]) - elapsed))
         else:
             yield env.timeout(float(ends[-1]))
-        grow = np.maximum(0, -(-(steps - room) // bs))
-        grown = decoding.due(decoding.clock + steps - 1)        # exactly those with grow > 0
-        for seq, extra in zip(decodes, grow.tolist()):
-            if extra and not self.hbm.grow(seq.holding, extra):
+        grown = decoding.due(decoding.clock + steps - 1)        # exactly those that need blocks
+        for seq, r in zip(decodes, room):
+            extra = -(-(steps - r) // bs)
+            if extra > 0 and not self.hbm.grow(seq.holding, extra):
                 raise AssertionError("fast-forward planned blocks that are not free")
         for seq in grown:
             decoding.grew(seq)
@@ -479,12 +479,13 @@ class Engine:
         for seq in finished:
             self._finish(seq)
 
-    def _steps_within_free_blocks(self, room: np.ndarray, horizon: int) -> int:
-        """The most decode steps (<= horizon) whose new blocks the free pool can supply."""
+    def _steps_within_free_blocks(self, room: list[int], horizon: int) -> int:
+        """The most decode steps (<= horizon) whose new blocks the free pool can supply (plain Python:
+        a batch holds a few dozen requests at most, where numpy's per-call cost is the larger part)."""
         free, bs = self.hbm.free_blocks, self.bs
 
         def needed(steps: int) -> int:
-            return int(np.maximum(0, -(-(steps - room) // bs)).sum())
+            return sum(-(-(steps - r) // bs) for r in room if r < steps)
 
         if needed(horizon) <= free:
             return horizon
