@@ -35,7 +35,9 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
          as_json: bool = typer.Option(False, "--json", help="Print the plan (every candidate, its price, verdict and "
                                                              "metrics) as JSON on stdout instead of tables."),
          out_file: Optional[str] = typer.Option(None, "--out", help="Write the winner as a spec YAML (ready for kvplan "
-                                                                     "deploy; - for stdout).")) -> None:
+                                                                     "deploy; - for stdout)."),
+         cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
+         no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
     """Find the cheapest topology that meets the SLO at the rate: enumerate, prune, simulate, explain."""
     from pathlib import Path
 
@@ -50,6 +52,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
         limit = parse_budget_arg(budget) if budget is not None else None
     except SpecError as exc:       # the flags, not the spec
         _fail(exc)
+    cache = run_cache(cache_dir, no_cache)
     try:
         topo = load(spec)
         with ProgressBar() as bar:
@@ -61,7 +64,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                               + (f"#{best.index} ${best.usd_per_hour:,.2f}/h" if best else "none"))
 
             result = run_plan(topo, wanted, targets, budget=limit, seeds=seeds, workers=workers, gpus=gpus,
-                              max_instances=max_instances, max_runs=max_runs, progress=progress)
+                              max_instances=max_instances, max_runs=max_runs, progress=progress, cache=cache)
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     if as_json:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -35,10 +35,14 @@ from .cost import CostBreakdown, cost_of
 from .errors import Problem, SpecError, did_you_mean
 from .resolve import Resolved, resolve
 from .sim.result import SimResult
+from .sim.slo_watch import SloMiss
 from .spec import Topology, from_mapping
 from .spec.rules import REAL_POLICIES
 from .spec.slo import Slo
 from .units import fmt_bytes, fmt_duration, parse_rate
+
+if TYPE_CHECKING:
+    from .sweep.cache import RunCache
 
 TP_LADDER = (1, 2, 4, 8)
 SIZE_LADDER = (0.25, 1.0, 4.0)
@@ -76,6 +80,8 @@ class Candidate:
     """False: some target lies within the 95 % interval, so meeting or missing it is not
     distinguishable at these seeds (always True with one seed, where nothing is tested)."""
     requests_per_s: float | None = None
+    stopped: SloMiss | None = None
+    """Set when its run stopped at a certain miss (one seed only): `measured` then holds that key's lower bound."""
 
     @property
     def usd_per_hour(self) -> float:
@@ -129,16 +135,22 @@ class Plan:
                        and c.usd_per_hour < bound), key=lambda c: (c.usd_per_hour, c.index))
 
 
-Simulate = Callable[[list[Topology], list[int], int], list[list[SimResult]]]
+Simulate = Callable[[list[Topology], list[int], int], list[list["SimResult | SloMiss"]]]
 Progress = Callable[[int, int, "Candidate | None"], None]
 """Told after each batch of simulations: runs made, --max-runs, the cheapest candidate meeting the SLO so far."""
 
 
-def simulate_all(topos: list[Topology], seeds: list[int], workers: int) -> list[list[SimResult]]:
-    """Every topology under every seed (kvplan.sweep.executor), results in topology order, then seed order."""
-    from .sweep.executor import Task, run_tasks
+def simulate_all(topos: list[Topology], seeds: list[int], workers: int, cache: "RunCache | None" = None,
+                 stop_at_miss: dict[str, float] | None = None) -> list[list["SimResult | SloMiss"]]:
+    """Every topology under every seed (kvplan.sweep.executor), results in topology order, then seed order;
+    each looked up in `cache` first. With `stop_at_miss`, a run that certainly misses one of those targets
+    stops there and gives its SloMiss (kvplan.sim.slo_watch)."""
+    from .sweep.cache import run_cached
+    from .sweep.executor import Task
 
-    flat = run_tasks([Task(spec=t, seed=s) for t in topos for s in seeds], workers=workers)
+    stop = tuple(sorted((stop_at_miss or {}).items()))
+    flat, _ = run_cached([Task(spec=t, seed=s, stop_at_miss=stop) for t in topos for s in seeds], cache,
+                         workers=workers)
     return [flat[i * len(seeds):(i + 1) * len(seeds)] for i in range(len(topos))]
 
 
@@ -351,8 +363,14 @@ def _behaviour(c: Candidate, stats: WorkloadStats) -> str:
 
 def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | None = None, seeds: int = 1,
          workers: int = 1, gpus: Sequence[str] | None = None, max_instances: int = 8, max_runs: int = 200,
-         catalog: Catalog | None = None, simulate: Simulate = simulate_all, progress: Progress | None = None) -> Plan:
-    """The cheapest candidate that meets `slo` (default: the spec's) at `rate` requests/s, and why the others lost."""
+         catalog: Catalog | None = None, simulate: Simulate | None = None, progress: Progress | None = None,
+         cache: "RunCache | None" = None) -> Plan:
+    """The cheapest candidate that meets `slo` (default: the spec's) at `rate` requests/s, and why the others lost.
+
+    Runs are looked up in `cache` first. With one seed, a candidate's run stops as soon as it has
+    certainly missed a target (kvplan.sim.slo_watch): the verdict is the finished run's, and most of
+    a plan's time was simulating hopeless candidates to the end. With several seeds every run goes to
+    the end, since the 95 % intervals need every seed's value."""
     catalog = catalog or load_catalog()
     slo = slo if slo is not None and slo.targets() else topo.slo
     if not slo.targets():
@@ -372,6 +390,11 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
         if problems:
             raise SpecError(problems)
     seed_list = [topo.workload.seed + i for i in range(seeds)]
+    if simulate is None:
+        stop = slo.targets() if seeds == 1 else None
+
+        def simulate(topos: list[Topology], seeds: list[int], workers: int) -> list[list[SimResult | SloMiss]]:
+            return simulate_all(topos, seeds, workers, cache=cache, stop_at_miss=stop)
 
     base, offered, stats = _at_rate(topo, rate, slo, seed_list[0])
     variants = _variants(base, topo, catalog, gpus, max_instances)
@@ -522,11 +545,20 @@ def _capacity(c: Candidate) -> tuple:
     return (sum(t.capacity_bytes * t.caches for t in tiers), -c.index)
 
 
-def _judge(c: Candidate, results: list[SimResult], targets: dict[str, float]) -> None:
+def _judge(c: Candidate, results: list[SimResult | SloMiss], targets: dict[str, float]) -> None:
     """Each SLO metric's mean over the seeds against its target, and whether its 95 % interval
     decides it (kvplan.sweep.confidence.classify): a candidate meets the SLO when every mean is
-    within its target, and is marked not distinguishable when an interval straddles a target."""
+    within its target, and is marked not distinguishable when an interval straddles a target.
+    A run stopped at a certain miss (one seed) missed: its percentile is at least the bound it found."""
     from .sweep.confidence import classify, combine
+
+    if isinstance(results[0], SloMiss):
+        miss = c.stopped = results[0]
+        c.measured[miss.key] = miss.at_least
+        c.status = "missed SLO"
+        c.reason = (f"{_label(miss.key)} >= {fmt_duration(miss.at_least)} > {fmt_duration(targets[miss.key])} "
+                    f"(stopped: {miss.over:,} of {miss.requests:,} requests over it)")
+        return
 
     verdicts = {}
     for key, target in targets.items():
@@ -539,7 +571,7 @@ def _judge(c: Candidate, results: list[SimResult], targets: dict[str, float]) ->
     missed = [k for k in targets if c.measured[k] > targets[k]]
     if missed:
         c.status = "missed SLO"
-        c.reason = ", ".join(f"{_label(k)} {_with_ci(c, k)} > {fmt_duration(targets[k])}" for k in missed)
+        c.reason = ", ".join(f"{_label(k)} {with_ci(c, k)} > {fmt_duration(targets[k])}" for k in missed)
         if not c.decided:
             c.reason += " (not distinguishable from meeting it)"
     else:
@@ -548,11 +580,13 @@ def _judge(c: Candidate, results: list[SimResult], targets: dict[str, float]) ->
         if not c.decided:
             close = [k for k, v in verdicts.items() if v.outcome == "undecided"]
             c.reason += (" (not distinguishable from missing it: "
-                         + ", ".join(f"{_label(k)} {_with_ci(c, k)} vs {fmt_duration(targets[k])}" for k in close) + ")")
+                         + ", ".join(f"{_label(k)} {with_ci(c, k)} vs {fmt_duration(targets[k])}" for k in close) + ")")
 
 
-def _with_ci(c: Candidate, key: str) -> str:
-    """'290.1 ms' or, over several seeds, '290.1 ms ± 30.2 ms'."""
+def with_ci(c: Candidate, key: str) -> str:
+    """'290.1 ms' or, over several seeds, '290.1 ms ± 30.2 ms'; '>= 1.2 s' for a run stopped at a certain miss."""
+    if c.stopped is not None:
+        return f">= {fmt_duration(c.measured[key])}" if key == c.stopped.key else "-"
     return fmt_duration(c.measured[key]) + (f" ± {fmt_duration(c.ci95[key])}" if len(c.samples.get(key, [])) > 1 else "")
 
 

@@ -197,3 +197,38 @@ def test_piped_the_cli_prints_a_line_per_batch_and_warns_of_a_cut_short_search()
                           env={**os.environ, "COLUMNS": "120"})
     assert "plan: 4 runs (--max-runs 1); cheapest meeting the SLO so far:" in done.stderr, done.stderr
     assert "warning: the search was cut short by --max-runs after 4 runs" in done.stderr
+
+
+def test_a_candidate_that_certainly_misses_is_stopped_early_with_the_same_verdict(planned, tmp_path):
+    """With one seed the planner stops a run once its miss is certain (kvplan.sim.slo_watch): every
+    verdict is the one the finished runs gave, and a stopped candidate shows a lower bound."""
+    full, _ = planned
+    early = plan(local(), rate=32.0, slo=SLO)
+    assert [(c.index, c.status) for c in early.candidates] == [(c.index, c.status) for c in full.candidates]
+    stopped = [c for c in early.candidates if c.stopped is not None]
+    assert stopped, "the cheaper candidates cannot keep up at 32 req/s: their runs stop early"
+    finished = {c.index: c for c in full.candidates}
+    for c in stopped:
+        value = finished[c.index].measured[c.stopped.key]
+        assert value >= c.measured[c.stopped.key] > 0.3
+        assert c.stopped.finished < c.stopped.requests and "(stopped: " in c.reason
+    for c in early.candidates:
+        if c.stopped is None and c.measured:
+            assert c.measured == finished[c.index].measured      # runs that were not stopped are the same runs
+
+
+def test_a_repeated_plan_takes_its_runs_from_the_cache(tmp_path, monkeypatch):
+    import kvplan.sweep.cache as run_cache
+
+    simulated = []
+    real = run_cache.run_tasks
+    monkeypatch.setattr(run_cache, "run_tasks", lambda tasks, **kw: simulated.extend(tasks) or real(tasks, **kw))
+    cache = run_cache.RunCache(tmp_path)
+    first = plan(local(), rate=32.0, slo=SLO, cache=cache)
+    files = [p.name for p in cache.folder.iterdir()]
+    assert len(simulated) == first.simulations == len(files)
+    assert any("-miss-" in name for name in files), "a stopped run is kept as its miss"
+    again = plan(local(), rate=32.0, slo=SLO, cache=cache)
+    assert len(simulated) == first.simulations             # the repeat simulated nothing
+    assert [(c.status, c.reason, c.measured) for c in again.candidates] == \
+           [(c.status, c.reason, c.measured) for c in first.candidates]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from rich.table import Table
 
-from ..plan import Candidate, Plan, runner_up_within_noise
+from ..plan import Candidate, Plan, runner_up_within_noise, with_ci
 from ..units import fmt_duration
 from .sections import Section
 from .terminal import tables
@@ -17,7 +19,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
                    + (f", at most ${plan.budget:,.2f}/h" if plan.budget is not None else "")],
         ["considered", f"{len(plan.candidates)} candidates ({plan.invalid} other combinations did not validate)"],
         ["simulated", f"{sum(1 for c in plan.candidates if c.measured)} candidates x {len(plan.seeds)} seed(s) = "
-                      f"{plan.simulations} runs"]])
+                      f"{plan.simulations} runs" + _stopped(plan)]])
     n = len(plan.seeds)
     head.rows.append(["seeds", f"{n} ({plan.seeds[0]}..{plan.seeds[-1]}): each SLO metric is the mean over them, "
                                "decided at 95 %; --seeds N for more" if n > 1 else
@@ -87,10 +89,13 @@ def _label(key: str) -> str:
     return f"{metric.upper()} {pct}"
 
 
+def _stopped(plan: Plan) -> str:
+    n = sum(1 for c in plan.candidates if c.stopped)
+    return f" ({n} stopped as soon as their miss was certain)" if n else ""
+
+
 def _measured(c: Candidate, key: str) -> str:
-    if key not in c.measured:
-        return "-"
-    return fmt_duration(c.measured[key]) + (f" ± {fmt_duration(c.ci95[key])}" if len(c.samples.get(key, [])) > 1 else "")
+    return with_ci(c, key) if key in c.measured else "-"
 
 
 def _verdict(c: Candidate) -> str:
@@ -113,5 +118,6 @@ def plan_json(plan: Plan) -> dict:
         "candidates": [{"index": c.index, "status": c.status, "reason": c.reason, "usd_per_hour": c.usd_per_hour,
                         "choices": c.describe(), "instances": c.resolved.instances, "accelerator": c.resolved.device.name,
                         "tensor_parallel": c.resolved.tensor_parallel, "measured": c.measured, "ci95": c.ci95,
-                        "samples": c.samples, "decided": c.decided, "requests_per_s": c.requests_per_s}
+                        "samples": c.samples, "decided": c.decided, "requests_per_s": c.requests_per_s,
+                        "stopped": dataclasses.asdict(c.stopped) if c.stopped else None}
                        for c in sorted(plan.candidates, key=lambda c: (c.usd_per_hour, c.index))]}

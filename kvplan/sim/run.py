@@ -32,6 +32,7 @@ from .fabric import Fabric
 from .lmcache import TIERS, LMCacheModel
 from .prefix_cache import PrefixCache
 from .router import Router
+from .slo_watch import SloWatch
 from array import array
 
 from .result import FLOAT_COLUMNS, LinkResult, RequestRow, RequestTable, SimResult, TierResult
@@ -67,9 +68,11 @@ class SimulationStopped(SpecError):
 
 class Simulation:
     def __init__(self, r: Resolved, seed: int | None = None, progress: Progress | None = None,
-                 bounds: Bounds = Bounds()):
+                 bounds: Bounds = Bounds(), stop_at_miss: dict[str, float] | None = None):
         self.r = r
         self.bounds = bounds
+        self.stop_at_miss = stop_at_miss
+        self.watch: SloWatch | None = None
         self.started = 0.0                       # time.monotonic() when the run began
         self.sim_limit = 0.0                     # simulated seconds the run may reach
         self.seed = r.workload.seed if seed is None else seed
@@ -123,6 +126,8 @@ class Simulation:
             preemptions=seq.preemptions)
         for column, value in zip(self.columns.values(), row):
             column.append(value)
+        if self.watch is not None:
+            self.watch.see(row.ttft, row.tpot, row.e2e, row.output_tokens)
         if len(self.columns["id"]) == self.expected:
             self.finished_event.succeed()
 
@@ -174,6 +179,8 @@ class Simulation:
         self.offset = offset = env.now
         reqs = wl.requests(r, self.seed)
         self.expected = len(reqs)
+        if self.stop_at_miss:
+            self.watch = SloWatch(self.stop_at_miss, len(reqs), sum(1 for q in reqs if q.output_tokens > 1))
         self.finished_event = env.event()
         env.process(self.arrivals(reqs))
         last = reqs[-1].arrival if reqs else 0.0
@@ -284,10 +291,13 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else 0.0
 
 
-def run(r: Resolved, seed: int | None = None, progress: Progress | None = None, bounds: Bounds = Bounds()) -> SimResult:
+def run(r: Resolved, seed: int | None = None, progress: Progress | None = None, bounds: Bounds = Bounds(),
+        stop_at_miss: dict[str, float] | None = None) -> SimResult:
     """Simulate the resolved spec's workload through its instances and KV-cache hierarchy.
 
-    `bounds` stops a run that would not end in reasonable time (SimulationStopped says why). The cyclic
+    `bounds` stops a run that would not end in reasonable time (SimulationStopped says why);
+    `stop_at_miss` (SLO key -> target seconds) stops it with SloMissed as soon as it has certainly
+    missed one of those targets (kvplan.sim.slo_watch). The cyclic
     garbage collector is paused for the run: the workload's millions of small
     objects would otherwise be rescanned again and again, and the run creates no cycles
     worth collecting before it ends.
@@ -295,7 +305,7 @@ def run(r: Resolved, seed: int | None = None, progress: Progress | None = None, 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return Simulation(r, seed, progress, bounds).run()
+        return Simulation(r, seed, progress, bounds, stop_at_miss).run()
     finally:
         if was_enabled:
             gc.enable()

@@ -6,14 +6,17 @@ catalog), so a result computed once never needs computing again. `kvplan sweep` 
 an earlier one, simulates nothing it has simulated before.
 
 Layout: `<cache dir>/<kvplan fingerprint>/<spec hash>-<seed>.json`, each file one SimResult's
-JSON. The fingerprint is a hash of kvplan's version, the simulator and resolver source and the
+JSON; a run the planner stopped at a certain SLO miss (kvplan.sim.slo_watch) is kept as
+`<spec hash>-<seed>-miss-<targets hash>.json`, the SloMiss, valid for those targets only. The fingerprint is a hash of kvplan's version, the simulator and resolver source and the
 catalog files, so editing any of them (or upgrading kvplan) starts a fresh folder instead of
 serving stale results. Deleting the cache folder is always safe.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import os
 import tempfile
 from functools import lru_cache
@@ -21,7 +24,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ..sim.result import SimResult
-from .executor import OnDone, Task, run_tasks
+from ..sim.slo_watch import SloMiss
+from .executor import OnDone, Outcome, Task, run_tasks
 
 @lru_cache(maxsize=1)
 def fingerprint() -> str:
@@ -45,42 +49,56 @@ class RunCache:
         self.root = Path(root)
         self.folder = self.root / fingerprint()
 
-    def _path(self, spec_hash: str, seed: int) -> Path:
-        return self.folder / f"{spec_hash}-{seed}.json"
+    def _path(self, spec_hash: str, seed: int, stop_at_miss: tuple = ()) -> Path:
+        if not stop_at_miss:
+            return self.folder / f"{spec_hash}-{seed}.json"
+        targets = hashlib.sha256(repr(tuple(sorted(stop_at_miss))).encode()).hexdigest()[:12]
+        return self.folder / f"{spec_hash}-{seed}-miss-{targets}.json"
 
-    def get(self, spec_hash: str, seed: int) -> SimResult | None:
-        path = self._path(spec_hash, seed)
+    def get(self, spec_hash: str, seed: int, stop_at_miss: tuple = ()) -> Outcome | None:
+        """The finished run, else (given `stop_at_miss`) the certain miss found for those targets, else None."""
         try:
-            return SimResult.model_validate_json(path.read_bytes())
-        except FileNotFoundError:
-            return None
-        except ValueError:                     # a truncated or foreign file: run it again
-            return None
+            return SimResult.model_validate_json(self._path(spec_hash, seed).read_bytes())
+        except (FileNotFoundError, ValueError):    # ValueError: a truncated or foreign file: run it again
+            pass
+        if stop_at_miss:
+            try:
+                return SloMiss(**json.loads(self._path(spec_hash, seed, stop_at_miss).read_bytes()))
+            except (FileNotFoundError, ValueError, TypeError):
+                pass
+        return None
 
     def put(self, result: SimResult) -> None:
         """Store a result atomically (a reader never sees half a file)."""
+        self._write(self._path(result.spec_hash, result.seed), result.model_dump_json())
+
+    def put_miss(self, spec_hash: str, seed: int, stop_at_miss: tuple, miss: SloMiss) -> None:
+        self._write(self._path(spec_hash, seed, stop_at_miss), json.dumps(dataclasses.asdict(miss)))
+
+    def _write(self, path: Path, text: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
-                f.write(result.model_dump_json())
+                f.write(text)
             os.chmod(tmp, 0o644)                # mkstemp's 0600 would keep a shared cache private
-            os.replace(tmp, self._path(result.spec_hash, result.seed))
+            os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
 
 
 def run_cached(tasks: Sequence[Task], cache: RunCache | None, workers: int = 1, ray: str | None = None,
-               on_done: OnDone | None = None) -> tuple[list[SimResult], int]:
+               on_done: OnDone | None = None) -> tuple[list, int]:
     """`run_tasks` that first looks each task up in `cache`; returns the results and how many were simulated.
 
-    Tasks repeated within `tasks` run once.
+    Tasks repeated within `tasks` run once. A task with `stop_at_miss` may get a cached finished run
+    (which decides the same) or a SloMiss.
     """
-    results: list[SimResult | None] = [None] * len(tasks)
-    todo: dict[tuple[str, int], list[int]] = {}
+    results: list[Outcome | None] = [None] * len(tasks)
+    todo: dict[tuple[str, int, tuple], list[int]] = {}
     for i, task in enumerate(tasks):
-        key = (task.spec.spec_hash(), task.seed)
+        key = (task.spec.spec_hash(), task.seed, task.stop_at_miss)
         hit = cache.get(*key) if cache is not None and key not in todo else None
         if hit is not None:
             results[i] = hit
@@ -92,8 +110,10 @@ def run_cached(tasks: Sequence[Task], cache: RunCache | None, workers: int = 1, 
         on_done(cached, total)
     progress = (lambda done, _n: on_done(cached + done, total)) if on_done else None
     fresh = run_tasks([tasks[idx[0]] for idx in todo.values()], workers=workers, ray=ray, on_done=progress)
-    for idx, result in zip(todo.values(), fresh):
-        if cache is not None:
+    for (spec_hash, seed, stop), idx, result in zip(todo, todo.values(), fresh):
+        if cache is not None and isinstance(result, SloMiss):
+            cache.put_miss(spec_hash, seed, stop, result)
+        elif cache is not None:
             cache.put(result)
         for i in idx:
             results[i] = result

@@ -22,10 +22,11 @@ from __future__ import annotations
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, Union
 
 from ..errors import Problem, SpecError
 from ..sim.result import SimResult
+from ..sim.slo_watch import SloMiss, SloMissed
 from ..spec.topology import Topology
 
 
@@ -35,14 +36,20 @@ class Task:
 
     spec: Topology
     seed: int
+    stop_at_miss: tuple[tuple[str, float], ...] = ()
+    """SLO targets (key, seconds) whose certain miss ends the run early with a SloMiss instead of a
+    SimResult (kvplan.sim.slo_watch); empty: run to the end."""
+
+
+Outcome = Union[SimResult, SloMiss]
 
 
 OnDone = Callable[[int, int], None]
 """Called as on_done(finished, total) after each task finishes (in the calling process)."""
 
 
-def simulate(spec_json: str, seed: int) -> tuple[str, Any]:
-    """Run one task from its shipped form; ("ok", SimResult) or ("error", (problems, source)).
+def simulate(spec_json: str, seed: int, stop_at_miss: tuple[tuple[str, float], ...] = ()) -> tuple[str, Any]:
+    """Run one task from its shipped form; ("ok", SimResult), ("missed", SloMiss) or ("error", (problems, source)).
 
     A SpecError (a bad trace line, say) travels back as its problems: the exception itself does
     not survive pickling with its problems intact.
@@ -51,12 +58,15 @@ def simulate(spec_json: str, seed: int) -> tuple[str, Any]:
     from ..sim.run import run
 
     try:
-        return "ok", run(resolve(Topology.model_validate_json(spec_json)), seed=seed)
+        return "ok", run(resolve(Topology.model_validate_json(spec_json)), seed=seed,
+                         stop_at_miss=dict(stop_at_miss) or None)
+    except SloMissed as exc:
+        return "missed", exc.miss
     except SpecError as exc:
         return "error", (exc.problems, exc.source)
 
 
-def _unwrap(outcome: tuple[str, Any]) -> SimResult:
+def _unwrap(outcome: tuple[str, Any]) -> Outcome:
     kind, value = outcome
     if kind == "error":
         raise SpecError(*value)
@@ -64,27 +74,28 @@ def _unwrap(outcome: tuple[str, Any]) -> SimResult:
 
 
 def run_tasks(tasks: Sequence[Task], workers: int = 1, ray: str | None = None,
-              on_done: OnDone | None = None) -> list[SimResult]:
-    """Simulate every task; the results come back in task order, identical whichever executor ran them."""
+              on_done: OnDone | None = None) -> list[Outcome]:
+    """Simulate every task; the results come back in task order, identical whichever executor ran them.
+    A task with `stop_at_miss` gives a SloMiss when it stopped early, else its SimResult."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
-    shipped = [(task.spec.model_dump_json(), task.seed) for task in tasks]
+    shipped = [(task.spec.model_dump_json(), task.seed, task.stop_at_miss) for task in tasks]
     if ray is not None:
         return _on_ray(shipped, ray, on_done)
     if workers == 1 or len(shipped) <= 1:
         results = []
-        for i, (spec_json, seed) in enumerate(shipped):
-            results.append(_unwrap(simulate(spec_json, seed)))
+        for i, shipment in enumerate(shipped):
+            results.append(_unwrap(simulate(*shipment)))
             if on_done:
                 on_done(i + 1, len(shipped))
         return results
     return _on_pool(shipped, workers, on_done)
 
 
-def _on_pool(shipped: list[tuple[str, int]], workers: int, on_done: OnDone | None) -> list[SimResult]:
+def _on_pool(shipped: list[tuple], workers: int, on_done: OnDone | None) -> list[Outcome]:
     outcomes: list[Any] = [None] * len(shipped)
     with ProcessPoolExecutor(max_workers=min(workers, len(shipped)), mp_context=get_context("spawn")) as pool:
-        pending = {pool.submit(simulate, spec_json, seed): i for i, (spec_json, seed) in enumerate(shipped)}
+        pending = {pool.submit(simulate, *shipment): i for i, shipment in enumerate(shipped)}
         done_count = 0
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -127,10 +138,10 @@ def connect_ray(address: str):
     return ray
 
 
-def _on_ray(shipped: list[tuple[str, int]], address: str, on_done: OnDone | None) -> list[SimResult]:
+def _on_ray(shipped: list[tuple], address: str, on_done: OnDone | None) -> list[Outcome]:
     ray = connect_ray(address)
     remote = ray.remote(num_cpus=1, max_retries=0)(simulate)
-    refs = [remote.remote(spec_json, seed) for spec_json, seed in shipped]
+    refs = [remote.remote(*shipment) for shipment in shipped]
     index = {ref: i for i, ref in enumerate(refs)}
     outcomes: list[Any] = [None] * len(refs)
     pending, done_count = list(refs), 0
