@@ -11,7 +11,12 @@ Starting from a spec, `plan` varies what a buyer chooses (docs/planning.md, "Pla
 - one eviction policy for every LMCache tier, among those the spec's mode really has
   (kvplan.spec.rules.REAL_POLICIES; IsolatedLRU is left out: without cache salts it is LRU).
 
-Only candidates that validate and resolve are kept. Before anything is simulated they are
+Combinations are grouped by hardware (accelerator, TP, instances) and enumerated in the order of
+what the accelerators alone cost, a lower bound on each combination's price known before it is
+validated: a group is validated, resolved and priced only once the search may need it, and the
+groups whose accelerators cost more than the winner and its alternatives are left out, counted
+(validating 16,000 combinations took longer than simulating the few that matter). Only candidates
+that validate and resolve are kept. Before anything is simulated they are
 pruned with what needs no simulation: the exact hourly cost against the budget; a roofline
 bound on the engine time the workload needs (it cannot keep up when that exceeds the time the
 traffic spans); lower bounds on TTFT, TPOT and E2E percentiles from the never-cached prompt
@@ -117,6 +122,12 @@ class Plan:
     """Simulation runs made (candidates simulated x seeds)."""
     invalid: int
     """Combinations that did not validate or resolve (not candidates)."""
+    not_enumerated: int = 0
+    """Combinations never validated: their accelerators alone cost `not_enumerated_from` $/h or more, above
+    every candidate the search needed (the winner and its alternatives were found for less)."""
+    not_enumerated_from: float | None = None
+    over_budget_unpriced: int = 0
+    """Combinations never validated because their accelerators alone cost more than the budget."""
 
     @property
     def winner(self) -> Candidate | None:
@@ -397,135 +408,238 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
             return simulate_all(topos, seeds, workers, cache=cache, stop_at_miss=stop)
 
     base, offered, stats = _at_rate(topo, rate, slo, seed_list[0])
-    variants = _variants(base, topo, catalog, gpus, max_instances)
-    candidates, invalid = [], 0
-    refused: dict[str, SpecError] = {}
-    for spec in variants:
-        try:
-            t = from_mapping(spec)
-            r = resolve(t, catalog)
-            cost = cost_of(t, r, catalog=catalog)
-        except SpecError as exc:
-            invalid += 1
-            refused.setdefault(spec["serving"]["gpu"].lower(), exc)
-            continue
-        candidates.append(Candidate(index=len(candidates), topo=t, resolved=r, cost=cost))
-    # an accelerator asked for by name that no combination could use: say why rather than plan without it
-    planned_on = {c.resolved.device.name.lower() for c in candidates}
-    lost = [refused[g.lower()] for g in dict.fromkeys(gpus or []) if g.lower() in refused and g.lower() not in planned_on]
-    if lost:
-        raise SpecError([p for exc in lost for p in exc.problems])
-    candidates.sort(key=lambda c: (c.usd_per_hour, c.index))
+    groups = _groups(_variants(base, topo, catalog, gpus, max_instances), topo, catalog)
+    search = _Search(seed_list, slo, budget, stats, offered, simulate, workers, max_runs, progress)
+    waiting = list(groups)                   # not enumerated yet, cheapest accelerators first
+    if budget is not None:                   # accelerators alone over the budget: nothing to enumerate
+        waiting = [g for g in waiting if g.gpu_usd_per_hour <= budget]
+    limit = waiting[0].gpu_usd_per_hour * 2 if waiting else 0.0
+    while True:
+        while waiting and waiting[0].gpu_usd_per_hour <= limit:
+            search.enumerate(waiting.pop(0), catalog)
+        _named_accelerators(gpus, search, waiting, catalog)
+        search.run()
+        floor = waiting[0].gpu_usd_per_hour if waiting else math.inf
+        if not waiting or search.decided_below(floor):
+            break
+        limit = max(limit * 2, floor)
+    return search.result(rate, slo, budget, groups, waiting)
 
-    # ---- prune without simulating
-    targets = slo.targets()
-    kept: dict[str, Candidate] = {}
-    floor_cache: dict[tuple, Floors] = {}
-    for c in candidates:
-        if budget is not None and c.usd_per_hour > budget:
-            c.status, c.reason = "over budget", f"over budget: ${c.usd_per_hour:,.2f}/h > ${budget:,.2f}/h"
-            continue
-        r = c.resolved
-        key = (r.device.name, r.tensor_parallel, r.instances, r.hbm_blocks, r.max_num_seqs, r.max_num_batched_tokens)
-        f = floor_cache.get(key) or floor_cache.setdefault(key, floors(r, stats, slo))
-        if f.load > 1:
-            c.status = "pruned"
-            c.reason = (f"pruned: cannot reach {offered:.3g} req/s even at full batch (needs {f.load:.2f} s of engine "
-                        f"time per second on each of {r.instances} instance(s))")
-            continue
-        missed = [k for k, v in f.latency.items() if v > targets[k]]
-        if missed:
-            k = missed[0]
-            c.status = "pruned"
-            c.reason = (f"pruned: {_label(k)} cannot go below {fmt_duration(f.latency[k])} on {r.device.name} "
-                        f"(> {fmt_duration(targets[k])})")
-            continue
-        behaviour = _behaviour(c, stats)
-        same = kept.get(behaviour)
-        if same is not None:
-            c.status = "dominated"
-            c.reason = f"dominated by #{same.index}: its tiers never fill either, so it runs the same for less"
-            continue
-        kept[behaviour] = c
 
-    # ---- simulate the survivors, cheapest first; each hardware is first tried with its richest tiers
-    survivors = [c for c in candidates if not c.status]
-    richest: dict[tuple, Candidate] = {}
-    for c in survivors:
-        best = richest.get(_hardware(c))
-        if best is None or _capacity(c) > _capacity(best):
-            richest[_hardware(c)] = c
-    feasible: list[Candidate] = []
-    simulations = 0
+@dataclass
+class _Group:
+    """The combinations on one hardware choice (accelerator, TP, instances): their accelerators' hourly
+    price is a lower bound on the cost of each, known before any of them is validated."""
 
-    def run_batch(batch: list[Candidate]) -> None:
-        nonlocal simulations
-        runs = simulate([c.topo for c in batch], seed_list, workers)
-        simulations += len(batch) * len(seed_list)
-        for c, results in zip(batch, runs):
-            _judge(c, results, targets)
-        if progress is not None:
-            met = [c for c in survivors if c.status == "meets SLO"]
-            progress(simulations, max_runs, min(met, key=lambda c: (c.usd_per_hour, c.index)) if met else None)
+    hardware: tuple
+    gpu_usd_per_hour: float
+    variants: list[tuple[int, dict]]
 
-    def distinct(found: list[Candidate]) -> int:
-        """Feasible choices that differ in hardware or tier sizes (not only in eviction policy)."""
-        return len({_choice(c) for c in found})
 
-    for pos, c in enumerate(survivors):
-        if c.status and c is not richest[_hardware(c)]:
-            continue
-        if c.measured:           # simulated ahead of its turn, as its hardware's probe
-            if c.status == "meets SLO" and distinct(feasible) <= ALTERNATIVES:
-                feasible.append(c)
-            continue
-        if distinct(feasible) > ALTERNATIVES:
-            c.status = "not simulated"
-            c.reason = f"not simulated: {len(feasible)} cheaper candidates already meet the SLO"
-            continue
-        probe = richest[_hardware(c)]
-        if probe is not c and probe.status == "missed SLO":
-            c.status = "pruned"
-            c.reason = f"pruned: the same accelerators miss the SLO even with the largest tiers (#{probe.index})"
-            continue
-        if simulations + len(seed_list) > max_runs:
-            c.status = "not simulated"
-            c.reason = f"not simulated: the planner's {max_runs} runs (--max-runs) are spent"
-            continue
-        if not probe.status:   # probe this hardware, and the next few unprobed ones, together
-            later = [richest[_hardware(x)] for x in survivors[pos:]]
-            batch = list(dict.fromkeys(p for p in later if not p.status))[:BATCH]
-            run_batch(batch)
-        if probe is not c and probe.status == "missed SLO":
-            c.status = "pruned"
-            c.reason = f"pruned: the same accelerators miss the SLO even with the largest tiers (#{probe.index})"
-            continue
-        if not c.status:
-            run_batch([c])
-        if c.status == "meets SLO":
-            feasible.append(c)
-    feasible.sort(key=lambda c: (c.usd_per_hour, c.index))
-    if feasible:
-        winner = feasible[0]
-        winner.status, winner.reason = "winner", "cheapest that meets the SLO" + (
-            "" if winner.decided else " (not distinguishable from missing it)")
-        chosen = {_choice(winner)}
-        for c in feasible[1:]:
-            if _choice(c) in chosen:
-                c.reason = "meets the SLO, but differs from a cheaper choice only in its eviction policy"
-                continue
-            if len(chosen) > ALTERNATIVES:
+def _groups(variants: list[dict], topo: Topology, catalog: Catalog) -> list[_Group]:
+    by_hardware: dict[tuple, _Group] = {}
+    for index, spec in enumerate(variants):
+        s = spec["serving"]
+        key = (s["gpu"].lower(), s["tensor_parallel"], s["instances"])
+        group = by_hardware.get(key)
+        if group is None:
+            row = next((p for p in catalog.prices.gpu_hour if p.name.lower() == key[0]), None)
+            price = topo.cost.gpu_hour if topo.cost.gpu_hour is not None else (row.usd if row else 0.0)
+            group = by_hardware[key] = _Group(key, price * s["tensor_parallel"] * s["instances"], [])
+        group.variants.append((index, spec))
+    return sorted(by_hardware.values(), key=lambda g: (g.gpu_usd_per_hour, g.variants[0][0]))
+
+
+def _named_accelerators(gpus: Sequence[str] | None, search: "_Search", waiting: list[_Group], catalog: Catalog) -> None:
+    """An accelerator asked for by name that no combination could use: say why rather than plan without it
+    (its combinations are enumerated until one validates, or all are known not to)."""
+    for name in dict.fromkeys(g.lower() for g in gpus or []):
+        while name not in search.planned_on:
+            mine = next((g for g in waiting if g.hardware[0] == name), None)
+            if mine is None:
+                if name in search.refused:
+                    raise SpecError(list(search.refused[name].problems))
                 break
-            chosen.add(_choice(c))
-            c.status = "alternative"
-            c.reason = f"meets the SLO; +${c.usd_per_hour - winner.usd_per_hour:,.2f}/h" + (
-                "" if c.decided else " (not distinguishable from missing the SLO)")
-        for c in candidates:
-            if c.status == "missed SLO" and c.usd_per_hour <= winner.usd_per_hour:
-                c.reason = "cheaper, but " + c.reason
-    candidates.sort(key=lambda c: c.index)
-    return Plan(rate=rate, offered_rate=offered, slo=slo, budget=budget, seeds=seed_list, candidates=candidates,
-                simulations=simulations, invalid=invalid)
+            waiting.remove(mine)
+            search.enumerate(mine, catalog)
+
+
+class _Search:
+    """The candidates enumerated so far, pruned and simulated cheapest first (one `run` per set of them).
+
+    Runs are remembered across `run`s, so enumerating more candidates and searching again simulates
+    only what is new; `simulations` counts every run made."""
+
+    def __init__(self, seeds: list[int], slo: Slo, budget: float | None, stats: WorkloadStats,
+                 offered: float, simulate: Simulate, workers: int, max_runs: int, progress: Progress | None):
+        self.seeds, self.slo, self.budget, self.stats, self.offered = seeds, slo, budget, stats, offered
+        self.targets = slo.targets()
+        self.simulate, self.workers, self.max_runs, self.progress = simulate, workers, max_runs, progress
+        self.candidates: list[Candidate] = []
+        self.invalid = 0
+        self.refused: dict[str, SpecError] = {}
+        self.planned_on: set[str] = set()
+        self.runs: dict[int, list] = {}          # candidate index -> its outcome per seed
+        self.floors: dict[tuple, Floors] = {}
+        self.concluded_at: float | None = None
+        self.spent = False
+
+    @property
+    def simulations(self) -> int:
+        return len(self.runs) * len(self.seeds)
+
+    def enumerate(self, group: _Group, catalog: Catalog) -> None:
+        for index, spec in group.variants:
+            try:
+                t = from_mapping(spec)
+                r = resolve(t, catalog)
+                cost = cost_of(t, r, catalog=catalog)
+            except SpecError as exc:
+                self.invalid += 1
+                self.refused.setdefault(group.hardware[0], exc)
+                continue
+            self.planned_on.add(group.hardware[0])
+            self.candidates.append(Candidate(index=index, topo=t, resolved=r, cost=cost))
+
+    def decided_below(self, floor: float) -> bool:
+        """Whether the last `run` settled every candidate that costs `floor` or more without looking at it:
+        the winner and its alternatives were all found below it."""
+        return self.concluded_at is not None and self.concluded_at < floor
+
+    def run(self) -> None:
+        self.candidates.sort(key=lambda c: (c.usd_per_hour, c.index))
+        for c in self.candidates:
+            c.status, c.reason, c.measured, c.ci95, c.samples = "", "", {}, {}, {}
+            c.decided, c.requests_per_s, c.stopped = True, None, None
+        self.concluded_at, self.spent = None, False
+        self._prune()
+        self._simulate_cheapest_first()
+
+    def _prune(self) -> None:
+        targets, kept = self.targets, {}
+        for c in self.candidates:
+            if self.budget is not None and c.usd_per_hour > self.budget:
+                c.status, c.reason = "over budget", f"over budget: ${c.usd_per_hour:,.2f}/h > ${self.budget:,.2f}/h"
+                continue
+            r = c.resolved
+            key = (r.device.name, r.tensor_parallel, r.instances, r.hbm_blocks, r.max_num_seqs, r.max_num_batched_tokens)
+            f = self.floors.get(key) or self.floors.setdefault(key, floors(r, self.stats, self.slo))
+            if f.load > 1:
+                c.status = "pruned"
+                c.reason = (f"pruned: cannot reach {self.offered:.3g} req/s even at full batch (needs {f.load:.2f} s of "
+                            f"engine time per second on each of {r.instances} instance(s))")
+                continue
+            missed = [k for k, v in f.latency.items() if v > targets[k]]
+            if missed:
+                k = missed[0]
+                c.status = "pruned"
+                c.reason = (f"pruned: {_label(k)} cannot go below {fmt_duration(f.latency[k])} on {r.device.name} "
+                            f"(> {fmt_duration(targets[k])})")
+                continue
+            behaviour = _behaviour(c, self.stats)
+            same = kept.get(behaviour)
+            if same is not None:
+                c.status = "dominated"
+                c.reason = f"dominated by #{same.index}: its tiers never fill either, so it runs the same for less"
+                continue
+            kept[behaviour] = c
+
+    def _simulate_cheapest_first(self) -> None:
+        """The survivors in ascending cost; each hardware is first tried with its richest tiers."""
+        survivors = [c for c in self.candidates if not c.status]
+        for c in survivors:                      # already simulated by an earlier search
+            if c.index in self.runs:
+                _judge(c, self.runs[c.index], self.targets)
+        richest: dict[tuple, Candidate] = {}
+        for c in survivors:
+            best = richest.get(_hardware(c))
+            if best is None or _capacity(c) > _capacity(best):
+                richest[_hardware(c)] = c
+        feasible: list[Candidate] = []
+
+        def run_batch(batch: list[Candidate]) -> None:
+            for c, results in zip(batch, self.simulate([c.topo for c in batch], self.seeds, self.workers)):
+                self.runs[c.index] = results
+                _judge(c, results, self.targets)
+            if self.progress is not None:
+                met = [c for c in survivors if c.status == "meets SLO"]
+                self.progress(self.simulations, self.max_runs,
+                              min(met, key=lambda c: (c.usd_per_hour, c.index)) if met else None)
+
+        def found(c: Candidate) -> None:
+            feasible.append(c)
+            if distinct(feasible) > ALTERNATIVES and self.concluded_at is None:
+                self.concluded_at = c.usd_per_hour
+
+        def distinct(found: list[Candidate]) -> int:
+            """Feasible choices that differ in hardware or tier sizes (not only in eviction policy)."""
+            return len({_choice(c) for c in found})
+
+        for pos, c in enumerate(survivors):
+            if c.status and c is not richest[_hardware(c)] and not c.measured:
+                continue
+            if c.measured:       # simulated ahead of its turn (its hardware's probe, or by an earlier search)
+                if c.status == "meets SLO" and distinct(feasible) <= ALTERNATIVES:
+                    found(c)
+                continue
+            if distinct(feasible) > ALTERNATIVES:
+                c.status = "not simulated"
+                c.reason = f"not simulated: {len(feasible)} cheaper candidates already meet the SLO"
+                continue
+            probe = richest[_hardware(c)]
+            if probe is not c and probe.status == "missed SLO":
+                c.status = "pruned"
+                c.reason = f"pruned: the same accelerators miss the SLO even with the largest tiers (#{probe.index})"
+                continue
+            if self.simulations + len(self.seeds) > self.max_runs:
+                c.status = "not simulated"
+                c.reason = f"not simulated: the planner's {self.max_runs} runs (--max-runs) are spent"
+                self.spent = True
+                continue
+            if not probe.status:   # probe this hardware, and the next few unprobed ones, together
+                later = [richest[_hardware(x)] for x in survivors[pos:]]
+                batch = list(dict.fromkeys(p for p in later if not p.status))[:BATCH]
+                run_batch(batch)
+            if probe is not c and probe.status == "missed SLO":
+                c.status = "pruned"
+                c.reason = f"pruned: the same accelerators miss the SLO even with the largest tiers (#{probe.index})"
+                continue
+            if not c.status:
+                run_batch([c])
+            if c.status == "meets SLO":
+                found(c)
+        self.feasible = sorted(feasible, key=lambda c: (c.usd_per_hour, c.index))
+
+    def result(self, rate: float, slo: Slo, budget: float | None, groups: list[_Group], waiting: list[_Group]) -> Plan:
+        """The plan: the winner, its alternatives, and every enumerated candidate's verdict."""
+        feasible, candidates = self.feasible, self.candidates
+        if feasible:
+            winner = feasible[0]
+            winner.status, winner.reason = "winner", "cheapest that meets the SLO" + (
+                "" if winner.decided else " (not distinguishable from missing it)")
+            chosen = {_choice(winner)}
+            for c in feasible[1:]:
+                if _choice(c) in chosen:
+                    c.reason = "meets the SLO, but differs from a cheaper choice only in its eviction policy"
+                    continue
+                if len(chosen) > ALTERNATIVES:
+                    break
+                chosen.add(_choice(c))
+                c.status = "alternative"
+                c.reason = f"meets the SLO; +${c.usd_per_hour - winner.usd_per_hour:,.2f}/h" + (
+                    "" if c.decided else " (not distinguishable from missing the SLO)")
+            for c in candidates:
+                if c.status == "missed SLO" and c.usd_per_hour <= winner.usd_per_hour:
+                    c.reason = "cheaper, but " + c.reason
+        candidates.sort(key=lambda c: c.index)
+        left = {id(g) for g in waiting}
+        over = [g for g in groups if budget is not None and g.gpu_usd_per_hour > budget]
+        later = [g for g in groups if id(g) in left]
+        return Plan(rate=rate, offered_rate=self.offered, slo=slo, budget=budget, seeds=self.seeds,
+                    candidates=candidates, simulations=self.simulations, invalid=self.invalid,
+                    not_enumerated=sum(len(g.variants) for g in later),
+                    not_enumerated_from=min((g.gpu_usd_per_hour for g in later), default=None),
+                    over_budget_unpriced=sum(len(g.variants) for g in over))
 
 
 def _hardware(c: Candidate) -> tuple:

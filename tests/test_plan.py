@@ -96,8 +96,11 @@ def test_the_planner_tries_only_the_accelerators_it_can_time_unless_one_is_named
 
 def test_a_budget_leaves_out_what_costs_more():
     result = plan(local(), rate=32.0, slo=SLO, budget=0.2, simulate=Counting())
-    over = [c for c in result.candidates if c.status == "over budget"]
-    assert over and all(c.usd_per_hour > 0.2 and c.reason.startswith("over budget") for c in over)
+    assert all(c.status == "over budget" and c.reason.startswith("over budget")
+               for c in result.candidates if c.usd_per_hour > 0.2)
+    # hardware whose accelerators alone cost more is not even validated, only counted
+    assert result.over_budget_unpriced > 0
+    assert all(c.cost.tier("hbm").usd_per_hour <= 0.2 for c in result.candidates), "no candidate on dearer hardware"
     assert result.winner is None                        # one node is not enough at 32 req/s
 
 
@@ -195,8 +198,8 @@ def test_piped_the_cli_prints_a_line_per_batch_and_warns_of_a_cut_short_search()
     done = subprocess.run([kvplan, "plan", "examples/local.yaml", "--rate", "32/s", "--slo", "ttft_p99=300ms",
                            "--max-runs", "1"], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "120"})
-    assert "plan: 4 runs (--max-runs 1); cheapest meeting the SLO so far:" in done.stderr, done.stderr
-    assert "warning: the search was cut short by --max-runs after 4 runs" in done.stderr
+    assert "plan: 2 runs (--max-runs 1); cheapest meeting the SLO so far:" in done.stderr, done.stderr
+    assert "warning: the search was cut short by --max-runs after 2 runs" in done.stderr
 
 
 def test_a_candidate_that_certainly_misses_is_stopped_early_with_the_same_verdict(planned, tmp_path):
@@ -232,3 +235,29 @@ def test_a_repeated_plan_takes_its_runs_from_the_cache(tmp_path, monkeypatch):
     assert len(simulated) == first.simulations             # the repeat simulated nothing
     assert [(c.status, c.reason, c.measured) for c in again.candidates] == \
            [(c.status, c.reason, c.measured) for c in first.candidates]
+
+
+def test_hardware_too_dear_to_matter_is_never_validated_and_really_costs_more(planned):
+    """Combinations are priced by their accelerators first: those whose accelerators alone cost more than
+    the winner and its alternatives are left out unvalidated, and each of them, priced in full, does."""
+    from kvplan.catalog import load_catalog
+    from kvplan.cost import cost_of
+    from kvplan.plan import _at_rate, _variants
+    from kvplan.resolve import resolve
+
+    result, _ = planned
+    assert result.not_enumerated > 0
+    found = [result.winner, *result.alternatives]
+    assert max(c.usd_per_hour for c in found) < result.not_enumerated_from
+    catalog, topo = load_catalog(), local()
+    base, _, _ = _at_rate(topo, 32.0, SLO, topo.workload.seed)
+    enumerated = {c.index for c in result.candidates}
+    left_out = [v for i, v in enumerate(_variants(base, topo, catalog, None, 8)) if i not in enumerated]
+    assert len(left_out) >= result.not_enumerated
+    for spec in left_out[::7]:
+        try:
+            t = from_mapping(spec)
+            cost = cost_of(t, resolve(t, catalog), catalog=catalog).usd_per_hour
+        except SpecError:
+            continue                                    # an invalid combination (counted when enumerated)
+        assert cost >= result.not_enumerated_from

@@ -17,7 +17,8 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
         ["target", f"{plan.rate:g} req/s (offered {plan.offered_rate:.3g} req/s), "
                    + ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in plan.slo.targets().items())
                    + (f", at most ${plan.budget:,.2f}/h" if plan.budget is not None else "")],
-        ["considered", f"{len(plan.candidates)} candidates ({plan.invalid} other combinations did not validate)"],
+        ["considered", f"{len(plan.candidates)} candidates ({plan.invalid} other combinations did not validate)"
+                       + _not_enumerated(plan)],
         ["simulated", f"{sum(1 for c in plan.candidates if c.measured)} candidates x {len(plan.seeds)} seed(s) = "
                       f"{plan.simulations} runs" + _stopped(plan)]])
     n = len(plan.seeds)
@@ -89,6 +90,16 @@ def _label(key: str) -> str:
     return f"{metric.upper()} {pct}"
 
 
+def _not_enumerated(plan: Plan) -> str:
+    parts = []
+    if plan.not_enumerated:
+        parts.append(f"{plan.not_enumerated} more not enumerated: their accelerators alone cost "
+                     f"${plan.not_enumerated_from:,.2f}/h or more, above the winner and its alternatives")
+    if plan.over_budget_unpriced:
+        parts.append(f"{plan.over_budget_unpriced} more whose accelerators alone are over the budget")
+    return "; " + "; ".join(parts) if parts else ""
+
+
 def _stopped(plan: Plan) -> str:
     n = sum(1 for c in plan.candidates if c.stopped)
     return f" ({n} stopped as soon as their miss was certain)" if n else ""
@@ -114,6 +125,8 @@ def plan_json(plan: Plan) -> dict:
     return {
         "rate": plan.rate, "offered_rate": plan.offered_rate, "slo": plan.slo.targets(), "budget_usd_per_hour": plan.budget,
         "seeds": plan.seeds, "simulations": plan.simulations, "invalid_combinations": plan.invalid,
+        "not_enumerated": plan.not_enumerated, "not_enumerated_from_usd_per_hour": plan.not_enumerated_from,
+        "over_budget_not_enumerated": plan.over_budget_unpriced,
         "search": search_verdict(plan), "winner": winner.index if winner else None,
         "candidates": [{"index": c.index, "status": c.status, "reason": c.reason, "usd_per_hour": c.usd_per_hour,
                         "choices": c.describe(), "instances": c.resolved.instances, "accelerator": c.resolved.device.name,
