@@ -726,15 +726,21 @@ def _at_rate(topo: Topology, rate: float, slo: Slo, seed: int) -> tuple[dict, fl
     base = topo.model_dump(mode="json")
     base["slo"] = slo.model_dump(mode="json", exclude_none=True)
     base["workload"]["arrivals"]["rate"] = rate
-    t = from_mapping(base)
-    r = resolve(t)
-    stats = workload_stats(r, seed)
+    from .sim import workload as wl
+
+    def offered_by(r: Resolved) -> float:
+        reqs = wl.requests(r, seed)
+        span = reqs[-1].arrival if reqs else 0.0
+        return len(reqs) / span if span > 0 else rate
+
+    r = resolve(from_mapping(base))
     for _ in range(SESSION_RATE_STEPS if topo.workload.sessions is not None else 0):
-        offered = stats.requests / stats.span if stats.span > 0 else rate
+        offered = offered_by(r)
         if abs(offered / rate - 1) < 0.02:
             break
         base["workload"]["arrivals"]["rate"] *= rate / offered     # requests/s grow with sessions/s
-        stats = workload_stats(resolve(from_mapping(base)), seed)
+        r = resolve(from_mapping(base))
+    stats = workload_stats(r, seed)
     offered = stats.requests / stats.span if stats.span > 0 else rate
     return base, offered, stats
 

@@ -18,6 +18,7 @@ The checks are plain functions so the deploy side (inventory values) applies the
 from __future__ import annotations
 
 import ipaddress
+from functools import lru_cache
 import re
 from typing import Annotated
 
@@ -36,8 +37,10 @@ PATH_FORMS = ("an absolute path such as /var/lib/lmcache/nvme: no '.' or '..' co
               "only letters, digits and . _ @ + = : , % / -")
 
 
+@lru_cache(maxsize=4096)
 def host_problem(value: str) -> str | None:
-    """Why `value` is not a host name or address, or None."""
+    """Why `value` is not a host name or address, or None (remembered: a planner validates the same hosts in
+    thousands of candidate specs)."""
     try:
         ipaddress.ip_address(value)
         return None
