@@ -24,6 +24,9 @@ tokens and the cheapest possible step; and dominance (a candidate whose tiers ne
 exactly like a cheaper one with smaller tiers or another policy). The survivors are simulated
 in ascending cost, a few at a time, until the cheapest that meets the SLO and a few alternatives
 are known; every other candidate gets the reason it lost.
+
+The search space is kvplan.plan_space; what is known before simulating (the workload at the rate,
+the bounds, dominance) is kvplan.plan_bounds; this module is the search and its verdicts.
 """
 
 from __future__ import annotations
@@ -33,34 +36,26 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-import numpy as np
 
 from .catalog import Catalog, load_catalog
 from .cost import CostBreakdown, cost_of
 from .errors import Problem, SpecError, did_you_mean
+from .plan_bounds import Floors, WorkloadStats, at_rate, behaviour as plan_behaviour, floors
+from .plan_space import HardwareGroup, hardware_groups, variants
 from .resolve import Resolved, resolve
 from .sim.result import SimResult
 from .sim.slo_watch import SloMiss
 from .spec import Topology, from_mapping
-from .spec.rules import REAL_POLICIES
 from .spec.slo import Slo
 from .units import fmt_bytes, fmt_duration, parse_rate
 
 if TYPE_CHECKING:
     from .sweep.cache import RunCache
 
-TP_LADDER = (1, 2, 4, 8)
-SIZE_LADDER = (0.25, 1.0, 4.0)
-"""Multiples of the spec's ddr and nvme sizes that are tried."""
 ALTERNATIVES = 3
 """Feasible candidates reported besides the winner."""
 BATCH = 4
 """Candidates simulated per round (fixed, so that the result does not depend on --workers)."""
-NO_EVICTION_FILL = 0.8
-"""A cache whose whole working set is below this share of it never evicts (MP's L1 starts at 80 %)."""
-SKIPPED_POLICIES = ("IsolatedLRU",)
-SESSION_RATE_STEPS = 4
-"""Corrections of a session workload's arrival rate until its requests arrive within 2 % of the rate asked for."""
 
 
 @dataclass(eq=False)
@@ -189,187 +184,6 @@ def parse_budget_arg(text: str) -> float:
     return float(m.group(1)) / per
 
 
-# ---- the workload, once ------------------------------------------------------------------------
-
-@dataclass
-class WorkloadStats:
-    """What every candidate's bounds need from the planned workload (the same for all of them)."""
-
-    requests: int
-    span: float
-    """Seconds from the start to the last arrival."""
-    compulsory: np.ndarray
-    """Per request: prompt tokens no earlier request (or warm-up) had, which it must compute itself (>= 1)."""
-    output: np.ndarray
-    chunk_keys: int
-    """Distinct full LMCache chunks of all prompts (the KV working set, in chunks)."""
-
-
-def workload_stats(r: Resolved, seed: int) -> WorkloadStats:
-    from .sim import workload as wl
-
-    reqs = wl.requests(r, seed)
-    seen: set[int] = set()
-    chunks: set[int] = set()
-    chunk = r.lmcache.chunk_size if r.lmcache else None
-    for w in wl.warmup(r, seed):
-        seen.update(w.content.keys(r.block_size, w.prompt_tokens))
-        if chunk:
-            chunks.update(w.content.keys(chunk, w.prompt_tokens))
-    compulsory = np.empty(len(reqs), dtype=np.int64)
-    stored = (lambda q: q.prompt_tokens + q.output_tokens) if r.lmcache and r.lmcache.save_decode_cache \
-        else (lambda q: q.prompt_tokens)
-    for i, req in enumerate(reqs):
-        keys = req.content.keys(r.block_size, req.prompt_tokens)
-        hit = next((j for j, k in enumerate(keys) if k not in seen), len(keys))
-        compulsory[i] = max(1, req.prompt_tokens - hit * r.block_size)
-        # vLLM also caches full blocks of generated tokens: a later turn may hit them
-        seen.update(req.content.keys(r.block_size, req.prompt_tokens + req.output_tokens))
-        if chunk:
-            chunks.update(req.content.keys(chunk, stored(req)))
-    return WorkloadStats(requests=len(reqs), span=reqs[-1].arrival if reqs else 0.0, compulsory=compulsory,
-                         output=np.fromiter((q.output_tokens for q in reqs), np.int64, len(reqs)), chunk_keys=len(chunks))
-
-
-# ---- candidates --------------------------------------------------------------------------------
-
-def _variants(base: dict, topo: Topology, catalog: Catalog, gpus: Sequence[str] | None,
-              max_instances: int) -> list[dict]:
-    """Every combination of the planner's axes, as spec mappings, the spec's own choices first."""
-    s = base["serving"]
-    device = next(d for k, d in catalog.devices.items() if k.lower() == s["gpu"].lower())
-    priced = {p.name.lower() for p in catalog.prices.gpu_hour}
-    if gpus:
-        names = list(gpus)
-    else:
-        # the alternatives the catalog can price and time (an accelerator without an efficiency block is
-        # planned only when named: its spec must bring serving.step_model)
-        names = [device.name] + [d.name for d in catalog.devices.values()
-                                 if d.kind == device.kind and d.name != device.name and d.efficiency is not None
-                                 and (d.name.lower() in priced or topo.cost.gpu_hour is not None)]
-    tps = [t for t in TP_LADDER if s["gpus_per_node"] % t == 0]
-    tps = [s["tensor_parallel"]] + [t for t in tps if t != s["tensor_parallel"]]
-
-    lm = base.get("lmcache")
-    tier_options: list[dict | None] = [lm]
-    if lm is not None:
-        mode = lm["mode"]
-        ddrs = [None] if lm.get("ddr") is None else [_scaled(lm["ddr"], f) for f in SIZE_LADDER]
-        if mode == "inprocess" and lm.get("ddr") is not None:
-            ddrs.append(None)
-        nvmes = [None] if lm.get("nvme") is None else [_scaled(lm["nvme"], f) for f in SIZE_LADDER] + [None]
-        spec_policy = (lm.get("ddr") or lm.get("nvme") or {}).get("eviction", "LRU")
-        policies = [spec_policy] + [p for p in REAL_POLICIES[mode]["ddr"] if p != spec_policy and p not in SKIPPED_POLICIES]
-        cephs = [lm.get("ceph")] + ([None] if lm.get("ceph") is not None else [])
-        tier_options = []
-        for ddr in _ordered(ddrs, lm.get("ddr")):
-            for nvme in _ordered(nvmes, lm.get("nvme")):
-                for ceph in cephs:
-                    if ddr is None and nvme is None and ceph is None:
-                        continue
-                    for policy in policies:
-                        new = {**lm, "ddr": _policy(ddr, policy), "nvme": _policy(nvme, policy)}
-                        new["ceph"] = _policy(ceph, policy) if ceph is not None and mode == "mp" else ceph
-                        tier_options.append(new)
-    ceph_options = _ceph_options(base.get("ceph"), lm)
-
-    out = []
-    for name in names:
-        for tp in tps:
-            for tiers in tier_options:
-                cephs = ceph_options if tiers is not None and tiers.get("ceph") is not None else [None]
-                for cluster in cephs:
-                    for n in range(1, max_instances + 1):
-                        spec = {**base, "serving": {**s, "gpu": name, "tensor_parallel": tp, "instances": n}}
-                        if tiers is not None:
-                            spec["lmcache"] = tiers
-                        spec["ceph"] = cluster if cluster is not None else (base.get("ceph") if tiers is None else None)
-                        out.append(spec)
-    return out
-
-
-def _ordered(options: list, first) -> list:
-    """`options` with the spec's own value first (the ladder's x 1 entry)."""
-    return sorted(options, key=lambda o: 0 if (o is not None and first is not None and o["size"] == first["size"]) else 1)
-
-
-def _scaled(tier: dict, factor: float) -> dict:
-    return {**tier, "size": max(1, int(tier["size"] * factor))}
-
-
-def _policy(tier: dict | None, policy: str) -> dict | None:
-    return None if tier is None else {**tier, "eviction": policy}
-
-
-def _ceph_options(cluster: dict | None, lm: dict | None) -> list[dict]:
-    """The spec's cluster at its pool size, and at 2 replicas; an owned cluster's OSDs scale with replicas."""
-    if cluster is None:
-        return []
-    size = cluster["pool"]["size"]
-    out = [cluster]
-    if size > 2 and not cluster.get("osd_devices"):
-        pool = {**cluster["pool"], "size": 2, "min_size": min(cluster["pool"]["min_size"], 1)}
-        new = {**cluster, "pool": pool}
-        if cluster["deploy"] != "external":
-            new["osds_per_host"] = max(1, math.ceil(cluster["osds_per_host"] * 2 / size))
-        out.append(new)
-    return out
-
-
-# ---- bounds ------------------------------------------------------------------------------------
-
-@dataclass
-class Floors:
-    """What no simulation of a candidate can beat."""
-
-    load: float
-    """Engine seconds the workload needs per second of traffic, per instance, at best (> 1: it cannot keep up)."""
-    latency: dict[str, float]
-    """SLO key -> lower bound of that percentile."""
-
-
-def floors(r: Resolved, stats: WorkloadStats, slo: Slo) -> Floors:
-    """Roofline bounds (docs/planning.md, "Planner"): perfect balance over instances, full batches, no context."""
-    from .sim.steptime import StepTime
-
-    st = StepTime(r)
-    per_token = st.linear_flops / st.flops_rate            # compute seconds per new token, attention left out
-    memory = st.weight_bytes / st.bytes_rate               # every step reads the weights once
-    fixed = st.overhead + st.allreduce_fixed
-    batch = max(1, min(r.max_num_seqs, r.hbm_blocks))
-    decode = np.maximum(stats.output - 1, 0)
-    tokens = float(stats.compulsory.sum() + decode.sum()) / r.instances
-    steps = max(float(decode.sum()) / r.instances / batch, tokens / r.max_num_batched_tokens)
-    busy = max(tokens * per_token, steps * memory) + steps * fixed + tokens * st.allreduce_per_token
-    load = busy / stats.span if stats.span > 0 else 0.0
-
-    k = np.ceil(stats.compulsory / r.max_num_batched_tokens)
-    ttft = np.maximum(stats.compulsory * per_token, k * memory) + k * fixed + stats.compulsory * st.allreduce_per_token
-    step_floor = memory + fixed + st.allreduce_per_token
-    tpot = np.full(int((stats.output > 1).sum()), step_floor)
-    e2e = ttft + decode * step_floor
-    dists = {"ttft": ttft, "tpot": tpot, "e2e": e2e}
-    latency = {}
-    for key in slo.targets():
-        metric, pct = key.rsplit("_", 1)
-        a = dists[metric]
-        latency[key] = float(np.percentile(a, int(pct[1:]))) if a.size else 0.0
-    return Floors(load=load, latency=latency)
-
-
-def _behaviour(c: Candidate, stats: WorkloadStats) -> str:
-    """The candidate with every tier that never fills written as 'holds everything': equal keys, equal runs."""
-    data = c.topo.model_dump(mode="json")
-    r = c.resolved
-    if r.lmcache is not None:
-        working_set = stats.chunk_keys * r.lmcache.chunk_bytes
-        for t in r.lmcache.tiers:
-            if working_set <= NO_EVICTION_FILL * t.capacity_bytes:
-                data["lmcache"][t.name]["size"] = "holds everything"
-                data["lmcache"][t.name]["eviction"] = "never evicts"
-    return repr(data)
-
-
 # ---- the search --------------------------------------------------------------------------------
 
 def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | None = None, seeds: int = 1,
@@ -407,8 +221,8 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
         def simulate(topos: list[Topology], seeds: list[int], workers: int) -> list[list[SimResult | SloMiss]]:
             return simulate_all(topos, seeds, workers, cache=cache, stop_at_miss=stop)
 
-    base, offered, stats = _at_rate(topo, rate, slo, seed_list[0])
-    groups = _groups(_variants(base, topo, catalog, gpus, max_instances), topo, catalog)
+    base, offered, stats = at_rate(topo, rate, slo, seed_list[0])
+    groups = hardware_groups(variants(base, topo, catalog, gpus, max_instances), topo, catalog)
     search = _Search(seed_list, slo, budget, stats, offered, simulate, workers, max_runs, progress)
     waiting = list(groups)                   # not enumerated yet, cheapest accelerators first
     if budget is not None:                   # accelerators alone over the budget: nothing to enumerate
@@ -426,31 +240,7 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
     return search.result(rate, slo, budget, groups, waiting)
 
 
-@dataclass
-class _Group:
-    """The combinations on one hardware choice (accelerator, TP, instances): their accelerators' hourly
-    price is a lower bound on the cost of each, known before any of them is validated."""
-
-    hardware: tuple
-    gpu_usd_per_hour: float
-    variants: list[tuple[int, dict]]
-
-
-def _groups(variants: list[dict], topo: Topology, catalog: Catalog) -> list[_Group]:
-    by_hardware: dict[tuple, _Group] = {}
-    for index, spec in enumerate(variants):
-        s = spec["serving"]
-        key = (s["gpu"].lower(), s["tensor_parallel"], s["instances"])
-        group = by_hardware.get(key)
-        if group is None:
-            row = next((p for p in catalog.prices.gpu_hour if p.name.lower() == key[0]), None)
-            price = topo.cost.gpu_hour if topo.cost.gpu_hour is not None else (row.usd if row else 0.0)
-            group = by_hardware[key] = _Group(key, price * s["tensor_parallel"] * s["instances"], [])
-        group.variants.append((index, spec))
-    return sorted(by_hardware.values(), key=lambda g: (g.gpu_usd_per_hour, g.variants[0][0]))
-
-
-def _named_accelerators(gpus: Sequence[str] | None, search: "_Search", waiting: list[_Group], catalog: Catalog) -> None:
+def _named_accelerators(gpus: Sequence[str] | None, search: "_Search", waiting: list[HardwareGroup], catalog: Catalog) -> None:
     """An accelerator asked for by name that no combination could use: say why rather than plan without it
     (its combinations are enumerated until one validates, or all are known not to)."""
     for name in dict.fromkeys(g.lower() for g in gpus or []):
@@ -488,7 +278,7 @@ class _Search:
     def simulations(self) -> int:
         return len(self.runs) * len(self.seeds)
 
-    def enumerate(self, group: _Group, catalog: Catalog) -> None:
+    def enumerate(self, group: HardwareGroup, catalog: Catalog) -> None:
         for index, spec in group.variants:
             try:
                 t = from_mapping(spec)
@@ -536,7 +326,7 @@ class _Search:
                 c.reason = (f"pruned: {_label(k)} cannot go below {fmt_duration(f.latency[k])} on {r.device.name} "
                             f"(> {fmt_duration(targets[k])})")
                 continue
-            behaviour = _behaviour(c, self.stats)
+            behaviour = plan_behaviour(c.topo, c.resolved, self.stats)
             same = kept.get(behaviour)
             if same is not None:
                 c.status = "dominated"
@@ -610,7 +400,7 @@ class _Search:
                 found(c)
         self.feasible = sorted(feasible, key=lambda c: (c.usd_per_hour, c.index))
 
-    def result(self, rate: float, slo: Slo, budget: float | None, groups: list[_Group], waiting: list[_Group]) -> Plan:
+    def result(self, rate: float, slo: Slo, budget: float | None, groups: list[HardwareGroup], waiting: list[HardwareGroup]) -> Plan:
         """The plan: the winner, its alternatives, and every enumerated candidate's verdict."""
         feasible, candidates = self.feasible, self.candidates
         if feasible:
@@ -716,33 +506,6 @@ def runner_up_within_noise(winner: Candidate, runner_up: Candidate) -> list[str]
 def _label(key: str) -> str:
     metric, pct = key.rsplit("_", 1)
     return f"{pct} {metric.upper()}"
-
-
-def _at_rate(topo: Topology, rate: float, slo: Slo, seed: int) -> tuple[dict, float, WorkloadStats]:
-    """The spec as a mapping with the planned SLO and an arrival rate that offers `rate` requests/s.
-
-    With sessions, arrivals.rate counts new sessions; it is set so that the generated requests
-    arrive at `rate` on average over the run (measured on the workload itself, so it is exact for the seed)."""
-    base = topo.model_dump(mode="json")
-    base["slo"] = slo.model_dump(mode="json", exclude_none=True)
-    base["workload"]["arrivals"]["rate"] = rate
-    from .sim import workload as wl
-
-    def offered_by(r: Resolved) -> float:
-        reqs = wl.requests(r, seed)
-        span = reqs[-1].arrival if reqs else 0.0
-        return len(reqs) / span if span > 0 else rate
-
-    r = resolve(from_mapping(base))
-    for _ in range(SESSION_RATE_STEPS if topo.workload.sessions is not None else 0):
-        offered = offered_by(r)
-        if abs(offered / rate - 1) < 0.02:
-            break
-        base["workload"]["arrivals"]["rate"] *= rate / offered     # requests/s grow with sessions/s
-        r = resolve(from_mapping(base))
-    stats = workload_stats(r, seed)
-    offered = stats.requests / stats.span if stats.span > 0 else rate
-    return base, offered, stats
 
 
 def winner_yaml(c: Candidate, result: Plan | None = None, base: Topology | None = None) -> str:

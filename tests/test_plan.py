@@ -242,7 +242,8 @@ def test_hardware_too_dear_to_matter_is_never_validated_and_really_costs_more(pl
     the winner and its alternatives are left out unvalidated, and each of them, priced in full, does."""
     from kvplan.catalog import load_catalog
     from kvplan.cost import cost_of
-    from kvplan.plan import _at_rate, _variants
+    from kvplan.plan_bounds import at_rate
+    from kvplan.plan_space import variants
     from kvplan.resolve import resolve
 
     result, _ = planned
@@ -250,9 +251,9 @@ def test_hardware_too_dear_to_matter_is_never_validated_and_really_costs_more(pl
     found = [result.winner, *result.alternatives]
     assert max(c.usd_per_hour for c in found) < result.not_enumerated_from
     catalog, topo = load_catalog(), local()
-    base, _, _ = _at_rate(topo, 32.0, SLO, topo.workload.seed)
+    base, _, _ = at_rate(topo, 32.0, SLO, topo.workload.seed)
     enumerated = {c.index for c in result.candidates}
-    left_out = [v for i, v in enumerate(_variants(base, topo, catalog, None, 8)) if i not in enumerated]
+    left_out = [v for i, v in enumerate(variants(base, topo, catalog, None, 8)) if i not in enumerated]
     assert len(left_out) >= result.not_enumerated
     for spec in left_out[::7]:
         try:

@@ -1,0 +1,142 @@
+"""What the planner knows before simulating anything: the workload at the planned rate, and bounds on every candidate.
+
+`at_rate` sets the workload's arrival rate so that it offers the rate asked for (with sessions,
+arrivals.rate counts sessions, so it is corrected on the generated requests) and measures it once:
+`WorkloadStats`, the same for every candidate. From those, `floors` bounds what no simulation of a
+candidate can beat (a roofline on engine time, latency floors from the never-cached prompt
+tokens), and `behaviour` writes a candidate with every tier that never fills as "holds
+everything", so that candidates that must run the same compare equal (docs/planning.md, "Planner").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .resolve import Resolved, resolve
+from .spec import Topology, from_mapping
+from .spec.slo import Slo
+
+NO_EVICTION_FILL = 0.8
+"""A cache whose whole working set is below this share of it never evicts (MP's L1 starts at 80 %)."""
+SESSION_RATE_STEPS = 4
+"""Corrections of a session workload's arrival rate until its requests arrive within 2 % of the rate asked for."""
+
+
+@dataclass
+class WorkloadStats:
+    """What every candidate's bounds need from the planned workload (the same for all of them)."""
+
+    requests: int
+    span: float
+    """Seconds from the start to the last arrival."""
+    compulsory: np.ndarray
+    """Per request: prompt tokens no earlier request (or warm-up) had, which it must compute itself (>= 1)."""
+    output: np.ndarray
+    chunk_keys: int
+    """Distinct full LMCache chunks of all prompts (the KV working set, in chunks)."""
+
+
+def workload_stats(r: Resolved, seed: int) -> WorkloadStats:
+    from .sim import workload as wl
+
+    reqs = wl.requests(r, seed)
+    seen: set[int] = set()
+    chunks: set[int] = set()
+    chunk = r.lmcache.chunk_size if r.lmcache else None
+    for w in wl.warmup(r, seed):
+        seen.update(w.content.keys(r.block_size, w.prompt_tokens))
+        if chunk:
+            chunks.update(w.content.keys(chunk, w.prompt_tokens))
+    compulsory = np.empty(len(reqs), dtype=np.int64)
+    stored = (lambda q: q.prompt_tokens + q.output_tokens) if r.lmcache and r.lmcache.save_decode_cache \
+        else (lambda q: q.prompt_tokens)
+    for i, req in enumerate(reqs):
+        keys = req.content.keys(r.block_size, req.prompt_tokens)
+        hit = next((j for j, k in enumerate(keys) if k not in seen), len(keys))
+        compulsory[i] = max(1, req.prompt_tokens - hit * r.block_size)
+        # vLLM also caches full blocks of generated tokens: a later turn may hit them
+        seen.update(req.content.keys(r.block_size, req.prompt_tokens + req.output_tokens))
+        if chunk:
+            chunks.update(req.content.keys(chunk, stored(req)))
+    return WorkloadStats(requests=len(reqs), span=reqs[-1].arrival if reqs else 0.0, compulsory=compulsory,
+                         output=np.fromiter((q.output_tokens for q in reqs), np.int64, len(reqs)), chunk_keys=len(chunks))
+
+
+def at_rate(topo: Topology, rate: float, slo: Slo, seed: int) -> tuple[dict, float, WorkloadStats]:
+    """The spec as a mapping with the planned SLO and an arrival rate that offers `rate` requests/s.
+
+    With sessions, arrivals.rate counts new sessions; it is set so that the generated requests
+    arrive at `rate` on average over the run (measured on the workload itself, so it is exact for the seed)."""
+    base = topo.model_dump(mode="json")
+    base["slo"] = slo.model_dump(mode="json", exclude_none=True)
+    base["workload"]["arrivals"]["rate"] = rate
+    from .sim import workload as wl
+
+    def offered_by(r: Resolved) -> float:
+        reqs = wl.requests(r, seed)
+        span = reqs[-1].arrival if reqs else 0.0
+        return len(reqs) / span if span > 0 else rate
+
+    r = resolve(from_mapping(base))
+    for _ in range(SESSION_RATE_STEPS if topo.workload.sessions is not None else 0):
+        offered = offered_by(r)
+        if abs(offered / rate - 1) < 0.02:
+            break
+        base["workload"]["arrivals"]["rate"] *= rate / offered     # requests/s grow with sessions/s
+        r = resolve(from_mapping(base))
+    stats = workload_stats(r, seed)
+    offered = stats.requests / stats.span if stats.span > 0 else rate
+    return base, offered, stats
+
+
+@dataclass
+class Floors:
+    """What no simulation of a candidate can beat."""
+
+    load: float
+    """Engine seconds the workload needs per second of traffic, per instance, at best (> 1: it cannot keep up)."""
+    latency: dict[str, float]
+    """SLO key -> lower bound of that percentile."""
+
+
+def floors(r: Resolved, stats: WorkloadStats, slo: Slo) -> Floors:
+    """Roofline bounds (docs/planning.md, "Planner"): perfect balance over instances, full batches, no context."""
+    from .sim.steptime import StepTime
+
+    st = StepTime(r)
+    per_token = st.linear_flops / st.flops_rate            # compute seconds per new token, attention left out
+    memory = st.weight_bytes / st.bytes_rate               # every step reads the weights once
+    fixed = st.overhead + st.allreduce_fixed
+    batch = max(1, min(r.max_num_seqs, r.hbm_blocks))
+    decode = np.maximum(stats.output - 1, 0)
+    tokens = float(stats.compulsory.sum() + decode.sum()) / r.instances
+    steps = max(float(decode.sum()) / r.instances / batch, tokens / r.max_num_batched_tokens)
+    busy = max(tokens * per_token, steps * memory) + steps * fixed + tokens * st.allreduce_per_token
+    load = busy / stats.span if stats.span > 0 else 0.0
+
+    k = np.ceil(stats.compulsory / r.max_num_batched_tokens)
+    ttft = np.maximum(stats.compulsory * per_token, k * memory) + k * fixed + stats.compulsory * st.allreduce_per_token
+    step_floor = memory + fixed + st.allreduce_per_token
+    tpot = np.full(int((stats.output > 1).sum()), step_floor)
+    e2e = ttft + decode * step_floor
+    dists = {"ttft": ttft, "tpot": tpot, "e2e": e2e}
+    latency = {}
+    for key in slo.targets():
+        metric, pct = key.rsplit("_", 1)
+        a = dists[metric]
+        latency[key] = float(np.percentile(a, int(pct[1:]))) if a.size else 0.0
+    return Floors(load=load, latency=latency)
+
+
+def behaviour(topo: Topology, r: Resolved, stats: WorkloadStats) -> str:
+    """The candidate with every tier that never fills written as 'holds everything': equal keys, equal runs."""
+    data = topo.model_dump(mode="json")
+    if r.lmcache is not None:
+        working_set = stats.chunk_keys * r.lmcache.chunk_bytes
+        for t in r.lmcache.tiers:
+            if working_set <= NO_EVICTION_FILL * t.capacity_bytes:
+                data["lmcache"][t.name]["size"] = "holds everything"
+                data["lmcache"][t.name]["eviction"] = "never evicts"
+    return repr(data)

@@ -1,0 +1,131 @@
+"""The planner's search space: every combination of what a buyer chooses, grouped by hardware.
+
+`variants` varies a spec (as a mapping) along the planner's axes: the accelerator, tensor
+parallelism and instances; ddr and nvme per node on a ladder around the spec's sizes; the Ceph
+tier off, on, or at 2 replicas; one eviction policy for every LMCache tier among those its mode
+really has. `hardware_groups` gathers them by hardware choice (accelerator, TP, instances), each
+with its accelerators' hourly price: a lower bound on the cost of every combination in it, known
+before any of them is validated, so the planner enumerates groups cheapest first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from .catalog import Catalog
+from .spec import Topology
+from .spec.rules import REAL_POLICIES
+
+TP_LADDER = (1, 2, 4, 8)
+SIZE_LADDER = (0.25, 1.0, 4.0)
+"""Multiples of the spec's ddr and nvme sizes that are tried."""
+SKIPPED_POLICIES = ("IsolatedLRU",)
+
+
+def variants(base: dict, topo: Topology, catalog: Catalog, gpus: Sequence[str] | None,
+              max_instances: int) -> list[dict]:
+    """Every combination of the planner's axes, as spec mappings, the spec's own choices first."""
+    s = base["serving"]
+    device = next(d for k, d in catalog.devices.items() if k.lower() == s["gpu"].lower())
+    priced = {p.name.lower() for p in catalog.prices.gpu_hour}
+    if gpus:
+        names = list(gpus)
+    else:
+        # the alternatives the catalog can price and time (an accelerator without an efficiency block is
+        # planned only when named: its spec must bring serving.step_model)
+        names = [device.name] + [d.name for d in catalog.devices.values()
+                                 if d.kind == device.kind and d.name != device.name and d.efficiency is not None
+                                 and (d.name.lower() in priced or topo.cost.gpu_hour is not None)]
+    tps = [t for t in TP_LADDER if s["gpus_per_node"] % t == 0]
+    tps = [s["tensor_parallel"]] + [t for t in tps if t != s["tensor_parallel"]]
+
+    lm = base.get("lmcache")
+    tier_options: list[dict | None] = [lm]
+    if lm is not None:
+        mode = lm["mode"]
+        ddrs = [None] if lm.get("ddr") is None else [_scaled(lm["ddr"], f) for f in SIZE_LADDER]
+        if mode == "inprocess" and lm.get("ddr") is not None:
+            ddrs.append(None)
+        nvmes = [None] if lm.get("nvme") is None else [_scaled(lm["nvme"], f) for f in SIZE_LADDER] + [None]
+        spec_policy = (lm.get("ddr") or lm.get("nvme") or {}).get("eviction", "LRU")
+        policies = [spec_policy] + [p for p in REAL_POLICIES[mode]["ddr"] if p != spec_policy and p not in SKIPPED_POLICIES]
+        cephs = [lm.get("ceph")] + ([None] if lm.get("ceph") is not None else [])
+        tier_options = []
+        for ddr in _ordered(ddrs, lm.get("ddr")):
+            for nvme in _ordered(nvmes, lm.get("nvme")):
+                for ceph in cephs:
+                    if ddr is None and nvme is None and ceph is None:
+                        continue
+                    for policy in policies:
+                        new = {**lm, "ddr": _policy(ddr, policy), "nvme": _policy(nvme, policy)}
+                        new["ceph"] = _policy(ceph, policy) if ceph is not None and mode == "mp" else ceph
+                        tier_options.append(new)
+    ceph_options = _ceph_options(base.get("ceph"), lm)
+
+    out = []
+    for name in names:
+        for tp in tps:
+            for tiers in tier_options:
+                cephs = ceph_options if tiers is not None and tiers.get("ceph") is not None else [None]
+                for cluster in cephs:
+                    for n in range(1, max_instances + 1):
+                        spec = {**base, "serving": {**s, "gpu": name, "tensor_parallel": tp, "instances": n}}
+                        if tiers is not None:
+                            spec["lmcache"] = tiers
+                        spec["ceph"] = cluster if cluster is not None else (base.get("ceph") if tiers is None else None)
+                        out.append(spec)
+    return out
+
+
+def _ordered(options: list, first) -> list:
+    """`options` with the spec's own value first (the ladder's x 1 entry)."""
+    return sorted(options, key=lambda o: 0 if (o is not None and first is not None and o["size"] == first["size"]) else 1)
+
+
+def _scaled(tier: dict, factor: float) -> dict:
+    return {**tier, "size": max(1, int(tier["size"] * factor))}
+
+
+def _policy(tier: dict | None, policy: str) -> dict | None:
+    return None if tier is None else {**tier, "eviction": policy}
+
+
+def _ceph_options(cluster: dict | None, lm: dict | None) -> list[dict]:
+    """The spec's cluster at its pool size, and at 2 replicas; an owned cluster's OSDs scale with replicas."""
+    if cluster is None:
+        return []
+    size = cluster["pool"]["size"]
+    out = [cluster]
+    if size > 2 and not cluster.get("osd_devices"):
+        pool = {**cluster["pool"], "size": 2, "min_size": min(cluster["pool"]["min_size"], 1)}
+        new = {**cluster, "pool": pool}
+        if cluster["deploy"] != "external":
+            new["osds_per_host"] = max(1, math.ceil(cluster["osds_per_host"] * 2 / size))
+        out.append(new)
+    return out
+
+
+@dataclass
+class HardwareGroup:
+    """The combinations on one hardware choice (accelerator, TP, instances): their accelerators' hourly
+    price is a lower bound on the cost of each, known before any of them is validated."""
+
+    hardware: tuple
+    gpu_usd_per_hour: float
+    variants: list[tuple[int, dict]]
+
+
+def hardware_groups(variants: list[dict], topo: Topology, catalog: Catalog) -> list[HardwareGroup]:
+    by_hardware: dict[tuple, HardwareGroup] = {}
+    for index, spec in enumerate(variants):
+        s = spec["serving"]
+        key = (s["gpu"].lower(), s["tensor_parallel"], s["instances"])
+        group = by_hardware.get(key)
+        if group is None:
+            row = next((p for p in catalog.prices.gpu_hour if p.name.lower() == key[0]), None)
+            price = topo.cost.gpu_hour if topo.cost.gpu_hour is not None else (row.usd if row else 0.0)
+            group = by_hardware[key] = HardwareGroup(key, price * s["tensor_parallel"] * s["instances"], [])
+        group.variants.append((index, spec))
+    return sorted(by_hardware.values(), key=lambda g: (g.gpu_usd_per_hour, g.variants[0][0]))
