@@ -98,9 +98,12 @@ class Simulation:
     # ---- requests
     def arrivals(self, reqs: list[wl.Request]):
         """One process delivers every request at its time (one process per request would hold a
-        generator and a pending event for each of a million requests)."""
+        generator and a pending event for each of a million requests). A delivered request leaves
+        the list: once it has finished nothing holds it, so a long run's memory is the requests still
+        to come and in flight, not every request to the end."""
         env, offset = self.env, self.offset
-        for req in reqs:
+        for i, req in enumerate(reqs):
+            reqs[i] = None
             delay = req.arrival + offset - env.now
             if delay > 0:
                 yield env.timeout(delay)
@@ -182,11 +185,11 @@ class Simulation:
         if self.stop_at_miss:
             self.watch = SloWatch(self.stop_at_miss, len(reqs), sum(1 for q in reqs if q.output_tokens > 1))
         self.finished_event = env.event()
-        env.process(self.arrivals(reqs))
         last = reqs[-1].arrival if reqs else 0.0
+        env.process(self.arrivals(reqs))
         self.sim_limit = self.bounds.sim_limit(last)
         env.process(self.sample(max(last / 100, 1e-3), last + offset))
-        if reqs:
+        if self.expected:
             env.run(self.finished_event)
         duration = env.now - offset
         self.done = True

@@ -124,6 +124,10 @@ def _check_length(content: Any, unit: int, length: int) -> None:
         raise ValueError(f"length {length} is outside this content's 0..{content.length} tokens")
 
 
+_NO_KEYS: dict[int, list[int]] = {}
+"""The keys of a content that holds none (shared, never written: most of a long run's contents)."""
+
+
 class Segments:
     """Content made of named token runs: `parts` is a tuple of (segment identity, length).
 
@@ -136,27 +140,32 @@ class Segments:
     yet: they are handed on rather than hashed again from the conversation's start.
     """
 
-    __slots__ = ("parts", "length", "_parent", "_keys", "_child", "_done")
+    __slots__ = ("_tail", "length", "_parent", "_keys", "_heir", "_handed", "_done")
 
     def __init__(self, parts: tuple[tuple[tuple[int, ...], int], ...], parent: "Segments | None" = None):
         if parent is None:
-            parts = tuple((ident, int(n)) for ident, n in parts if n > 0)
-            length = sum(n for _, n in parts)
+            tail = tuple((ident, int(n)) for ident, n in parts if n > 0)
+            length = sum(n for _, n in tail)
         else:                                        # only the parts after the parent's are new
-            done = len(parent.parts)
-            if parts[:done] != parent.parts:
+            before = parent.parts
+            if parts[:len(before)] != before:
                 raise ValueError("parent's parts must begin this content's parts")
-            tail = tuple((ident, int(n)) for ident, n in parts[done:] if n > 0)
-            parts = parent.parts + tail
+            tail = tuple((ident, int(n)) for ident, n in parts[len(before):] if n > 0)
             length = parent.length + sum(n for _, n in tail)
-        self.parts = parts
-        self.length = length
+        self._tail = tail                            # a turn holds only its own parts: a million turns, not
+        self.length = length                         # a million copies of their conversations
         self._parent = parent
-        self._keys: dict[int, list[int]] = {}
-        self._child: Segments | None = None
-        self._done = False
-        if parent is not None:
-            parent._child = self
+        self._keys: dict[int, list[int]] = _NO_KEYS
+        self._heir = False                           # a next turn builds on this one (no reference to it:
+        self._handed: tuple[int, ...] = ()           # a cycle would outlive a run, which pauses the collector)
+        self._done = False                           # units the next turn has built on, and whether this
+        if parent is not None:                       # turn has finished
+            parent._heir = True
+
+    @property
+    def parts(self) -> tuple[tuple[tuple[int, ...], int], ...]:
+        """Every part, from the conversation's start."""
+        return self._tail if self._parent is None else self._parent.parts + self._tail
 
     def __len__(self) -> int:
         return self.length
@@ -179,10 +188,15 @@ class Segments:
         base: list[int] = node._keys[unit] if node is not None else []
         for node in reversed(chain):                 # only this content keeps them (see forget)
             base = _extend_keys(node.parts, node.length // unit, unit, base)
+        if self._keys is _NO_KEYS:
+            self._keys = {}
         self._keys[unit] = base
         parent = self._parent
-        if parent is not None and parent._done:      # handed on: the finished turn needs them no more
-            parent._keys.pop(unit, None)
+        if parent is not None:
+            if parent._done:                         # handed on: the finished turn needs them no more
+                parent._keys.pop(unit, None)
+            else:
+                parent._handed += (unit,)
         return base
 
     def forget(self) -> None:
@@ -190,8 +204,9 @@ class Segments:
         keys would otherwise stay in memory for the rest of a long run. Keys the next turn has
         not yet built on are kept until it has."""
         self._done = True
-        child = self._child
-        self._keys = {unit: keys for unit, keys in self._keys.items() if child is not None and unit not in child._keys}
+        kept = {unit: keys for unit, keys in self._keys.items() if self._heir and unit not in self._handed}
+        self._keys = kept or _NO_KEYS
+        self._handed = ()
 
 
 def _extend_keys(parts, n_keys: int, unit: int, base: list[int]) -> list[int]:
@@ -438,7 +453,7 @@ def _synthetic(resolved, seed: int) -> RequestList:
     records: list[tuple] = []
     ended: list[float] = []                          # arrivals of turns that no longer fit
     shortened: set[int] = set()                      # seqs of shortened requests
-    t0, session, user_n, out_n = 0.0, 0, 0, 0
+    t0, session, turn_n = 0.0, 0, 0
     finished = False
     while not finished:
         starts = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH))
@@ -478,9 +493,8 @@ def _synthetic(resolved, seed: int) -> RequestList:
                         break
                     new = room
                     shortened.add(len(records))
-                prompt_parts = parts + (((USER_TEXT, user_n), new),)
-                parts = prompt_parts + (((OUTPUT, out_n), out),)
-                user_n, out_n = user_n + 1, out_n + 1
+                parts = parts + (((USER_TEXT, turn_n), new), ((OUTPUT, turn_n), out))
+                turn_n += 1
                 parent = Segments(parts, parent)
                 records.append((t, len(records), used + new, out, parent, session_id, k))
                 used += new + out
