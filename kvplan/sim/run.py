@@ -33,7 +33,6 @@ from .lmcache import TIERS, LMCacheModel
 from .prefix_cache import PrefixCache
 from .router import Router
 from .slo_watch import SloWatch
-from array import array
 
 from .result import FLOAT_COLUMNS, LinkResult, RequestRow, RequestTable, SimResult, TierResult
 
@@ -84,8 +83,8 @@ class Simulation:
         self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
         self.engines = [Engine(self, i) for i in range(r.instances)]
         self.router = Router(r.router, self.engines, r.block_size)
-        self.columns = {name: array("d" if name in FLOAT_COLUMNS else "q")
-                        for name in RequestRow._fields}                # 8 bytes a value, filled as requests finish
+        self.columns: dict[str, np.ndarray] = {}  # RequestRow's fields, row i = request i (sized once the requests are known)
+        self.finished_count = 0
         self.offset = 0.0                        # traffic starts after the warm-up
         self.finished_event: simpy.Event | None = None
         self.expected = 0
@@ -128,10 +127,11 @@ class Simulation:
             tpot=(now - seq.first_token) / (req.output_tokens - 1) if req.output_tokens > 1 else 0.0,
             preemptions=seq.preemptions)
         for column, value in zip(self.columns.values(), row):
-            column.append(value)
+            column[req.id] = value
+        self.finished_count += 1
         if self.watch is not None:
             self.watch.see(row.ttft, row.tpot, row.e2e, row.output_tokens)
-        if len(self.columns["id"]) == self.expected:
+        if self.finished_count == self.expected:
             self.finished_event.succeed()
 
     # ---- the run
@@ -182,6 +182,8 @@ class Simulation:
         self.offset = offset = env.now
         reqs = wl.requests(r, self.seed)
         self.expected = len(reqs)
+        self.columns = {name: np.zeros(len(reqs), dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
+                        for name in RequestRow._fields}     # 8 bytes a value, written as requests finish
         if self.stop_at_miss:
             self.watch = SloWatch(self.stop_at_miss, len(reqs), sum(1 for q in reqs if q.output_tokens > 1))
         self.finished_event = env.event()
@@ -198,7 +200,7 @@ class Simulation:
         return self._result(reqs, warm, duration)
 
     def _progress(self) -> str:
-        done = len(self.columns["id"])
+        done = self.finished_count
         return f"simulated time {self.env.now - self.offset:,.1f} s, {done:,} of {self.expected:,} requests finished"
 
     def _within_bounds(self) -> None:
@@ -215,10 +217,7 @@ class Simulation:
                                     "allow more (--max-sim-time)")
 
     def _table(self) -> RequestTable:
-        columns = {name: np.frombuffer(col, dtype=np.float64 if col.typecode == "d" else np.int64)
-                   for name, col in self.columns.items()}
-        order = np.argsort(columns["id"], kind="stable")
-        return RequestTable(**{name: col[order] for name, col in columns.items()})
+        return RequestTable(**self.columns)      # already in id order: row i is request i
 
     def _result(self, reqs, warm, duration: float) -> SimResult:
         r, recs = self.r, self._table()

@@ -150,7 +150,7 @@ class Segments:
             before = parent.parts
             if parts[:len(before)] != before:
                 raise ValueError("parent's parts must begin this content's parts")
-            tail = tuple((ident, int(n)) for ident, n in parts[len(before):] if n > 0)
+            tail = tuple(p if type(p[1]) is int else (p[0], int(p[1])) for p in parts[len(before):] if p[1] > 0)
             length = parent.length + sum(n for _, n in tail)
         self._tail = tail                            # a turn holds only its own parts: a million turns, not
         self.length = length                         # a million copies of their conversations
