@@ -36,7 +36,6 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-
 from .catalog import Catalog, load_catalog
 from .cost import CostBreakdown, cost_of
 from .errors import Problem, SpecError, did_you_mean
@@ -400,7 +399,8 @@ class _Search:
                 found(c)
         self.feasible = sorted(feasible, key=lambda c: (c.usd_per_hour, c.index))
 
-    def result(self, rate: float, slo: Slo, budget: float | None, groups: list[HardwareGroup], waiting: list[HardwareGroup]) -> Plan:
+    def result(self, rate: float, slo: Slo, budget: float | None, groups: list[HardwareGroup],
+               waiting: list[HardwareGroup]) -> Plan:
         """The plan: the winner, its alternatives, and every enumerated candidate's verdict."""
         feasible, candidates = self.feasible, self.candidates
         if feasible:

@@ -144,13 +144,13 @@ class Segments:
 
     def __init__(self, parts: tuple[tuple[tuple[int, ...], int], ...], parent: "Segments | None" = None):
         if parent is None:
-            tail = tuple((ident, int(n)) for ident, n in parts if n > 0)
+            tail = _nonempty(parts)
             length = sum(n for _, n in tail)
         else:                                        # only the parts after the parent's are new
             before = parent.parts
             if parts[:len(before)] != before:
                 raise ValueError("parent's parts must begin this content's parts")
-            tail = tuple(p if type(p[1]) is int else (p[0], int(p[1])) for p in parts[len(before):] if p[1] > 0)
+            tail = _nonempty(parts[len(before):])
             length = parent.length + sum(n for _, n in tail)
         self._tail = tail                            # a turn holds only its own parts: a million turns, not
         self.length = length                         # a million copies of their conversations
@@ -207,6 +207,11 @@ class Segments:
         kept = {unit: keys for unit, keys in self._keys.items() if self._heir and unit not in self._handed}
         self._keys = kept or _NO_KEYS
         self._handed = ()
+
+
+def _nonempty(parts) -> tuple:
+    """The parts with tokens, each an (identity, int length) pair (the pair given, when it already is one)."""
+    return tuple(p if type(p[1]) is int else (p[0], int(p[1])) for p in parts if p[1] > 0)
 
 
 def _extend_keys(parts, n_keys: int, unit: int, base: list[int]) -> list[int]:

@@ -7,9 +7,10 @@ an earlier one, simulates nothing it has simulated before.
 
 Layout: `<cache dir>/<kvplan fingerprint>/<spec hash>-<seed>.json`, each file one SimResult's
 JSON; a run the planner stopped at a certain SLO miss (kvplan.sim.slo_watch) is kept as
-`<spec hash>-<seed>-miss-<targets hash>.json`, the SloMiss, valid for those targets only. The fingerprint is a hash of kvplan's version, the simulator and resolver source and the
-catalog files, so editing any of them (or upgrading kvplan) starts a fresh folder instead of
-serving stale results. Deleting the cache folder is always safe.
+`<spec hash>-<seed>-miss-<targets hash>.json`, the SloMiss, valid for those targets only. The
+fingerprint is a hash of kvplan's version, the simulator and resolver source and the catalog
+files, so editing any of them (or upgrading kvplan) starts a fresh folder instead of serving
+stale results. Deleting the cache folder is always safe.
 """
 
 from __future__ import annotations
