@@ -164,5 +164,14 @@ def _gb(nbytes: float) -> str:
     return f"{gb:,.0f}" if gb >= 100 else f"{gb:.3g}"
 
 
+def gpu_hour_usd(topo: Topology, device: str, catalog: Catalog) -> float:
+    """What `cost_of` charges per GPU-hour of `device`: the spec's cost.gpu_hour, else the catalog's row
+    (0 when neither has one: `cost_of` then refuses the spec)."""
+    if topo.cost.gpu_hour is not None:
+        return topo.cost.gpu_hour
+    row = _row(catalog.prices.gpu_hour, device)
+    return row.usd if row else 0.0
+
+
 def _row(rows: list[Price], name: str) -> Price | None:
     return next((p for p in rows if p.name.lower() == name.lower()), None)

@@ -271,7 +271,7 @@ class _Search:
         self.runs: dict[int, list] = {}          # candidate index -> its outcome per seed
         self.floors: dict[tuple, Floors] = {}
         self.concluded_at: float | None = None
-        self.spent = False
+        self.feasible: list[Candidate] = []
 
     @property
     def simulations(self) -> int:
@@ -300,7 +300,7 @@ class _Search:
         for c in self.candidates:
             c.status, c.reason, c.measured, c.ci95, c.samples = "", "", {}, {}, {}
             c.decided, c.requests_per_s, c.stopped = True, None, None
-        self.concluded_at, self.spent = None, False
+        self.concluded_at = None
         self._prune()
         self._simulate_cheapest_first()
 
@@ -383,7 +383,6 @@ class _Search:
             if self.simulations + len(self.seeds) > self.max_runs:
                 c.status = "not simulated"
                 c.reason = f"not simulated: the planner's {self.max_runs} runs (--max-runs) are spent"
-                self.spent = True
                 continue
             if not probe.status:   # probe this hardware, and the next few unprobed ones, together
                 later = [richest[_hardware(x)] for x in survivors[pos:]]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .catalog import Catalog
+from .cost import gpu_hour_usd
 from .spec import Topology
 from .spec.rules import REAL_POLICIES
 
@@ -124,8 +125,7 @@ def hardware_groups(variants: list[dict], topo: Topology, catalog: Catalog) -> l
         key = (s["gpu"].lower(), s["tensor_parallel"], s["instances"])
         group = by_hardware.get(key)
         if group is None:
-            row = next((p for p in catalog.prices.gpu_hour if p.name.lower() == key[0]), None)
-            price = topo.cost.gpu_hour if topo.cost.gpu_hour is not None else (row.usd if row else 0.0)
+            price = gpu_hour_usd(topo, key[0], catalog)
             group = by_hardware[key] = HardwareGroup(key, price * s["tensor_parallel"] * s["instances"], [])
         group.variants.append((index, spec))
     return sorted(by_hardware.values(), key=lambda g: (g.gpu_usd_per_hour, g.variants[0][0]))

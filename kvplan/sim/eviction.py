@@ -240,7 +240,9 @@ class LRU(Cache):
         if size > self.capacity or size <= 0:
             return Cache.store(self, keys, size, now)
         if self.watermark is None and self._plain:
-            return self._store_on_demand(keys, size)
+            self._sized(size)
+            if self._unit == size:      # every key is `size` bytes: the capacity is a number of keys
+                return self._store_uniform(keys, size)
         d, hit, cap = self._d, self._hit, self.capacity
         high = self._high if self.watermark is not None else None
         stored = 0
@@ -260,45 +262,27 @@ class LRU(Cache):
     _plain = True
     """Hits move a key to the end and the victim is the first key (not so in FIFO and MRU)."""
 
-    def _store_on_demand(self, keys: Iterable, size: int) -> tuple[int, int]:
-        """`store` of a plain LRU evicting on demand, the hot loop of a cache replay: the OrderedDict
-        operations inline, the counters kept in locals; the same victims in the same order."""
-        d, cap = self._d, self.capacity
+    def _store_uniform(self, keys: Iterable, size: int) -> tuple[int, int]:
+        """`store` of a plain LRU evicting on demand whose keys all have one size, the hot loop of a cache
+        replay: the plain OrderedDict loop (insert, evict the first when over); the same victims in the
+        same order as key-by-key inserts."""
+        d, most = self._d, self.capacity // size
         move, pop = d.move_to_end, d.popitem
-        self._sized(size)
-        if self._unit == size:          # every key is `size` bytes: the capacity is a number of keys
-            keys = keys if isinstance(keys, list) else list(keys)
-            most, before, hits = cap // size, len(d), 0
-            for k in keys:
-                if k in d:
-                    move(k)
-                    hits += 1
-                    continue
-                d[k] = size             # the victim is the first key: never k, which is last
-                if len(d) > most:
-                    pop(False)
-            stored = len(keys) - hits
-            evicted = before + stored - len(d)
-            self.used = len(d) * size
-            self.evictions += evicted
-            self.evicted_bytes += evicted * size
-            return stored, 0
-        used, stored, evicted, evicted_bytes = self.used, 0, 0, 0
+        keys = keys if isinstance(keys, list) else list(keys)
+        before, hits = len(d), 0
         for k in keys:
             if k in d:
                 move(k)
+                hits += 1
                 continue
-            used += size
-            while used > cap:
-                s = pop(False)[1]
-                used -= s
-                evicted += 1
-                evicted_bytes += s
-            d[k] = size
-            stored += 1
-        self.used = used
+            d[k] = size                 # the victim is the first key: never k, which is last
+            if len(d) > most:
+                pop(False)
+        stored = len(keys) - hits
+        evicted = before + stored - len(d)
+        self.used = len(d) * size
         self.evictions += evicted
-        self.evicted_bytes += evicted_bytes
+        self.evicted_bytes += evicted * size
         return stored, 0
 
     def _add(self, key, size: int) -> None:
