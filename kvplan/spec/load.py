@@ -36,7 +36,13 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     return loader.construct_mapping(node, deep=deep)
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+class _CatalogLoader(yaml.CSafeLoader):
+    """The same with libyaml's parser (PyYAML's wheels carry it), for kvplan's own catalog: a dozen
+    times faster, and its marks name lines and columns but not the text around them."""
+
+
+for _loader in (_StrictLoader, _CatalogLoader):
+    _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 STDIN = "-"
@@ -81,7 +87,7 @@ def read_yaml(path: str | Path, bounded: bool = True) -> Any:
     text = read_text(path)
     try:
         if not bounded:
-            return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+            return yaml.load(text, Loader=_CatalogLoader)  # noqa: S506 - a CSafeLoader subclass
         return bounds.load(text, _StrictLoader)
     except SpecError as exc:
         raise exc.with_source(source) from None
