@@ -40,8 +40,8 @@ from .catalog import Catalog, load_catalog
 from .cost import CostBreakdown, cost_of
 from .errors import Problem, SpecError, did_you_mean
 from .plan_bounds import Floors, WorkloadStats, at_rate, behaviour as plan_behaviour, floors
-from .plan_space import HardwareGroup, hardware_groups, variants
-from .resolve import Resolved, resolve
+from .plan_space import HardwareGroup, Specs, hardware_groups, variants
+from .resolve import Resolved, accelerator_problems, resolve
 from .sim.result import SimResult
 from .sim.slo_watch import SloMiss
 from .spec import Topology, from_mapping
@@ -55,6 +55,10 @@ ALTERNATIVES = 3
 """Feasible candidates reported besides the winner."""
 BATCH = 4
 """Candidates simulated per round (fixed, so that the result does not depend on --workers)."""
+PRICE_STEP = 1.25
+"""Each search round enumerates the hardware groups whose accelerators cost up to this factor more than the
+last round's: a small step enumerates and simulates little beyond the winner and its alternatives (a
+round re-sorts and re-prunes the candidates so far, which costs far less than validating a group)."""
 
 
 @dataclass(eq=False)
@@ -220,13 +224,14 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
         def simulate(topos: list[Topology], seeds: list[int], workers: int) -> list[list[SimResult | SloMiss]]:
             return simulate_all(topos, seeds, workers, cache=cache, stop_at_miss=stop)
 
-    base, offered, stats = at_rate(topo, rate, slo, seed_list[0])
+    base, offered, stats = at_rate(topo, rate, slo, seed_list[0], cache)
     groups = hardware_groups(variants(base, topo, catalog, gpus, max_instances), topo, catalog)
-    search = _Search(seed_list, slo, budget, stats, offered, simulate, workers, max_runs, progress)
+    search = _Search(Specs(from_mapping(base)), seed_list, slo, budget, stats, offered, simulate, workers, max_runs,
+                     progress)
     waiting = list(groups)                   # not enumerated yet, cheapest accelerators first
     if budget is not None:                   # accelerators alone over the budget: nothing to enumerate
         waiting = [g for g in waiting if g.gpu_usd_per_hour <= budget]
-    limit = waiting[0].gpu_usd_per_hour * 2 if waiting else 0.0
+    limit = waiting[0].gpu_usd_per_hour * PRICE_STEP if waiting else 0.0
     while True:
         while waiting and waiting[0].gpu_usd_per_hour <= limit:
             search.enumerate(waiting.pop(0), catalog)
@@ -235,7 +240,7 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
         floor = waiting[0].gpu_usd_per_hour if waiting else math.inf
         if not waiting or search.decided_below(floor):
             break
-        limit = max(limit * 2, floor)
+        limit = max(limit * PRICE_STEP, floor)
     return search.result(rate, slo, budget, groups, waiting)
 
 
@@ -259,8 +264,9 @@ class _Search:
     Runs are remembered across `run`s, so enumerating more candidates and searching again simulates
     only what is new; `simulations` counts every run made."""
 
-    def __init__(self, seeds: list[int], slo: Slo, budget: float | None, stats: WorkloadStats,
+    def __init__(self, specs: Specs, seeds: list[int], slo: Slo, budget: float | None, stats: WorkloadStats,
                  offered: float, simulate: Simulate, workers: int, max_runs: int, progress: Progress | None):
+        self.specs = specs
         self.seeds, self.slo, self.budget, self.stats, self.offered = seeds, slo, budget, stats, offered
         self.targets = slo.targets()
         self.simulate, self.workers, self.max_runs, self.progress = simulate, workers, max_runs, progress
@@ -270,6 +276,7 @@ class _Search:
         self.planned_on: set[str] = set()
         self.runs: dict[int, list] = {}          # candidate index -> its outcome per seed
         self.floors: dict[tuple, Floors] = {}
+        self.behaviours: dict[int, str] = {}     # candidate index -> plan_bounds.behaviour
         self.concluded_at: float | None = None
         self.feasible: list[Candidate] = []
 
@@ -278,9 +285,11 @@ class _Search:
         return len(self.runs) * len(self.seeds)
 
     def enumerate(self, group: HardwareGroup, catalog: Catalog) -> None:
+        if self._unfit(group, catalog):
+            return
         for index, spec in group.variants:
             try:
-                t = from_mapping(spec)
+                t = self.specs.topology(spec)
                 r = resolve(t, catalog)
                 cost = cost_of(t, r, catalog=catalog)
             except SpecError as exc:
@@ -289,6 +298,19 @@ class _Search:
                 continue
             self.planned_on.add(group.hardware[0])
             self.candidates.append(Candidate(index=index, topo=t, resolved=r, cost=cost))
+
+    def _unfit(self, group: HardwareGroup, catalog: Catalog) -> bool:
+        """Whether the model does not fit the group's hardware (weights, heads over ranks): then no
+        combination in it resolves, whatever its tiers, and all of them are counted invalid unvalidated."""
+        try:
+            first = self.specs.topology(group.variants[0][1])
+        except SpecError:
+            return False                     # its own problems: each combination is validated as before
+        problems = accelerator_problems(first, catalog)
+        if problems:
+            self.invalid += len(group.variants)
+            self.refused.setdefault(group.hardware[0], SpecError(problems))
+        return bool(problems)
 
     def decided_below(self, floor: float) -> bool:
         """Whether the last `run` settled every candidate that costs `floor` or more without looking at it:
@@ -325,7 +347,8 @@ class _Search:
                 c.reason = (f"pruned: {_label(k)} cannot go below {fmt_duration(f.latency[k])} on {r.device.name} "
                             f"(> {fmt_duration(targets[k])})")
                 continue
-            behaviour = plan_behaviour(c.topo, c.resolved, self.stats)
+            behaviour = self.behaviours.get(c.index) or self.behaviours.setdefault(
+                c.index, plan_behaviour(c.topo, c.resolved, self.stats))
             same = kept.get(behaviour)
             if same is not None:
                 c.status = "dominated"
@@ -345,6 +368,7 @@ class _Search:
             if best is None or _capacity(c) > _capacity(best):
                 richest[_hardware(c)] = c
         feasible: list[Candidate] = []
+        choices: set[tuple] = set()              # the feasible choices that differ in more than eviction policy
 
         def run_batch(batch: list[Candidate]) -> None:
             for c, results in zip(batch, self.simulate([c.topo for c in batch], self.seeds, self.workers)):
@@ -357,21 +381,18 @@ class _Search:
 
         def found(c: Candidate) -> None:
             feasible.append(c)
-            if distinct(feasible) > ALTERNATIVES and self.concluded_at is None:
+            choices.add(_choice(c))
+            if len(choices) > ALTERNATIVES and self.concluded_at is None:
                 self.concluded_at = c.usd_per_hour
-
-        def distinct(found: list[Candidate]) -> int:
-            """Feasible choices that differ in hardware or tier sizes (not only in eviction policy)."""
-            return len({_choice(c) for c in found})
 
         for pos, c in enumerate(survivors):
             if c.status and c is not richest[_hardware(c)] and not c.measured:
                 continue
             if c.measured:       # simulated ahead of its turn (its hardware's probe, or by an earlier search)
-                if c.status == "meets SLO" and distinct(feasible) <= ALTERNATIVES:
+                if c.status == "meets SLO" and len(choices) <= ALTERNATIVES:
                     found(c)
                 continue
-            if distinct(feasible) > ALTERNATIVES:
+            if len(choices) > ALTERNATIVES:
                 c.status = "not simulated"
                 c.reason = f"not simulated: {len(feasible)} cheaper candidates already meet the SLO"
                 continue

@@ -10,13 +10,19 @@ everything", so that candidates that must run the same compare equal (docs/plann
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .resolve import Resolved, resolve
 from .spec import Topology, from_mapping
 from .spec.slo import Slo
+
+if TYPE_CHECKING:
+    from .sweep.cache import RunCache
 
 NO_EVICTION_FILL = 0.8
 """A cache whose whole working set is below this share of it never evicts (MP's L1 starts at 80 %)."""
@@ -64,14 +70,24 @@ def workload_stats(r: Resolved, seed: int) -> WorkloadStats:
                          output=np.fromiter((q.output_tokens for q in reqs), np.int64, len(reqs)), chunk_keys=len(chunks))
 
 
-def at_rate(topo: Topology, rate: float, slo: Slo, seed: int) -> tuple[dict, float, WorkloadStats]:
+def at_rate(topo: Topology, rate: float, slo: Slo, seed: int,
+            cache: "RunCache | None" = None) -> tuple[dict, float, WorkloadStats]:
     """The spec as a mapping with the planned SLO and an arrival rate that offers `rate` requests/s.
 
     With sessions, arrivals.rate counts new sessions; it is set so that the generated requests
-    arrive at `rate` on average over the run (measured on the workload itself, so it is exact for the seed)."""
+    arrive at `rate` on average over the run (measured on the workload itself, so it is exact for the seed).
+    The rate found and the workload's stats are kept in `cache` (generating the workload a few times
+    was most of a repeated plan's time)."""
     base = topo.model_dump(mode="json")
     base["slo"] = slo.model_dump(mode="json", exclude_none=True)
     base["workload"]["arrivals"]["rate"] = rate
+    key = hashlib.sha256(json.dumps([topo.spec_hash(), rate, base["slo"], seed]).encode()).hexdigest()[:24]
+    kept = cache.get_workload(key) if cache is not None else None
+    if kept is not None:
+        base["workload"]["arrivals"]["rate"] = kept["arrival_rate"]
+        stats = WorkloadStats(requests=kept["requests"], span=kept["span"], output=np.array(kept["output"], np.int64),
+                              compulsory=np.array(kept["compulsory"], np.int64), chunk_keys=kept["chunk_keys"])
+        return base, kept["offered"], stats
     from .sim import workload as wl
 
     def offered_by(r: Resolved) -> float:
@@ -88,6 +104,10 @@ def at_rate(topo: Topology, rate: float, slo: Slo, seed: int) -> tuple[dict, flo
         r = resolve(from_mapping(base))
     stats = workload_stats(r, seed)
     offered = stats.requests / stats.span if stats.span > 0 else rate
+    if cache is not None:
+        cache.put_workload(key, {"arrival_rate": base["workload"]["arrivals"]["rate"], "offered": offered,
+                                 "requests": stats.requests, "span": stats.span, "chunk_keys": stats.chunk_keys,
+                                 "compulsory": stats.compulsory.tolist(), "output": stats.output.tolist()})
     return base, offered, stats
 
 

@@ -5,7 +5,8 @@ parallelism and instances; ddr and nvme per node on a ladder around the spec's s
 tier off, on, or at 2 replicas; one eviction policy for every LMCache tier among those its mode
 really has. `hardware_groups` gathers them by hardware choice (accelerator, TP, instances), each
 with its accelerators' hourly price: a lower bound on the cost of every combination in it, known
-before any of them is validated, so the planner enumerates groups cheapest first.
+before any of them is validated, so the planner enumerates groups cheapest first. `Specs` validates
+the combinations, each distinct section once.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from pydantic import ValidationError
+
 from .catalog import Catalog
 from .cost import gpu_hour_usd
-from .spec import Topology
+from .errors import SpecError
+from .spec import Topology, from_mapping
+from .spec.ceph import Ceph
+from .spec.lmcache import LMCache
+from .spec.serving import Serving
 from .spec.rules import REAL_POLICIES
 
 TP_LADDER = (1, 2, 4, 8)
@@ -129,3 +136,37 @@ def hardware_groups(variants: list[dict], topo: Topology, catalog: Catalog) -> l
             group = by_hardware[key] = HardwareGroup(key, price * s["tensor_parallel"] * s["instances"], [])
         group.variants.append((index, spec))
     return sorted(by_hardware.values(), key=lambda g: (g.gpu_usd_per_hour, g.variants[0][0]))
+
+
+class Specs:
+    """The combinations as Topology objects, each distinct section validated once.
+
+    Combinations share every section but serving, lmcache and ceph, and those take few values
+    (thousands of combinations, a few hundred sections). Pydantic takes an already validated
+    section as it is, so a combination is validated as its spec-wide rules only. A section that
+    does not validate sends the combination through `from_mapping` whole, for its errors' paths."""
+
+    SECTIONS = {"serving": Serving, "lmcache": LMCache, "ceph": Ceph}
+
+    def __init__(self, base: Topology):
+        self.shared = {k: getattr(base, k) for k in Topology.model_fields if k not in self.SECTIONS}
+        self.validated: dict[tuple[str, str], object] = {}
+
+    def topology(self, spec: dict) -> Topology:
+        try:
+            sections = {k: self._section(k, spec.get(k)) for k in self.SECTIONS}
+        except ValidationError:
+            return from_mapping(spec)
+        try:
+            return Topology.model_validate({**self.shared, **sections})
+        except (ValidationError, SpecError):
+            return from_mapping(spec)          # the same problems, worded as validate words them
+
+    def _section(self, name: str, value: dict | None):
+        if value is None:
+            return None
+        key = (name, repr(value))
+        found = self.validated.get(key)
+        if found is None:
+            found = self.validated[key] = self.SECTIONS[name].model_validate(value)
+        return found

@@ -26,6 +26,7 @@ as one SpecError listing every problem.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 from .catalog import Catalog, CephDeviceClass, Device, Nic, NvmeClass, load_catalog, lookup
@@ -272,6 +273,84 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         raise SpecError(problems)
 
     tp = s.tensor_parallel
+    mem = _accelerator_memory(model, device, s, problems)
+    max_model_len = mem.max_model_len
+
+    # ---- vLLM's batch defaults (vLLM EngineArgs.get_batch_defaults)
+    big = device.memory >= 160 * GIB
+    large_non_a100 = device.memory >= 70 * GIB and not device.name.upper().startswith("A100")
+    default_seqs, default_tokens = (1024, 16384) if big else (1024, 8192) if large_non_a100 else (256, 2048)
+    max_num_seqs = s.max_num_seqs or default_seqs
+    max_batched = s.max_num_batched_tokens or default_tokens
+    if max_batched < max_num_seqs:
+        problems.append(Problem("serving.max_num_batched_tokens", f"vLLM requires it to be at least max_num_seqs ({max_num_seqs})",
+                                max_batched, f">= {max_num_seqs}", f"use max_num_batched_tokens: {max_num_seqs} or more"))
+    if not s.chunked_prefill and max_batched < max_model_len:
+        problems.append(Problem("serving.max_num_batched_tokens", f"without chunked prefill a whole prompt must fit in one step: "
+                                f"it must be at least max_model_len ({max_model_len})", max_batched, f">= {max_model_len}",
+                                "raise it, lower max_model_len, or enable chunked_prefill"))
+
+    gpus_total = s.instances * tp
+    nodes = math.ceil(gpus_total / s.gpus_per_node)
+    instances_per_node = min(s.instances, s.gpus_per_node // tp)  # rules: tp divides gpus_per_node
+    vllm_ports = range(s.port, s.port + instances_per_node)
+    if s.router_port in vllm_ports or s.router_port + 1 in vllm_ports:
+        problems.append(Problem("serving.router_port", f"the router and its metrics (ports {s.router_port} and "
+                                f"{s.router_port + 1}) share the first gpu host with vLLM's ports {s.port}.."
+                                f"{s.port + instances_per_node - 1}", s.router_port,
+                                fix=f"use router_port: {s.port + instances_per_node + 1000}"))
+    storing_ranks = 1 if model.attention == "mla" else tp
+    resolved_lm = _lmcache(topo, mem.per_rank_token, storing_ranks, instances_per_node, nodes, problems) if lm else None
+    ceph = _ceph(topo, ceph_class, nic, resolved_lm, problems) if topo.ceph and ceph_class and nic else None
+    step = _step_coefficients(device, s.step_model, s.step_profile, problems)
+
+    if problems:
+        raise SpecError(problems)
+
+    peak = device.fp8_tflops if mem.weights_dtype == "fp8" and device.fp8_tflops else device.bf16_tflops
+    return Resolved(
+        name=topo.name, spec_hash=topo.spec_hash(), simulate_only=topo.simulate_only,
+        simulation_only=[(p.path, p.message) for p in topo.simulation_only_settings()] if topo.simulate_only else [],
+        model=model, device=device,
+        instances=s.instances, tensor_parallel=tp, gpus_per_node=s.gpus_per_node, gpus_total=gpus_total, nodes=nodes,
+        instances_per_node=instances_per_node, block_size=s.block_size, max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batched, gpu_memory_utilization=s.gpu_memory_utilization,
+        prefix_caching=s.prefix_caching, chunked_prefill=s.chunked_prefill, router=s.router,
+        router_port=s.router_port, router_metrics_port=s.router_port + 1, kv_cache_dtype=mem.kv_dtype,
+        kv_cache_memory_bytes=s.kv_cache_memory, model_path=s.model_path or model.hf_id, api_host=s.host, api_port=s.port,
+        weights_dtype=mem.weights_dtype, quantization=s.quantization, kv_dtype_bytes=mem.kv_dtype_bytes,
+        weight_bytes_per_param=WEIGHT_BYTES[mem.weights_dtype],
+        peak_flops=peak * 1e12, kv_bytes_per_token=mem.kv_bytes, kv_heads_per_rank=mem.kv_heads_per_rank,
+        kv_bytes_per_token_per_rank=mem.per_rank_token, block_bytes_per_rank=mem.block_bytes_per_rank,
+        block_bytes=mem.block_bytes_per_rank * tp, hbm_bytes=mem.hbm_blocks * mem.block_bytes_per_rank * tp * s.instances,
+        weight_bytes_per_gpu=mem.weight_bytes_per_gpu, kv_budget_bytes_per_gpu=mem.kv_budget, hbm_blocks=mem.hbm_blocks,
+        hbm_tokens=mem.hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
+        hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
+        slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost)
+
+
+@dataclass(frozen=True)
+class _Memory:
+    """How the model's weights and KV cache sit in one accelerator's memory at the spec's tensor parallelism."""
+
+    max_model_len: int
+    kv_dtype: str
+    kv_dtype_bytes: int
+    kv_bytes: int
+    kv_heads_per_rank: int
+    per_rank_token: int
+    block_bytes_per_rank: int
+    weights_dtype: str
+    weight_bytes_per_gpu: int
+    kv_budget: int
+    hbm_blocks: int
+    hbm_tokens: int
+
+
+def _accelerator_memory(model: Architecture, device: Device, s, problems: list[Problem]) -> _Memory:
+    """The part of `resolve` that reads only the model and serving: heads over ranks, bytes per
+    token, weights and KV in HBM; what does not fit is added to `problems`."""
+    tp = s.tensor_parallel
     problems += _check_parallelism(model, s.tensor_parallel, s.gpus_per_node)
     max_model_len = s.max_model_len or model.max_context
     if max_model_len > model.max_context:
@@ -325,57 +404,22 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
                                 f"{fmt_bytes(per_rank_token)}/token per rank", max_model_len, f"1..{hbm_tokens}",
                                 f"lower max_model_len to {hbm_tokens}, raise gpu_memory_utilization or tensor_parallel, "
                                 "or use kv_cache_dtype: fp8"))
+    return _Memory(max_model_len, kv_dtype, kv_dtype_bytes, kv_bytes, kv_heads_per_rank, per_rank_token,
+                   block_bytes_per_rank, weights_dtype, weight_bytes_per_gpu, kv_budget, hbm_blocks, hbm_tokens)
 
-    # ---- vLLM's batch defaults (vLLM EngineArgs.get_batch_defaults)
-    big = device.memory >= 160 * GIB
-    large_non_a100 = device.memory >= 70 * GIB and not device.name.upper().startswith("A100")
-    default_seqs, default_tokens = (1024, 16384) if big else (1024, 8192) if large_non_a100 else (256, 2048)
-    max_num_seqs = s.max_num_seqs or default_seqs
-    max_batched = s.max_num_batched_tokens or default_tokens
-    if max_batched < max_num_seqs:
-        problems.append(Problem("serving.max_num_batched_tokens", f"vLLM requires it to be at least max_num_seqs ({max_num_seqs})",
-                                max_batched, f">= {max_num_seqs}", f"use max_num_batched_tokens: {max_num_seqs} or more"))
-    if not s.chunked_prefill and max_batched < max_model_len:
-        problems.append(Problem("serving.max_num_batched_tokens", f"without chunked prefill a whole prompt must fit in one step: "
-                                f"it must be at least max_model_len ({max_model_len})", max_batched, f">= {max_model_len}",
-                                "raise it, lower max_model_len, or enable chunked_prefill"))
 
-    gpus_total = s.instances * tp
-    nodes = math.ceil(gpus_total / s.gpus_per_node)
-    instances_per_node = min(s.instances, s.gpus_per_node // tp)  # rules: tp divides gpus_per_node
-    vllm_ports = range(s.port, s.port + instances_per_node)
-    if s.router_port in vllm_ports or s.router_port + 1 in vllm_ports:
-        problems.append(Problem("serving.router_port", f"the router and its metrics (ports {s.router_port} and "
-                                f"{s.router_port + 1}) share the first gpu host with vLLM's ports {s.port}.."
-                                f"{s.port + instances_per_node - 1}", s.router_port,
-                                fix=f"use router_port: {s.port + instances_per_node + 1000}"))
-    storing_ranks = 1 if model.attention == "mla" else tp
-    resolved_lm = _lmcache(topo, per_rank_token, storing_ranks, instances_per_node, nodes, problems) if lm else None
-    ceph = _ceph(topo, ceph_class, nic, resolved_lm, problems) if topo.ceph and ceph_class and nic else None
-    step = _step_coefficients(device, s.step_model, s.step_profile, problems)
-
-    if problems:
-        raise SpecError(problems)
-
-    peak = device.fp8_tflops if weights_dtype == "fp8" and device.fp8_tflops else device.bf16_tflops
-    return Resolved(
-        name=topo.name, spec_hash=topo.spec_hash(), simulate_only=topo.simulate_only,
-        simulation_only=[(p.path, p.message) for p in topo.simulation_only_settings()] if topo.simulate_only else [],
-        model=model, device=device,
-        instances=s.instances, tensor_parallel=tp, gpus_per_node=s.gpus_per_node, gpus_total=gpus_total, nodes=nodes,
-        instances_per_node=instances_per_node, block_size=s.block_size, max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batched, gpu_memory_utilization=s.gpu_memory_utilization,
-        prefix_caching=s.prefix_caching, chunked_prefill=s.chunked_prefill, router=s.router,
-        router_port=s.router_port, router_metrics_port=s.router_port + 1, kv_cache_dtype=kv_dtype,
-        kv_cache_memory_bytes=s.kv_cache_memory, model_path=s.model_path or model.hf_id, api_host=s.host, api_port=s.port,
-        weights_dtype=weights_dtype, quantization=s.quantization, kv_dtype_bytes=kv_dtype_bytes, weight_bytes_per_param=WEIGHT_BYTES[weights_dtype],
-        peak_flops=peak * 1e12, kv_bytes_per_token=kv_bytes, kv_heads_per_rank=kv_heads_per_rank,
-        kv_bytes_per_token_per_rank=per_rank_token, block_bytes_per_rank=block_bytes_per_rank,
-        block_bytes=block_bytes_per_rank * tp, hbm_bytes=hbm_blocks * block_bytes_per_rank * tp * s.instances,
-        weight_bytes_per_gpu=weight_bytes_per_gpu, kv_budget_bytes_per_gpu=kv_budget, hbm_blocks=hbm_blocks,
-        hbm_tokens=hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
-        hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
-        slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost)
+def accelerator_problems(topo: Topology, catalog: Catalog) -> list[Problem]:
+    """What keeps the spec's model off its accelerator at its tensor parallelism, whatever its tiers:
+    `resolve` reports the same problems for every spec that shares the model and serving section, so
+    the planner rules out a hardware choice's every combination with one call."""
+    problems: list[Problem] = []
+    try:
+        model = topo.model if isinstance(topo.model, Architecture) else _llm(catalog, topo.model)
+        device = lookup(catalog.devices, topo.serving.gpu, "serving.gpu", "accelerator")
+    except SpecError as exc:
+        return list(exc.problems)
+    _accelerator_memory(model, device, topo.serving, problems)
+    return problems
 
 
 def kv_bytes_per_token(model: Architecture, dtype_bytes: int, kv_heads: int | None = None) -> int:

@@ -188,6 +188,7 @@ def test_alternatives_differ_in_what_a_team_buys_not_only_in_eviction_policy(pla
 
 def test_piped_the_cli_prints_a_line_per_batch_and_warns_of_a_cut_short_search():
     import os
+    import re
     import subprocess
     import sys
     from pathlib import Path
@@ -198,8 +199,9 @@ def test_piped_the_cli_prints_a_line_per_batch_and_warns_of_a_cut_short_search()
     done = subprocess.run([kvplan, "plan", "examples/local.yaml", "--rate", "32/s", "--slo", "ttft_p99=300ms",
                            "--max-runs", "1"], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "120"})
-    assert "plan: 2 runs (--max-runs 1); cheapest meeting the SLO so far:" in done.stderr, done.stderr
-    assert "warning: the search was cut short by --max-runs after 2 runs" in done.stderr
+    line = re.search(r"plan: (\d+) runs \(--max-runs 1\); cheapest meeting the SLO so far:", done.stderr)
+    assert line, done.stderr
+    assert f"warning: the search was cut short by --max-runs after {line.group(1)} runs" in done.stderr
 
 
 def test_a_candidate_that_certainly_misses_is_stopped_early_with_the_same_verdict(planned, tmp_path):
@@ -228,9 +230,13 @@ def test_a_repeated_plan_takes_its_runs_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(run_cache, "run_tasks", lambda tasks, **kw: simulated.extend(tasks) or real(tasks, **kw))
     cache = run_cache.RunCache(tmp_path)
     first = plan(local(), rate=32.0, slo=SLO, cache=cache)
-    files = [p.name for p in cache.folder.iterdir()]
+    files = [p.name for p in cache.folder.iterdir() if not p.name.startswith("workload-")]
     assert len(simulated) == first.simulations == len(files)
     assert any("-miss-" in name for name in files), "a stopped run is kept as its miss"
+    assert len(list(cache.folder.glob("workload-*.json"))) == 1, "what the bounds measured of the workload is kept"
+    import kvplan.plan_bounds
+
+    monkeypatch.setattr(kvplan.plan_bounds, "workload_stats", lambda *a: pytest.fail("the workload was measured again"))
     again = plan(local(), rate=32.0, slo=SLO, cache=cache)
     assert len(simulated) == first.simulations             # the repeat simulated nothing
     assert [(c.status, c.reason, c.measured) for c in again.candidates] == \
@@ -262,3 +268,54 @@ def test_hardware_too_dear_to_matter_is_never_validated_and_really_costs_more(pl
         except SpecError:
             continue                                    # an invalid combination (counted when enumerated)
         assert cost >= result.not_enumerated_from
+
+
+def _chat_groups(groups: int):
+    from kvplan.catalog import load_catalog
+    from kvplan.plan_bounds import at_rate
+    from kvplan.plan_space import hardware_groups, variants
+
+    catalog, topo = load_catalog(), spec("chat-llama2-13b")
+    base, _, _ = at_rate(topo, 4.0, topo.slo, topo.workload.seed)
+    return catalog, base, hardware_groups(variants(base, topo, catalog, None, 8), topo, catalog)[:groups]
+
+
+def test_combinations_validated_section_by_section_are_the_specs_validated_whole():
+    """The planner validates each distinct serving, LMCache and Ceph section once (kvplan.plan_space.Specs):
+    every combination comes out as the very spec `from_mapping` makes of it, and an invalid one fails alike."""
+    from kvplan.plan_space import Specs
+
+    catalog, base, groups = _chat_groups(4)
+    specs = Specs(from_mapping(base))
+    checked = 0
+    for group in groups:
+        for _, mapping in group.variants:
+            whole = from_mapping(mapping)
+            assert specs.topology(mapping).model_dump() == whole.model_dump()
+            checked += 1
+    assert checked == sum(len(g.variants) for g in groups) > 500
+    broken = {**groups[0].variants[0][1], "lmcache": {**base["lmcache"], "chunk_size": -1}}
+    with pytest.raises(SpecError) as by_sections:
+        specs.topology(broken)
+    with pytest.raises(SpecError) as whole:
+        from_mapping(broken)
+    assert str(by_sections.value) == str(whole.value)
+
+
+def test_a_hardware_choice_the_model_does_not_fit_is_ruled_out_whole_for_the_reason_each_combination_gives():
+    """Llama-2-13B's fp16 weights leave no KV room on one L4 or A10G: `accelerator_problems` says so once
+    for the group, and resolving any of its combinations fails with those very problems."""
+    from kvplan.resolve import accelerator_problems, resolve
+
+    catalog, _, groups = _chat_groups(6)
+    unfit = [g for g in groups if accelerator_problems(from_mapping(g.variants[0][1]), catalog)]
+    assert {g.hardware[0] for g in unfit} == {"l4", "a10g"} and len(unfit) < len(groups)
+    for group in groups:
+        problems = accelerator_problems(from_mapping(group.variants[0][1]), catalog)
+        for _, mapping in group.variants[::17]:
+            if not problems:
+                resolve(from_mapping(mapping), catalog)
+                continue
+            with pytest.raises(SpecError) as exc:
+                resolve(from_mapping(mapping), catalog)
+            assert [p.message for p in problems] == [p.message for p in exc.value.problems]

@@ -7,7 +7,8 @@ an earlier one, simulates nothing it has simulated before.
 
 Layout: `<cache dir>/<kvplan fingerprint>/<spec hash>-<seed>.json`, each file one SimResult's
 JSON; a run the planner stopped at a certain SLO miss (kvplan.sim.slo_watch) is kept as
-`<spec hash>-<seed>-miss-<targets hash>.json`, the SloMiss, valid for those targets only. The
+`<spec hash>-<seed>-miss-<targets hash>.json`, the SloMiss, valid for those targets only; what the
+planner measures of a workload before simulating (kvplan.plan_bounds) as `workload-<hash>.json`. The
 fingerprint is a hash of kvplan's version, the simulator and resolver source and the catalog
 files, so editing any of them (or upgrading kvplan) starts a fresh folder instead of serving
 stale results. Deleting the cache folder is always safe.
@@ -35,7 +36,7 @@ def fingerprint() -> str:
     from ..resources import data_root
 
     package = Path(__file__).resolve().parent.parent
-    files = sorted([*(package / "sim").glob("*.py"), package / "resolve.py", package / "catalog.py",
+    files = sorted([*(package / "sim").glob("*.py"), package / "resolve.py", package / "catalog.py", package / "plan_bounds.py",
                     *(data_root() / "models").rglob("*.yaml")])
     digest = hashlib.sha256(__version__.encode())
     for path in files:
@@ -75,6 +76,19 @@ class RunCache:
 
     def put_miss(self, spec_hash: str, seed: int, stop_at_miss: tuple, miss: SloMiss) -> None:
         self._write(self._path(spec_hash, seed, stop_at_miss), json.dumps(dataclasses.asdict(miss)))
+
+    def get_workload(self, key: str) -> dict | None:
+        """What `put_workload` kept under `key`, or None."""
+        try:
+            return json.loads(self._workload_path(key).read_bytes())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def put_workload(self, key: str, data: dict) -> None:
+        self._write(self._workload_path(key), json.dumps(data))
+
+    def _workload_path(self, key: str) -> Path:
+        return self.folder / f"workload-{key}.json"
 
     def _write(self, path: Path, text: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
