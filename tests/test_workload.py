@@ -22,7 +22,7 @@ import pytest
 from kvplan.errors import SpecError
 from kvplan.resolve import resolve
 from kvplan.sim.workload import (SHARED_PREFIX, Content, Request, RequestList, Segments, TraceBlocks, draw,
-                                 read_trace, requests, warmup)
+                                 read_trace, requests, stream, warmup)
 from kvplan.spec import from_mapping
 from kvplan.spec.workload import Dist
 
@@ -485,3 +485,42 @@ def test_a_hundred_thousand_chat_requests_are_all_generated():
     reqs = requests(r)
     assert len(reqs) + reqs.rejected == 100_000
     assert math.isfinite(reqs[-1].arrival)
+
+
+# ------------------------------------------------------------------ the stream a run takes
+
+@pytest.mark.parametrize("max_model_len", [None, 1200])
+def test_the_stream_a_run_takes_is_the_list_and_says_its_counts_before_the_first_request(max_model_len):
+    """A run takes the workload as a stream (kvplan.sim.workload.stream); listed, it is `requests`,
+    and what a run needs up front (how many, the last arrival, how many decode) is known before any
+    request is built. With a short max_model_len some first turns are shortened, some rejected."""
+    r = setup(CHAT, max_model_len=max_model_len)
+    listed = requests(r)
+    taken = stream(r)
+    assert (len(taken), taken.last_arrival, taken.decoding) == \
+           (len(listed), listed[-1].arrival, sum(1 for q in listed if q.output_tokens > 1))
+    assert (taken.rejected, taken.shortened, taken.sessions_ended_early) == \
+           (listed.rejected, listed.shortened, listed.sessions_ended_early)
+    if max_model_len:
+        assert listed.rejected and listed.shortened and listed.sessions_ended_early
+    again = list(taken)
+    assert [(q.id, q.arrival, q.prompt_tokens, q.output_tokens, q.session, q.turn, q.content.parts) for q in again] == \
+           [(q.id, q.arrival, q.prompt_tokens, q.output_tokens, q.session, q.turn, q.content.parts) for q in listed]
+
+
+def test_a_stream_holds_numbers_until_a_request_is_reached():
+    """Drawing a 20,000-request chat workload as a stream allocates a fraction of what the built list
+    holds: the requests and their contents are made as the run reaches them."""
+    import tracemalloc
+
+    r = setup({**CHAT, "requests": 20000})
+    tracemalloc.start()
+    taken = stream(r)
+    drawn = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    tracemalloc.start()
+    listed = requests(r)
+    built = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert len(taken) == len(listed)
+    assert drawn < built / 4, (drawn, built)

@@ -95,14 +95,12 @@ class Simulation:
         self.done = False
 
     # ---- requests
-    def arrivals(self, reqs: list[wl.Request]):
+    def arrivals(self, reqs: wl.RequestStream):
         """One process delivers every request at its time (one process per request would hold a
-        generator and a pending event for each of a million requests). A delivered request leaves
-        the list: once it has finished nothing holds it, so a long run's memory is the requests still
-        to come and in flight, not every request to the end."""
+        generator and a pending event for each of a million requests). The stream builds each
+        request as it is reached, so a long run's memory is the requests in flight, not every request."""
         env, offset = self.env, self.offset
-        for i, req in enumerate(reqs):
-            reqs[i] = None
+        for req in reqs:
             delay = req.arrival + offset - env.now
             if delay > 0:
                 yield env.timeout(delay)
@@ -180,14 +178,14 @@ class Simulation:
             env.run(self.finished_event)
         self.started = time.monotonic()
         self.offset = offset = env.now
-        reqs = wl.requests(r, self.seed)
+        reqs = wl.stream(r, self.seed)
         self.expected = len(reqs)
         self.columns = {name: np.zeros(len(reqs), dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
                         for name in RequestRow._fields}     # 8 bytes a value, written as requests finish
         if self.stop_at_miss:
-            self.watch = SloWatch(self.stop_at_miss, len(reqs), sum(1 for q in reqs if q.output_tokens > 1))
+            self.watch = SloWatch(self.stop_at_miss, len(reqs), reqs.decoding)
         self.finished_event = env.event()
-        last = reqs[-1].arrival if reqs else 0.0
+        last = reqs.last_arrival
         env.process(self.arrivals(reqs))
         self.sim_limit = self.bounds.sim_limit(last)
         env.process(self.sample(max(last / 100, 1e-3), last + offset))
@@ -273,7 +271,7 @@ class Simulation:
                             utilisation=link.utilisation(span)) for link in self.fabric.links()]
         return SimResult(
             name=r.name, spec_hash=r.spec_hash, seed=self.seed, lmcache_mode=r.lmcache.mode if r.lmcache else None,
-            requests=len(recs), warmup_requests=len(warm), rejected_requests=getattr(reqs, "rejected", 0),
+            requests=len(recs), warmup_requests=len(warm), rejected_requests=reqs.rejected,
             duration=duration, prompt_tokens=prompt, recomputed_tokens=int(recs.recomputed_tokens.sum()),
             preemptions=sum(e.preemptions for e in self.engines), ttft=lat["ttft"], tpot=lat["tpot"], e2e=lat["e2e"],
             queue=lat["queue"], requests_per_s=_ratio(len(recs), duration), prompt_tokens_per_s=_ratio(prompt, duration),

@@ -55,9 +55,11 @@ Rejected requests are reported on the returned `RequestList` as `.rejected` (see
 
 Speed: a content computes its keys for a unit once, on first use, and caches them; a session turn
 reuses its previous turn's keys. Building pauses Python's cyclic garbage collector (nothing built
-here forms a cycle). A caller that keeps a large workload alive while it runs (the simulator)
-should call gc.freeze() once the list is built: otherwise every full collection rescans the
-millions of objects it holds, which costs ~10x the time of the key computations themselves.
+here forms a cycle; the simulator runs with it off).
+
+Memory: the simulator takes the workload as a `RequestStream`: every draw is made first into a few
+numbers per request, and a request and its content are built only when the run reaches it, so a
+million-request run holds numbers for the requests to come and objects for those in flight.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ import numpy as np
 from ..errors import Problem, SpecError
 
 __all__ = [
-    "Content", "Segments", "TraceBlocks", "Request", "RequestList", "requests", "warmup", "read_trace",
+    "Content", "Segments", "TraceBlocks", "Request", "RequestList", "RequestStream", "requests", "stream", "warmup",
+    "read_trace",
     "draw", "zipf_cdf", "SHARED_PREFIX", "TEMPLATE", "USER_TEXT", "OUTPUT", "TRACE_TAG", "OUTPUT_TAG",
 ]
 
@@ -351,7 +354,7 @@ def requests(resolved, seed: int | None = None) -> RequestList:
         raise SpecError([Problem("workload", "a synthetic workload needs an end: requests or duration",
                                  fix="add workload.requests: 1000 or workload.duration: 10min")])
     with _gc_paused():
-        return _synthetic(resolved, seed)
+        return stream(resolved, seed).listed()
 
 
 @contextmanager
@@ -443,88 +446,187 @@ def _gaps(arrivals, rng: np.random.Generator, size: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------- synthetic kinds
 
-def _synthetic(resolved, seed: int) -> RequestList:
+class RequestStream:
+    """The requests of a workload in arrival order, each built when the stream reaches it.
+
+    A synthetic workload's draws are all made first, in the order the module docstring gives,
+    into a few numbers per request (`_Drawn`); a request and its content are built only when
+    taken, on its session's previous turn. A run of a million requests so holds the requests
+    to come as numbers and those in flight as objects, not a million contents; `requests` is
+    this stream, listed. Known before the first request: len() (requests it yields),
+    `last_arrival`, `decoding` (requests with more than one output token) and what RequestList
+    counts (`rejected`, `shortened`, `sessions_ended_early`)."""
+
+    def __init__(self, count: int, last_arrival: float, decoding: int, made, rejected: int = 0,
+                 shortened: int = 0, sessions_ended_early: int = 0):
+        self.count, self.last_arrival, self.decoding = count, last_arrival, decoding
+        self.rejected, self.shortened, self.sessions_ended_early = rejected, shortened, sessions_ended_early
+        self._made = made
+
+    @classmethod
+    def of(cls, reqs: RequestList) -> "RequestStream":
+        """A list already built (a trace), as a stream that hands each request on and lets go of it."""
+        def take():
+            for i, req in enumerate(reqs):
+                reqs[i] = None
+                yield req
+        return cls(len(reqs), reqs[-1].arrival if reqs else 0.0, sum(1 for q in reqs if q.output_tokens > 1), take(),
+                   reqs.rejected, reqs.shortened, reqs.sessions_ended_early)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        return self._made
+
+    def listed(self) -> RequestList:
+        out = RequestList(rejected=self.rejected, shortened=self.shortened,
+                          sessions_ended_early=self.sessions_ended_early)
+        out.extend(self._made)
+        return out
+
+
+def stream(resolved, seed: int | None = None) -> RequestStream:
+    """`requests`, as a RequestStream (what a simulation run takes)."""
     w = resolved.workload
-    rng = _rng(seed)
-    max_len = resolved.max_model_len
-    prefix_lengths = _prefix_lengths(w, rng).tolist()
-    sp = w.shared_prefixes
-    cdf = zipf_cdf(sp.count, sp.skew) if sp is not None and sp.count > 1 else None
-    turns_dist = w.sessions.turns if w.sessions is not None else None
-    think_mean = w.sessions.think_time if w.sessions is not None else 0.0
-    limit, duration = w.requests, w.duration
+    seed = w.seed if seed is None else seed
+    if w.kind == "trace":
+        return RequestStream.of(_replay(resolved))
+    if w.requests is None and w.duration is None:
+        raise SpecError([Problem("workload", "a synthetic workload needs an end: requests or duration",
+                                 fix="add workload.requests: 1000 or workload.duration: 10min")])
+    return _Drawn(resolved, seed).stream()
 
-    # records: (arrival, seq, prompt, output, content | None (rejected), session, turn)
-    records: list[tuple] = []
-    ended: list[float] = []                          # arrivals of turns that no longer fit
-    shortened: set[int] = set()                      # seqs of shortened requests
-    t0, session, turn_n = 0.0, 0, 0
-    finished = False
-    while not finished:
-        starts = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH))
-        t0 = float(starts[-1])
-        if cdf is not None:
-            ranks = np.minimum(np.searchsorted(cdf, rng.random(_BATCH), side="right"), len(cdf) - 1).tolist()
-        else:
-            ranks = [0] * _BATCH if sp is not None else [-1] * _BATCH
-        turns = draw(turns_dist, rng, _BATCH).tolist() if turns_dist is not None else [1] * _BATCH
-        total = sum(turns)
-        prompts = draw(w.prompt, rng, total).tolist()
-        outputs = draw(w.output, rng, total).tolist()
-        thinks = rng.exponential(think_mean, total).tolist() if turns_dist is not None else [0.0] * total
-        j = 0
-        for start, rank, n_turns in zip(starts.tolist(), ranks, turns):
-            if duration is not None and start > duration:
-                finished = True
-                break
-            if rank >= 0:
-                prefix_len = prefix_lengths[rank]
-                parts: tuple = (((SHARED_PREFIX, rank), prefix_len),)
+
+class _Drawn:
+    """Every record of a synthetic workload as numbers, in the order they were drawn (seq = index):
+    arrival, prompt and output tokens, session and turn, the turn's new text, its shared prefix
+    (rank, -1 none) and the running turn number that names its text and output segments; rejected
+    records (even one new token does not fit) have turn_n -1."""
+
+    FIELDS = ("prompt", "out", "session", "turn", "new", "rank", "turn_n", "short", "last")
+    CHUNK = 4096
+    """Records turned into Python numbers at a time, as the stream reaches them."""
+
+    def __init__(self, resolved, seed: int):
+        w = resolved.workload
+        rng = _rng(seed)
+        max_len = resolved.max_model_len
+        self.prefix_lengths = prefix_lengths = _prefix_lengths(w, rng).tolist()
+        sp = w.shared_prefixes
+        cdf = zipf_cdf(sp.count, sp.skew) if sp is not None and sp.count > 1 else None
+        turns_dist = w.sessions.turns if w.sessions is not None else None
+        self.sessions = turns_dist is not None
+        think_mean = w.sessions.think_time if w.sessions is not None else 0.0
+        limit, duration = w.requests, w.duration
+
+        arrivals: list[np.ndarray] = []
+        columns: dict[str, list[np.ndarray]] = {f: [] for f in self.FIELDS}
+        ended: list[float] = []                      # arrivals of turns that no longer fit
+        n_records, t0, session, turn_n = 0, 0.0, 0, 0
+        finished = False
+        while not finished:
+            starts = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH))
+            t0 = float(starts[-1])
+            if cdf is not None:
+                ranks = np.minimum(np.searchsorted(cdf, rng.random(_BATCH), side="right"), len(cdf) - 1).tolist()
             else:
-                prefix_len, parts = 0, ()
-            used, parent, t = prefix_len, None, start
-            session_id = session if turns_dist is not None else -1
-            for k in range(n_turns):
-                new, out = prompts[j + k], outputs[j + k]
-                if duration is not None and t > duration:
+                ranks = [0] * _BATCH if sp is not None else [-1] * _BATCH
+            turns = draw(turns_dist, rng, _BATCH).tolist() if turns_dist is not None else [1] * _BATCH
+            total = sum(turns)
+            prompts = draw(w.prompt, rng, total).tolist()
+            outputs = draw(w.output, rng, total).tolist()
+            thinks = rng.exponential(think_mean, total).tolist() if turns_dist is not None else [0.0] * total
+            batch: dict[str, list] = {f: [] for f in self.FIELDS}
+            at: list[float] = []
+            j = 0
+            for start, rank, n_turns in zip(starts.tolist(), ranks, turns):
+                if duration is not None and start > duration:
+                    finished = True
                     break
-                if used + new + out > max_len:
-                    if k:                            # a later turn: the conversation is over
-                        ended.append(t)
+                used = prefix_lengths[rank] if rank >= 0 else 0
+                t = start
+                for k in range(n_turns):
+                    new, out = prompts[j + k], outputs[j + k]
+                    if duration is not None and t > duration:
                         break
-                    room = max_len - out - used
-                    if room < 1:                     # even 1 token of new text does not fit
-                        records.append((t, len(records), used + 1, out, None, session_id, k))
-                        break
-                    new = room
-                    shortened.add(len(records))
-                parts = parts + (((USER_TEXT, turn_n), new), ((OUTPUT, turn_n), out))
-                turn_n += 1
-                parent = Segments(parts, parent)
-                records.append((t, len(records), used + new, out, parent, session_id, k))
-                used += new + out
-                t += thinks[j + k]
-            j += n_turns
-            session += 1
-        if limit is not None and len(records) >= limit and not finished:
-            # every later session starts after t0, so its turns sort after the limit-th arrival
-            arrivals = np.fromiter((r[0] for r in records), float, len(records))
-            finished = np.partition(arrivals, limit - 1)[limit - 1] <= t0
+                    short = 0
+                    if used + new + out > max_len:
+                        if k:                        # a later turn: the conversation is over
+                            ended.append(t)
+                            break
+                        room = max_len - out - used
+                        if room < 1:                 # even 1 token of new text does not fit: rejected
+                            self._add(batch, at, t, used + 1, out, session, k, 0, rank, -1, 0, 0)
+                            break
+                        new, short = room, 1
+                    self._add(batch, at, t, used + new, out, session, k, new, rank, turn_n, short, 0)
+                    turn_n += 1
+                    used += new + out
+                    t += thinks[j + k]
+                if at and batch["session"][-1] == session:
+                    batch["last"][-1] = 1
+                j += n_turns
+                session += 1
+            arrivals.append(np.array(at, dtype=np.float64))
+            for f in self.FIELDS:
+                columns[f].append(np.array(batch[f], dtype=np.int64))
+            n_records += len(at)
+            if limit is not None and n_records >= limit and not finished:
+                # every later session starts after t0, so its turns sort after the limit-th arrival
+                every = np.concatenate(arrivals)
+                finished = np.partition(every, limit - 1)[limit - 1] <= t0
 
-    records.sort()                                   # by (arrival, seq): seq is unique
-    if limit is not None:
-        del records[limit:]
-    cutoff = duration if duration is not None else math.inf
-    if limit is not None and len(records) == limit:
-        cutoff = min(cutoff, records[-1][0])
-    result = RequestList(sessions_ended_early=sum(1 for t in ended if t <= cutoff))
-    for arrival, seq, prompt, out, content, sess, turn in records:
-        if content is None:
-            result.rejected += 1
-            continue
-        result.shortened += seq in shortened
-        result.append(Request(len(result), arrival, prompt, out, content, sess, turn))
-    return result
+        arrival = np.concatenate(arrivals)
+        order = np.argsort(arrival, kind="stable")   # by (arrival, seq)
+        if limit is not None:
+            order = order[:limit]
+        cutoff = duration if duration is not None else math.inf
+        if limit is not None and len(order) == limit:
+            cutoff = min(cutoff, float(arrival[order[-1]]))
+        self.arrival = arrival[order]               # every column in arrival order
+        self.columns = {f: np.concatenate(columns[f])[order] for f in self.FIELDS}
+        kept = self.columns["turn_n"] >= 0
+        self.rejected = int((~kept).sum())
+        self.shortened = int(self.columns["short"][kept].sum())
+        self.sessions_ended_early = sum(1 for t in ended if t <= cutoff)
+        self.count = int(kept.sum())
+        self.decoding = int((self.columns["out"][kept] > 1).sum())
+        self.last_arrival = float(self.arrival[kept][-1]) if self.count else 0.0
+
+    @staticmethod
+    def _add(batch: dict, at: list, t: float, *values) -> None:
+        at.append(t)
+        for f, v in zip(_Drawn.FIELDS, values, strict=True):
+            batch[f].append(v)
+
+    def stream(self) -> RequestStream:
+        return RequestStream(self.count, self.last_arrival, self.decoding, self._requests(), self.rejected,
+                             self.shortened, self.sessions_ended_early)
+
+    def _requests(self):
+        """Requests in arrival order, ids 0.., each turn's content built on its session's previous turn."""
+        previous: dict[int, Segments] = {}       # session -> its last turn taken, until its last turn
+        names = ("prompt", "out", "session", "turn", "new", "rank", "turn_n", "last")
+        next_id = 0
+        for lo in range(0, len(self.arrival), self.CHUNK):
+            rows = zip(self.arrival[lo:lo + self.CHUNK].tolist(),
+                       *(self.columns[f][lo:lo + self.CHUNK].tolist() for f in names))
+            for arrival, prompt, out, session, turn, new, rank, turn_n, last in rows:
+                if turn_n < 0:
+                    continue
+                text = (((USER_TEXT, turn_n), new), ((OUTPUT, turn_n), out))
+                parent = previous.pop(session, None) if turn else None
+                if parent is not None:
+                    content = Segments(parent.parts + text, parent)
+                elif rank >= 0:
+                    content = Segments((((SHARED_PREFIX, rank), self.prefix_lengths[rank]),) + text)
+                else:
+                    content = Segments(text)
+                if not last:
+                    previous[session] = content
+                yield Request(next_id, arrival, prompt, out, content, session if self.sessions else -1, turn)
+                next_id += 1
 
 
 # --------------------------------------------------------------------------- traces
