@@ -288,7 +288,7 @@ def test_a_parent_only_speeds_things_up():
 
 
 def test_a_finished_turn_hands_its_keys_to_the_next_instead_of_rehashing_the_conversation(monkeypatch):
-    import kvplan.sim.workload as workload
+    import kvplan.sim.content as content
 
     turn0 = Segments((((1, 0), 500), ((3, 0), 77), ((4, 0), 200)))
     turn1 = Segments(turn0.parts + (((3, 1), 90), ((4, 1), 300)), turn0)
@@ -296,8 +296,8 @@ def test_a_finished_turn_hands_its_keys_to_the_next_instead_of_rehashing_the_con
     turn0.keys(16, len(turn0))
     turn0.forget()                                  # finished before the next turn asked for its keys
     started_from = []
-    extend = workload._extend_keys
-    monkeypatch.setattr(workload, "_extend_keys", lambda parts, n, unit, base: started_from.append(len(base))
+    extend = content._extend_keys
+    monkeypatch.setattr(content, "_extend_keys", lambda parts, n, unit, base: started_from.append(len(base))
                         or extend(parts, n, unit, base))
     assert turn1.keys(16, len(turn1)) == expected
     assert started_from == [len(turn0) // 16]       # only the new tokens were hashed

@@ -1,0 +1,245 @@
+"""Content: what a request's tokens are, told only by their prefix-chained keys, so that cache reuse is exact.
+
+A request's tokens (prompt, then generated output) are never materialised. Its `content` only
+answers one question: "what are the prefix-chained keys of your full `unit`-token pieces?".
+vLLM's prefix cache asks with unit = block_size and LMCache with unit = chunk_size; two requests
+share key i exactly when their first (i + 1) x unit tokens are identical, so a cache hit in the
+simulator is the same event as a hit in the real stack, never a probability.
+
+Two kinds of content:
+
+- `Segments` (synthetic workloads): a tuple of parts (segment identity, length). A segment is
+  a run of tokens named by a small tuple of ints, e.g. (SHARED_PREFIX, 3) or (USER_TEXT, 812);
+  the token at offset j of a segment depends only on (identity, j), so any two contents that
+  agree part by part up to a token agree on every token before it.
+- `TraceBlocks` (Mooncake traces): the trace's `hash_ids` are prefix-chained ids of
+  `block_size`-token blocks; they are mapped onto units of any size (a 512-token block is two
+  256-token chunks; a unit that does not divide the block works too).
+
+Keys are Python `hash()` of tuples of ints only (never str or bytes), so they are the same in
+every process whatever PYTHONHASHSEED is (they may differ between CPython versions, which never
+matters inside one run).
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+# Segment kinds (the first int of a segment identity). Keep them positive: CPython hashes -1 and -2
+# to the same value.
+SHARED_PREFIX = 1
+"""A shared prefix: (SHARED_PREFIX, index); index 0 is the most popular (system prompt, repository, document)."""
+TEMPLATE = 2
+"""A warm-up template: (TEMPLATE, i) for lmcache.warmup.templates[i]."""
+USER_TEXT = 3
+"""New text a user sends (a chat turn, a code request, a question, a unique document): (USER_TEXT, n)."""
+OUTPUT = 4
+"""Generated tokens of one request: (OUTPUT, n)."""
+
+SEGMENTS_ROOT = 0x7365676D656E7473
+"""The key before key 0 in a Segments chain."""
+TRACE_TAG = 0x7472616365
+"""Tags a trace block key: hash((TRACE_TAG, hash_id, end offset in the block))."""
+OUTPUT_TAG = 0x6F7574707574
+"""Tags a trace output key: hash((previous key, OUTPUT_TAG, request, end token))."""
+
+
+@runtime_checkable
+class Content(Protocol):
+    def keys(self, unit: int, length: int) -> list[int]:
+        """Prefix-chained integer keys of the full `unit`-token pieces among the first `length` tokens
+        (exactly length // unit keys; a trailing partial piece gets no key). Two contents share key i
+        iff their first (i+1)*unit tokens are identical."""
+        ...
+
+    def forget(self) -> None:
+        """Drop cached keys; later keys() calls recompute them."""
+        ...
+
+
+def _check_length(content: Any, unit: int, length: int) -> None:
+    if unit < 1:
+        raise ValueError(f"unit must be >= 1, got {unit}")
+    if not 0 <= length <= content.length:
+        raise ValueError(f"length {length} is outside this content's 0..{content.length} tokens")
+
+
+_NO_KEYS: dict[int, list[int]] = {}
+"""The keys of a content that holds none (shared, never written: most of a long run's contents)."""
+
+
+class Segments:
+    """Content made of named token runs: `parts` is a tuple of (segment identity, length).
+
+    Key i is hash((key i-1, pieces)) where pieces is the tuple of (identity, start, end) runs inside
+    unit i (start/end are offsets within the segment); key -1 is SEGMENTS_ROOT. `parent`, when
+    given, must be a content whose parts begin ours (the previous turn of a session): its keys are
+    reused instead of recomputed (a pure speed-up, the keys are the same either way).
+
+    A finished request forgets its keys (`forget`), except those its next turn has not computed
+    yet: they are handed on rather than hashed again from the conversation's start.
+    """
+
+    __slots__ = ("_tail", "length", "_parent", "_keys", "_heir", "_handed", "_done")
+
+    def __init__(self, parts: tuple[tuple[tuple[int, ...], int], ...], parent: "Segments | None" = None):
+        if parent is None:
+            tail = _nonempty(parts)
+            length = sum(n for _, n in tail)
+        else:                                        # only the parts after the parent's are new
+            before = parent.parts
+            if parts[:len(before)] != before:
+                raise ValueError("parent's parts must begin this content's parts")
+            tail = _nonempty(parts[len(before):])
+            length = parent.length + sum(n for _, n in tail)
+        self._tail = tail                            # a turn holds only its own parts: a million turns, not
+        self.length = length                         # a million copies of their conversations
+        self._parent = parent
+        self._keys: dict[int, list[int]] = _NO_KEYS
+        self._heir = False                           # a next turn builds on this one (no reference to it:
+        self._handed: tuple[int, ...] = ()           # a cycle would outlive a run, which pauses the collector)
+        self._done = False                           # units the next turn has built on, and whether this
+        if parent is not None:                       # turn has finished
+            parent._heir = True
+
+    @property
+    def parts(self) -> tuple[tuple[tuple[int, ...], int], ...]:
+        """Every part, from the conversation's start."""
+        return self._tail if self._parent is None else self._parent.parts + self._tail
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return f"Segments({self.parts!r})"
+
+    def keys(self, unit: int, length: int) -> list[int]:
+        _check_length(self, unit, length)
+        return self._all_keys(unit)[: length // unit]
+
+    def _all_keys(self, unit: int) -> list[int]:
+        done = self._keys.get(unit)
+        if done is not None:
+            return done
+        chain, node = [], self                       # walk up to the nearest ancestor that has them
+        while node is not None and unit not in node._keys:
+            chain.append(node)
+            node = node._parent
+        base: list[int] = node._keys[unit] if node is not None else []
+        for node in reversed(chain):                 # only this content keeps them (see forget)
+            base = _extend_keys(node.parts, node.length // unit, unit, base)
+        if self._keys is _NO_KEYS:
+            self._keys = {}
+        self._keys[unit] = base
+        parent = self._parent
+        if parent is not None:
+            if parent._done:                         # handed on: the finished turn needs them no more
+                parent._keys.pop(unit, None)
+            else:
+                parent._handed += (unit,)
+        return base
+
+    def forget(self) -> None:
+        """Drop the cached keys (they are recomputed if asked for again): a finished request's
+        keys would otherwise stay in memory for the rest of a long run. Keys the next turn has
+        not yet built on are kept until it has."""
+        self._done = True
+        kept = {unit: keys for unit, keys in self._keys.items() if self._heir and unit not in self._handed}
+        self._keys = kept or _NO_KEYS
+        self._handed = ()
+
+
+def _nonempty(parts) -> tuple:
+    """The parts with tokens, each an (identity, int length) pair (the pair given, when it already is one)."""
+    return tuple(p if type(p[1]) is int else (p[0], int(p[1])) for p in parts if p[1] > 0)
+
+
+def _extend_keys(parts, n_keys: int, unit: int, base: list[int]) -> list[int]:
+    keys = list(base)
+    if len(keys) >= n_keys:
+        return keys
+    pi, po = 0, len(keys) * unit                     # part index and offset inside it
+    while po >= parts[pi][1]:
+        po -= parts[pi][1]
+        pi += 1
+    prev = keys[-1] if keys else SEGMENTS_ROOT
+    for _ in range(n_keys - len(keys)):
+        ident, plen = parts[pi]
+        if plen - po > unit:                         # the common case: the unit lies inside one part
+            prev = hash((prev, ((ident, po, po + unit),)))
+            po += unit
+        else:
+            need, pieces = unit, []
+            while need:
+                ident, plen = parts[pi]
+                take = min(need, plen - po)
+                pieces.append((ident, po, po + take))
+                po += take
+                need -= take
+                if po == plen:
+                    pi, po = pi + 1, 0
+            prev = hash((prev, tuple(pieces)))
+        keys.append(prev)
+    return keys
+
+
+class TraceBlocks:
+    """Content of one Mooncake trace request: `hash_ids` name its `block_size`-token blocks.
+
+    A unit ending at token e <= input_length lies in block b = (e-1)//block_size and its key is
+    hash((TRACE_TAG, hash_ids[b], e - b*block_size)): the hash ids are prefix-chained, so the id of
+    the block holding a unit's last token names everything before it. Units ending after the input
+    (generated tokens) chain on the previous key and `request` (the request's line index in the
+    trace): hash((prev, OUTPUT_TAG, request, e)), so outputs are never shared between requests.
+    """
+
+    __slots__ = ("hash_ids", "input_length", "length", "block_size", "request", "_keys")
+
+    def __init__(self, hash_ids: list[int], input_length: int, output_length: int, block_size: int, request: int):
+        if len(hash_ids) * block_size < input_length:
+            raise ValueError(f"{len(hash_ids)} blocks of {block_size} tokens cannot hold {input_length} tokens")
+        self.hash_ids = hash_ids
+        self.input_length = input_length
+        self.length = input_length + output_length
+        self.block_size = block_size
+        self.request = request
+        self._keys: dict[int, list[int]] | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return f"TraceBlocks(request={self.request}, input={self.input_length}, blocks={len(self.hash_ids)})"
+
+    def keys(self, unit: int, length: int) -> list[int]:
+        _check_length(self, unit, length)
+        if self._keys is None:
+            self._keys = {}
+        done = self._keys.get(unit)
+        if done is None:
+            done = self._keys[unit] = self._compute(unit)
+        return done[: length // unit]
+
+    def forget(self) -> None:
+        """Drop the cached keys (recomputed if asked for again)."""
+        self._keys = None
+
+    def _compute(self, unit: int) -> list[int]:
+        ids, bs = self.hash_ids, self.block_size
+        n_in = self.input_length // unit
+        if unit == bs:
+            keys = [hash((TRACE_TAG, h, bs)) for h in ids[:n_in]]
+        else:                                  # the same keys as a per-unit loop, hashed by map/zip in C
+            ends = np.arange(unit, n_in * unit + 1, unit)
+            block = (ends - 1) // bs
+            keys = list(map(hash, zip(repeat(TRACE_TAG), np.asarray(ids)[block].tolist(),
+                                      (ends - block * bs).tolist())))
+        prev = keys[-1] if keys else TRACE_TAG
+        for e in range((n_in + 1) * unit, self.length + 1, unit):
+            prev = hash((prev, OUTPUT_TAG, self.request, e))
+            keys.append(prev)
+        return keys
