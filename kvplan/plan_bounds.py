@@ -83,11 +83,13 @@ def at_rate(topo: Topology, rate: float, slo: Slo, seed: int,
     base["workload"]["arrivals"]["rate"] = rate
     key = hashlib.sha256(json.dumps([topo.spec_hash(), rate, base["slo"], seed]).encode()).hexdigest()[:24]
     kept = cache.get_workload(key) if cache is not None else None
-    if kept is not None:
-        base["workload"]["arrivals"]["rate"] = kept["arrival_rate"]
+    try:
         stats = WorkloadStats(requests=kept["requests"], span=kept["span"], output=np.array(kept["output"], np.int64),
                               compulsory=np.array(kept["compulsory"], np.int64), chunk_keys=kept["chunk_keys"])
-        return base, kept["offered"], stats
+        offered, base["workload"]["arrivals"]["rate"] = float(kept["offered"]), float(kept["arrival_rate"])
+        return base, offered, stats
+    except (KeyError, TypeError, ValueError):  # none kept, or a file from elsewhere: measure it again
+        pass
     from .sim import workload as wl
 
     def offered_by(r: Resolved) -> float:

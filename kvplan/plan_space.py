@@ -155,9 +155,6 @@ class Specs:
     def topology(self, spec: dict) -> Topology:
         try:
             sections = {k: self._section(k, spec.get(k)) for k in self.SECTIONS}
-        except ValidationError:
-            return from_mapping(spec)
-        try:
             return Topology.model_validate({**self.shared, **sections})
         except (ValidationError, SpecError):
             return from_mapping(spec)          # the same problems, worded as validate words them

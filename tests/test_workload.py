@@ -303,6 +303,25 @@ def test_a_finished_turn_hands_its_keys_to_the_next_instead_of_rehashing_the_con
     assert started_from == [len(turn0) // 16]       # only the new tokens were hashed
     assert turn0._keys == {}                        # and the finished turn keeps nothing once handed on
 
+
+def test_a_turn_built_after_its_predecessor_finished_still_hashes_only_its_new_tokens(monkeypatch):
+    """The workload stream builds a turn when it arrives, which may be after the previous turn has
+    finished: that turn was built as an heir's parent (`heir=True`), so it kept its keys for it."""
+    import kvplan.sim.content as content
+
+    turn0 = Segments((((1, 0), 500), ((3, 0), 77), ((4, 0), 200)), heir=True)
+    turn0.keys(16, len(turn0))
+    turn0.forget()                                  # finished: the next turn does not exist yet
+    turn1 = Segments.after(turn0, (((3, 1), 90), ((4, 1), 300)))
+    assert turn1.parts == turn0.parts + (((3, 1), 90), ((4, 1), 300))
+    started_from = []
+    extend = content._extend_keys
+    monkeypatch.setattr(content, "_extend_keys", lambda parts, n, unit, base: started_from.append(len(base))
+                        or extend(parts, n, unit, base))
+    assert turn1.keys(16, len(turn1)) == Segments(turn1.parts).keys(16, len(turn1))
+    assert started_from[0] == len(turn0) // 16      # the new tokens only (the check above hashed all of them)
+    assert turn0._keys == {}
+
 # ------------------------------------------------------------------ chat
 
 @pytest.fixture(scope="module")

@@ -81,26 +81,35 @@ class Segments:
     reused instead of recomputed (a pure speed-up, the keys are the same either way).
 
     A finished request forgets its keys (`forget`), except those its next turn has not computed
-    yet: they are handed on rather than hashed again from the conversation's start.
+    yet: they are handed on rather than hashed again from the conversation's start. `heir` says
+    that a next turn will be built on this one, perhaps only after this one has finished (the
+    workload stream builds a turn when it arrives): its keys are then kept for it from the start.
     """
 
     __slots__ = ("_tail", "length", "_parent", "_keys", "_heir", "_handed", "_done")
 
-    def __init__(self, parts: tuple[tuple[tuple[int, ...], int], ...], parent: "Segments | None" = None):
-        if parent is None:
-            tail = _nonempty(parts)
-            length = sum(n for _, n in tail)
-        else:                                        # only the parts after the parent's are new
+    def __init__(self, parts: tuple[tuple[tuple[int, ...], int], ...], parent: "Segments | None" = None,
+                 heir: bool = False):
+        if parent is not None:                       # only the parts after the parent's are new
             before = parent.parts
             if parts[:len(before)] != before:
                 raise ValueError("parent's parts must begin this content's parts")
-            tail = _nonempty(parts[len(before):])
-            length = parent.length + sum(n for _, n in tail)
+            parts = parts[len(before):]
+        self._init(_nonempty(parts), parent, heir)
+
+    @classmethod
+    def after(cls, parent: "Segments", parts: tuple, heir: bool = False) -> "Segments":
+        """The content that is `parent`'s parts then `parts` (the next turn of a session)."""
+        self = cls.__new__(cls)
+        self._init(_nonempty(parts), parent, heir)
+        return self
+
+    def _init(self, tail: tuple, parent: "Segments | None", heir: bool) -> None:
         self._tail = tail                            # a turn holds only its own parts: a million turns, not
-        self.length = length                         # a million copies of their conversations
-        self._parent = parent
+        self.length = (parent.length if parent is not None else 0) + sum(n for _, n in tail)
+        self._parent = parent                        # a million copies of their conversations
         self._keys: dict[int, list[int]] = _NO_KEYS
-        self._heir = False                           # a next turn builds on this one (no reference to it:
+        self._heir = heir                            # a next turn builds on this one (no reference to it:
         self._handed: tuple[int, ...] = ()           # a cycle would outlive a run, which pauses the collector)
         self._done = False                           # units the next turn has built on, and whether this
         if parent is not None:                       # turn has finished

@@ -384,13 +384,14 @@ class _Drawn:
                     continue
                 text = (((USER_TEXT, turn_n), new), ((OUTPUT, turn_n), out))
                 parent = previous.pop(session, None) if turn else None
+                heir = not last                  # its next turn may arrive after it has finished
                 if parent is not None:
-                    content = Segments(parent.parts + text, parent)
+                    content = Segments.after(parent, text, heir)
                 elif rank >= 0:
-                    content = Segments((((SHARED_PREFIX, rank), self.prefix_lengths[rank]),) + text)
+                    content = Segments((((SHARED_PREFIX, rank), self.prefix_lengths[rank]),) + text, heir=heir)
                 else:
-                    content = Segments(text)
-                if not last:
+                    content = Segments(text, heir=heir)
+                if heir:
                     previous[session] = content
                 yield Request(next_id, arrival, prompt, out, content, session if self.sessions else -1, turn)
                 next_id += 1
