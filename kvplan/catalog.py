@@ -70,6 +70,9 @@ class Device(Cited):
     """Dense BF16 peak, TFLOP/s."""
     fp8_tflops: float | None = Field(None, gt=0)
     """Dense FP8 peak, TFLOP/s (none without FP8 tensor cores)."""
+    fp32_tflops: float | None = Field(None, gt=0)
+    """Dense FP32 peak, TFLOP/s: the peak of a model served in fp32 (serving.weights_dtype: fp32). Given for the CPU
+    devices, which serve fp32 where they lack bf16 arithmetic; none where no spec serves fp32."""
     pcie: Bandwidth | None = None
     """Host link, one direction."""
     nvlink: Bandwidth | None = None

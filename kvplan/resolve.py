@@ -50,12 +50,13 @@ one OSD op, as op_r_latency / op_w_latency count it."""
 OP_ALERT_FACTOR = 2.0
 """The Ceph op latency alert's default: this many times the slowest unloaded op, i.e. the OSDs queue."""
 
-KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
-AUTO_KV_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
-"""model.weights_dtype -> the KV dtype vLLM's --kv-cache-dtype auto stores: the model's activation dtype (its
-config's torch_dtype), which for the checkpoints released in fp8 (DeepSeek-V3: torch_dtype bfloat16 beside an
-fp8 quantization_config) is bf16."""
+KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
+AUTO_KV_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
+"""The dtype a model runs in -> the KV dtype vLLM's --kv-cache-dtype auto stores: the activation dtype, which
+for the checkpoints released in fp8 (DeepSeek-V3: torch_dtype bfloat16 beside an fp8 quantization_config) is bf16."""
+UNQUANTISED = ("fp32", "bf16", "fp16")
+"""Weight dtypes vLLM serves by --dtype: the model then runs (and keeps its KV) in that dtype, not its config's."""
 
 
 class ResolvedTier(SpecModel):
@@ -274,6 +275,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
 
     tp = s.tensor_parallel
     mem = _accelerator_memory(model, device, s, problems)
+    peak = _peak_tflops(device, mem.weights_dtype, problems)
     max_model_len = mem.max_model_len
 
     # ---- vLLM's batch defaults (vLLM EngineArgs.get_batch_defaults)
@@ -307,7 +309,6 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
     if problems:
         raise SpecError(problems)
 
-    peak = device.fp8_tflops if mem.weights_dtype == "fp8" and device.fp8_tflops else device.bf16_tflops
     return Resolved(
         name=topo.name, spec_hash=topo.spec_hash(), simulate_only=topo.simulate_only,
         simulation_only=[(p.path, p.message) for p in topo.simulation_only_settings()] if topo.simulate_only else [],
@@ -368,7 +369,9 @@ def _accelerator_memory(model: Architecture, device: Device, s, problems: list[P
                                     "1GiB, 2GiB, ...", f"use {max(1, round(s.kv_cache_memory / GIB))}GiB"))
 
     # ---- bytes per token, block and chunk
-    kv_dtype = s.kv_cache_dtype if s.kv_cache_dtype != "auto" else AUTO_KV_DTYPE[model.weights_dtype]
+    weights_dtype = s.weights_dtype if s.weights_dtype != "auto" else model.weights_dtype
+    runs_in = weights_dtype if weights_dtype in UNQUANTISED else model.weights_dtype
+    kv_dtype = s.kv_cache_dtype if s.kv_cache_dtype != "auto" else AUTO_KV_DTYPE[runs_in]
     kv_dtype_bytes = KV_DTYPE_BYTES[kv_dtype]
     kv_bytes = kv_bytes_per_token(model, kv_dtype_bytes)
     kv_heads_per_rank = model.num_kv_heads if model.attention == "mla" else max(1, model.num_kv_heads // tp)
@@ -376,11 +379,10 @@ def _accelerator_memory(model: Architecture, device: Device, s, problems: list[P
     block_bytes_per_rank = per_rank_token * s.block_size
 
     # ---- accelerator memory
-    weights_dtype = s.weights_dtype if s.weights_dtype != "auto" else model.weights_dtype
     as_released = s.model_path is None or s.model_path == model.hf_id
-    if model.weights_dtype == "fp8" and weights_dtype in ("bf16", "fp16") and as_released:
+    if model.weights_dtype == "fp8" and weights_dtype in UNQUANTISED and as_released:
         problems.append(Problem("serving.weights_dtype", f"{model.name} is released with fp8 weights, which vLLM serves as "
-                                f"fp8 whatever --dtype says: {weights_dtype} would count twice the bytes it loads",
+                                f"fp8 whatever --dtype says: {weights_dtype} would count more bytes than it loads",
                                 s.weights_dtype, "auto or fp8 for this checkpoint",
                                 "set serving.weights_dtype: auto, or serving.model_path to a 16-bit conversion of it"))
     weight_bytes_per_gpu = int(model.params * WEIGHT_BYTES[weights_dtype] / tp)
@@ -408,6 +410,21 @@ def _accelerator_memory(model: Architecture, device: Device, s, problems: list[P
                    block_bytes_per_rank, weights_dtype, weight_bytes_per_gpu, kv_budget, hbm_blocks, hbm_tokens)
 
 
+def _peak_tflops(device: Device, weights_dtype: str, problems: list[Problem]) -> float:
+    """The dense peak the model's matrix multiplies run at: fp8's where the weights are fp8 and the device has
+    fp8 units, fp32's for a model served in fp32, bf16's otherwise (fp16 and int4 run at the 16-bit rate)."""
+    if weights_dtype == "fp8" and device.fp8_tflops:
+        return device.fp8_tflops
+    if weights_dtype != "fp32":
+        return device.bf16_tflops
+    if device.fp32_tflops is None:
+        problems.append(Problem("serving.weights_dtype", f"the catalog has no fp32 peak for {device.name}, so an fp32 "
+                                "model's step times cannot be simulated", weights_dtype, "bf16, fp16, or fp32 on a "
+                                "device with fp32_tflops", "serve bf16, or add fp32_tflops to the device in the catalog"))
+        return device.bf16_tflops
+    return device.fp32_tflops
+
+
 def accelerator_problems(topo: Topology, catalog: Catalog) -> list[Problem]:
     """What keeps the spec's model off its accelerator at its tensor parallelism, whatever its tiers:
     `resolve` reports the same problems for every spec that shares the model and serving section, so
@@ -418,7 +435,8 @@ def accelerator_problems(topo: Topology, catalog: Catalog) -> list[Problem]:
         device = lookup(catalog.devices, topo.serving.gpu, "serving.gpu", "accelerator")
     except SpecError as exc:
         return list(exc.problems)
-    _accelerator_memory(model, device, topo.serving, problems)
+    mem = _accelerator_memory(model, device, topo.serving, problems)
+    _peak_tflops(device, mem.weights_dtype, problems)
     return problems
 
 

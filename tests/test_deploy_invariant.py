@@ -20,7 +20,7 @@ from kvplan.deploy import ansible_yaml
 from kvplan.deploy.render import render
 from kvplan.deploy.secrets import Secrets
 from kvplan.errors import SpecError
-from kvplan.resolve import GIB, resolve
+from kvplan.resolve import GIB, WEIGHT_BYTES, resolve
 from kvplan.sim.eviction import POLICIES, TTL
 from kvplan.deploy.stack import VLLM_DTYPE, router_policy
 from kvplan.sim import workload as wl
@@ -66,17 +66,20 @@ def test_the_rendered_stack_carries_the_simulators_numbers(path, tmp_path):
     assert int(vllm["--tensor-parallel-size"][0]) == r.tensor_parallel
     assert int(vllm["--max-num-seqs"][0]) == r.max_num_seqs
     assert int(vllm["--max-num-batched-tokens"][0]) == r.max_num_batched_tokens
-    assert vllm["--kv-cache-dtype"] == [r.kv_cache_dtype]
+    # the KV bytes the simulator counts: the dtype named, or auto where vLLM has no name for it (fp32: the --dtype)
+    assert vllm["--kv-cache-dtype"] in ([r.kv_cache_dtype], ["auto"])
+    assert vllm["--kv-cache-dtype"] == [r.kv_cache_dtype] or vllm["--dtype"] == [r.kv_cache_dtype]
     assert ("--enable-prefix-caching" in vllm) == r.prefix_caching
     placed = [ansible_yaml.load((root / "project" / "host_vars" / f"gpu-{i + 1}.yml").read_text())["vllm_instances"]
               for i in range(r.nodes)]
     assert sum(len(p) for p in placed) == len(sim.engines) == r.instances
-    # the weights the simulator's steps stream are the ones vLLM loads: 16-bit as --dtype, else quantised
+    # the weights the simulator's steps stream are the ones vLLM loads: unquantised as --dtype, else quantised
     per_param = sim.engines[0].steptime.weight_bytes * r.tensor_parallel / r.model.params
     if "--quantization" in vllm:
         assert vllm["--quantization"][0] in QUANTIZATIONS[r.weights_dtype] and per_param < 2
     else:
-        assert vllm["--dtype"] == [VLLM_DTYPE[r.weights_dtype]] and per_param == pytest.approx(2.0, rel=1e-6)
+        assert vllm["--dtype"] == [VLLM_DTYPE[r.weights_dtype]]
+        assert per_param == pytest.approx(WEIGHT_BYTES[r.weights_dtype], rel=1e-6)
     # the router routes as the simulator's Router does, over every instance
     args, wanted = role_vars(root, "router")["router_args"], router_policy(sim.router.kind)
     assert any(args[i:i + len(wanted)] == wanted for i in range(len(args))), (args, wanted)

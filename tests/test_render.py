@@ -154,6 +154,14 @@ def test_a_checkpoint_released_in_fp8_renders_as_released(tmp_path):
     assert args[args.index("--kv-cache-dtype") + 1] == "bfloat16"
 
 
+def test_fp32_renders_as_dtype_float32_with_kv_left_to_vllms_auto(tmp_path):
+    """vLLM's --kv-cache-dtype has no float32: auto keeps KV in the dtype the model runs in, the fp32 simulated."""
+    root = render(resolve(spec("local")), LOCAL, tmp_path / "run", KEYS).root
+    args = ansible_yaml.load((root / "project" / "group_vars" / "all" / "vllm.yml").read_text())["vllm_args"]
+    assert args[args.index("--dtype") + 1] == "float32"
+    assert args[args.index("--kv-cache-dtype") + 1] == "auto"
+
+
 def test_a_quantization_that_disagrees_with_the_simulated_weights_is_refused_at_validate():
     with pytest.raises(SpecError) as exc:
         spec("chat-llama2-13b", serving__quantization="awq")

@@ -52,6 +52,24 @@ def test_a_16_bit_simulation_of_a_checkpoint_released_in_fp8_is_refused():
     assert "released with fp8 weights" in problem.message and "serving.weights_dtype: auto" in problem.fix
 
 
+def test_a_model_served_in_fp32_counts_four_bytes_per_weight_and_per_kv_element_at_the_fp32_peak():
+    """examples/local.yaml serves the tiny model in fp32 (CPUs without bf16 arithmetic): vLLM --dtype float32 keeps
+    KV in fp32 too (--kv-cache-dtype auto), twice bf16's bytes in every tier, and the steps run at the fp32 peak."""
+    fp32 = resolve(spec("local"))
+    bf16 = resolve(spec("local", serving__weights_dtype="bf16"))
+    assert (fp32.weights_dtype, fp32.weight_bytes_per_param, fp32.kv_cache_dtype) == ("fp32", 4.0, "float32")
+    assert fp32.kv_bytes_per_token == 2 * bf16.kv_bytes_per_token == 4 * 2 * 2 * 64 * 4   # 4 layers, K+V, 2 heads
+    assert fp32.lmcache.chunk_bytes == 2 * bf16.lmcache.chunk_bytes == 2**20
+    assert fp32.peak_flops == 0.2368e12 and bf16.peak_flops == 0.4736e12
+
+
+def test_fp32_on_a_device_without_an_fp32_peak_is_refused_with_the_fix():
+    with pytest.raises(SpecError) as exc:
+        on("Llama-3.1-8B", serving__tensor_parallel=1, serving__weights_dtype="fp32")
+    problem = next(p for p in exc.value.problems if p.path == "serving.weights_dtype")
+    assert "no fp32 peak for H100" in problem.message and "fp32_tflops" in problem.fix
+
+
 def test_tp4_quarters_the_per_rank_bytes_of_a_model_with_8_kv_heads():
     r = on("Llama-3.1-70B", serving__tensor_parallel=4)
     assert r.kv_bytes_per_token == 320 * KIB

@@ -248,9 +248,10 @@ the two must be within the bound."""
 
 @pytest.fixture(scope="module")
 def fidelity(stack, tmp_path_factory):
-    """benchmarks/fidelity.py at half length, the calibration workload at full length: bench three workloads and,
-    on the stack redeployed with vLLM's prefix cache off, a fourth; calibrate on one, predict all four; the base
-    stack is deployed back at the end."""
+    """benchmarks/fidelity.py at half length, the calibration workload at full length, at rates the machine's speed
+    allows (the benchmark times its primed requests): bench three workloads and, on the stack redeployed with
+    vLLM's prefix cache off, a fourth; calibrate on one, predict all four; the base stack is deployed back at the
+    end."""
     out = tmp_path_factory.mktemp("fidelity")
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fidelity.py"), "--scale", "0.5",
                            "--calibration-scale", "1", "--router", f"http://{ROUTER[0]}:{ROUTER[1]}", "--out", str(out),
@@ -461,22 +462,22 @@ def lmcache_l1_usage() -> list[int]:
         return json.load(resp)["storage_manager"]["l1_usage"]
 
 
-UNDERSIZED_DDR = 16 * 2**20
-"""An L1 of 32 chunks (512 KiB each): well under the undersized workload's working set."""
+UNDERSIZED_DDR = 32 * 2**20
+"""An L1 of 32 chunks (1 MiB each: 256 tokens of fp32 KV): well under the undersized workload's working set."""
 
 
 def undersized_ddr_spec(path: Path) -> Path:
-    """examples/local.yaml with vLLM's prefix cache off (LMCache serves all the reuse), a 16 MiB ddr tier (L1) and a
-    RAG workload of 48 two-chunk documents read uniformly: a working set of 96 chunks (48 MiB) that the L1's 19 to 26
+    """examples/local.yaml with vLLM's prefix cache off (LMCache serves all the reuse), a 32 MiB ddr tier (L1) and a
+    RAG workload of 48 two-chunk documents read uniformly: a working set of 96 chunks (96 MiB) that the L1's 19 to 26
     chunks (MP mode evicts 20 % of them once 80 % full) cannot hold, while L2 (the disk tier, 2 GiB) holds every one.
     Documents of two chunks keep a request's L1 reservation far below the ~6 chunks MP mode leaves free: a prefetch
-    from L2 needs room in L1, and one that does not fit is not served at all (an 8 MiB L1 under the chat workload's
+    from L2 needs room in L1, and one that does not fit is not served at all (an L1 of 16 chunks under the chat workload's
     12-chunk prompts: L1 served 16 % of the lookups and L2 only 4 %)."""
     import yaml
 
     spec = yaml.safe_load((REPO / "examples" / "local.yaml").read_text())
     spec["serving"]["prefix_caching"] = False
-    spec["lmcache"]["ddr"]["size"] = "16MiB"
+    spec["lmcache"]["ddr"]["size"] = "32MiB"
     spec["workload"] = {"kind": "rag", "seed": 1, "requests": 150, "arrivals": {"process": "poisson", "rate": "4/s"},
                         "shared_prefixes": {"count": 48, "skew": 0.0, "tokens": 512},
                         "prompt": {"dist": "uniform", "min": 32, "max": 128}, "output": 16}
@@ -485,7 +486,7 @@ def undersized_ddr_spec(path: Path) -> Path:
 
 
 def test_doctor_finds_an_undersized_ddr_tier_from_lmcaches_live_counters(stack, tmp_path):
-    """The stack redeployed with a 16 MiB ddr tier (LMCache and vLLM only: they restart, so LMCache's counters count
+    """The stack redeployed with a 32 MiB ddr tier (LMCache and vLLM only: they restart, so LMCache's counters count
     this run alone) and benched with a workload whose reuse it cannot hold: L1 ends full, answers a minority of
     LMCache's lookups, and L2 answers more of them than L1 does. doctor finds exactly that (live-tier-undersized, with
     L1's fill and hit ratios as LMCache's /status and /metrics give them) and proposes a ddr size that holds 90 % of
@@ -499,7 +500,7 @@ def test_doctor_finds_an_undersized_ddr_tier_from_lmcaches_live_counters(stack, 
     try:
         small = kvplan("deploy", str(spec), "-i", INVENTORY, "--tags", "lmcache,vllm", state=stack["state"])
         assert small.returncode == 0, small.stdout + small.stderr
-        assert lmcache_l1_usage() == [0, UNDERSIZED_DDR], "LMCache's L1 is not 16 MiB, or not empty"
+        assert lmcache_l1_usage() == [0, UNDERSIZED_DDR], "LMCache's L1 is not 32 MiB, or not empty"
         bench = subprocess.run([KVPLAN, "bench", str(spec), "--target", f"http://{API[0]}:{API[1]}",
                                 "--out", str(tmp_path / "run")], cwd=REPO, capture_output=True, text=True, timeout=600,
                                env={**os.environ, "COLUMNS": "120"})

@@ -36,8 +36,11 @@ LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
 PYTHONHASHSEED = "0"
 """Same chunk hashes on every vLLM and LMCache process, so shared and persistent tiers hit."""
 
-VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
+VLLM_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 """kvplan weights dtype -> vLLM --dtype, for weights served unquantised (exactly the bytes the simulation counts)."""
+VLLM_KV_DTYPE = {"float32": "auto"}
+"""Resolved KV dtype -> vLLM --kv-cache-dtype, where they differ: vLLM has no float32 choice; auto keeps KV in the
+dtype the model runs in, which --dtype float32 makes fp32."""
 
 MP_POLICY = {"none": "noop"}
 """kvplan policy name -> LMCache MP server name, where they differ."""
@@ -304,7 +307,7 @@ def vllm_args(r: Resolved) -> list[str]:
     args = ["--served-model-name", r.model.name, "--tensor-parallel-size", str(r.tensor_parallel),
             "--block-size", str(r.block_size), "--max-model-len", str(r.max_model_len),
             "--max-num-seqs", str(r.max_num_seqs), "--max-num-batched-tokens", str(r.max_num_batched_tokens),
-            "--kv-cache-dtype", r.kv_cache_dtype]
+            "--kv-cache-dtype", VLLM_KV_DTYPE.get(r.kv_cache_dtype, r.kv_cache_dtype)]
     if r.quantization is not None:
         args += ["--quantization", r.quantization]
     elif r.weights_dtype in VLLM_DTYPE:

@@ -13,9 +13,9 @@ from ..errors import Problem, SpecError
 from ..spec.serving import QUANTIZATIONS
 from .imported import PLACEHOLDER_WORKLOAD, Imported, read_int
 
-DTYPES = {**{vllm: ours for ours, vllm in VLLM_DTYPE.items()}, "half": "fp16"}
-"""vLLM --dtype -> serving.weights_dtype, the inverse of what the deployment passes (auto and float32 are left to
-the model's own)."""
+DTYPES = {**{vllm: ours for ours, vllm in VLLM_DTYPE.items()}, "half": "fp16", "float": "fp32"}
+"""vLLM --dtype -> serving.weights_dtype, the inverse of what the deployment passes (auto is left to the model's
+own)."""
 
 QUANTIZED_WEIGHTS = {method: dtype for dtype, methods in QUANTIZATIONS.items() for method in methods
                      if sum(method in ms for ms in QUANTIZATIONS.values()) == 1}
@@ -106,7 +106,7 @@ def from_vllm_command(command: str, gpu: str, name: str = "imported") -> Importe
             if value in DTYPES:
                 serving["weights_dtype"] = DTYPES[value]
             elif value != "auto":
-                unmapped.append((shown, "kvplan simulates bf16, fp16, fp8 and int4 weights"))
+                unmapped.append((shown, "kvplan simulates fp32, bf16, fp16, fp8 and int4 weights"))
         elif flag in ("--quantization", "-q") and value is not None:
             if value in QUANTIZED_WEIGHTS:
                 serving["quantization"] = value

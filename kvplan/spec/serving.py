@@ -15,7 +15,7 @@ from .base import SpecModel, spec_file
 from .grammar import HostName, ModelId
 
 Router = Literal["round_robin", "least_loaded", "session_affinity", "prefix_aware"]
-WeightsDtype = Literal["auto", "bf16", "fp16", "fp8", "int4"]
+WeightsDtype = Literal["auto", "fp32", "bf16", "fp16", "fp8", "int4"]
 Quantization = Literal["fp8", "awq", "gptq", "compressed-tensors"]
 QUANTIZATIONS: dict[str, tuple[str, ...]] = {"fp8": ("fp8", "compressed-tensors"), "int4": ("awq", "gptq", "compressed-tensors")}
 """serving.weights_dtype -> the vLLM --quantization methods whose weights it is."""
@@ -94,15 +94,18 @@ class Serving(SpecModel):
     """vLLM --max-num-batched-tokens. Default: vLLM's per-GPU default (2048, 8192 or 16384)."""
 
     weights_dtype: WeightsDtype = "auto"
-    """Weight precision: auto (as released), bf16, fp16, fp8 or int4 (AWQ/GPTQ). fp8 and int4 need serving.quantization,
-    unless the model is released in that precision (model.weights_dtype)."""
+    """Weight precision: auto (as released), fp32, bf16, fp16, fp8 or int4 (AWQ/GPTQ). fp8 and int4 need
+    serving.quantization, unless the model is released in that precision (model.weights_dtype). fp32 is for CPUs
+    without bf16 arithmetic (AVX2 only: vLLM's bf16 matrix multiplies run about 7x slower than fp32 there); its
+    KV cache is fp32 too, twice the bytes of bf16."""
 
     quantization: Quantization | None = None
     """vLLM --quantization: how the checkpoint's weights are quantised. fp8 also quantises a 16-bit checkpoint as
     vLLM loads it; awq, gptq and compressed-tensors need a checkpoint quantised that way (serving.model_path)."""
 
     kv_cache_dtype: KvCacheDtype = "auto"
-    """vLLM --kv-cache-dtype. auto stores KV in the model's dtype; fp8 halves KV bytes."""
+    """vLLM --kv-cache-dtype. auto stores KV in the dtype the model runs in (serving.weights_dtype when it is fp32,
+    bf16 or fp16, else the model's own); fp8 halves KV bytes."""
 
     prefix_caching: bool = True
     """vLLM --enable-prefix-caching: keep finished requests' blocks in HBM for reuse."""
