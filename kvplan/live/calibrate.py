@@ -16,8 +16,8 @@ What is fitted, from the requests of one or more bench runs of a spec (successfu
 - step_overhead, from TPOT: the median over requests of (TPOT - the decode step's roofline time at
   the fitted efficiencies). request_overhead is then the line's intercept less step_overhead.
 - Then both overheads are refined by simulation (`_refine`): at a real rate requests share steps
-  and queue, which the line ignores; a few rounds of replaying the runs move each overhead by
-  the gap between observed and simulated median TTFT / TPOT.
+  and queue, which the line ignores; rounds of replaying the runs move each overhead until the
+  simulated median TTFT / TPOT meet the observed ones (first by the gap, then by the secant step).
 
 memory_efficiency and allreduce_latency keep the catalog's values: a model whose weights are
 read in a fraction of a millisecond has no memory-bound steps to fit, and a TP-1 instance no
@@ -110,31 +110,53 @@ def fit(r: Resolved, runs: list[tuple[str, BenchRun]], predicted: list) -> Profi
              "ttft_median_abs_error": float(np.median(rel)), "tpot_samples": float(len(tpot_rest)), **medians})
 
 
-REFINE_ROUNDS = 3
+REFINE_ROUNDS = 8
+"""At most this many replays of the runs; the refinement stops earlier once both medians are within REFINE_TOLERANCE."""
+REFINE_TOLERANCE = 0.02
+SENSITIVITY_BOUNDS = (0.25, 8.0)
+"""How much a simulated median may move per second of overhead, as the secant step estimates it. One second more of
+step_overhead adds more than a second to the median TPOT where decodes share steps with prefills and queue (2x on
+the 2-core machine's chat run), so moving by the gap alone overshoots and can oscillate."""
 
 
 def _refine(r: Resolved, runs, compute_eff: float, attention_eff: float, step_overhead: float,
             request_overhead: float) -> tuple[float, float, dict[str, float]]:
     """Correct the two overheads by simulating the runs: the line assumes a prefill is one step alone, but at a
     real rate requests share steps and queue. Each round replays every run with the coefficients so far and moves
-    request_overhead by the gap between observed and simulated median TTFT, step_overhead by the gap in median
-    TPOT. Returns the overheads and the medians of the last round."""
+    request_overhead toward the observed median TTFT, step_overhead toward the observed median TPOT: the first
+    round by the gaps, later ones by the secant step (the gap over how much the last move changed the median).
+    Returns the overheads of the round whose medians came nearest (the larger relative gap the smaller), and
+    those medians."""
     from ..sim.run import run as simulate
 
-    observed_ttft = np.median(np.concatenate([_ok(run, "ttft") for _, run in runs]))
-    observed_tpot = np.median(np.concatenate([_ok(run, "tpot") for _, run in runs]))
-    medians: dict[str, float] = {}
+    observed = (float(np.median(np.concatenate([_ok(run, "ttft") for _, run in runs]))),
+                float(np.median(np.concatenate([_ok(run, "tpot") for _, run in runs]))))
+    x = [request_overhead, step_overhead]
+    previous: tuple[list[float], tuple[float, float]] | None = None
+    best: tuple[float, list[float], dict[str, float]] | None = None
     for _ in range(REFINE_ROUNDS):
         step = r.step.model_copy(update={"compute_efficiency": compute_eff, "attention_efficiency": attention_eff,
-                                         "step_overhead": step_overhead, "request_overhead": request_overhead})
+                                         "request_overhead": x[0], "step_overhead": x[1]})
         trial = r.model_copy(update={"step": step})
         tables = [simulate(trial, seed=run.seed).per_request for _, run in runs]
-        ttft = np.median(np.concatenate([_matching(t, run, "ttft") for t, (_, run) in zip(tables, runs)]))
-        tpot = np.median(np.concatenate([_matching(t, run, "tpot") for t, (_, run) in zip(tables, runs)]))
-        medians = {"ttft_p50_observed_s": float(observed_ttft), "ttft_p50_simulated_s": float(ttft),
-                   "tpot_p50_observed_s": float(observed_tpot), "tpot_p50_simulated_s": float(tpot)}
-        request_overhead = max(request_overhead + float(observed_ttft - ttft), 0.0)
-        step_overhead = max(step_overhead + float(observed_tpot - tpot), 0.0)
+        simulated = tuple(float(np.median(np.concatenate([_matching(t, run, column) for t, (_, run) in zip(tables, runs)])))
+                          for column in ("ttft", "tpot"))
+        gap = max(abs(sim - obs) / obs for sim, obs in zip(simulated, observed))
+        if best is None or gap < best[0]:
+            best = (gap, x, {"ttft_p50_observed_s": observed[0], "ttft_p50_simulated_s": simulated[0],
+                             "tpot_p50_observed_s": observed[1], "tpot_p50_simulated_s": simulated[1]})
+        if gap <= REFINE_TOLERANCE:
+            break
+        moved = []
+        for k in range(2):
+            sensitivity = 1.0
+            if previous is not None and abs(x[k] - previous[0][k]) > 1e-9:
+                secant = (simulated[k] - previous[1][k]) / (x[k] - previous[0][k])
+                sensitivity = min(max(secant, SENSITIVITY_BOUNDS[0]), SENSITIVITY_BOUNDS[1])
+            moved.append(max(x[k] + (observed[k] - simulated[k]) / sensitivity, 0.0))
+        previous = (x, simulated)
+        x = moved
+    _, (request_overhead, step_overhead), medians = best
     return step_overhead, request_overhead, medians
 
 
