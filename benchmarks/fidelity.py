@@ -24,6 +24,15 @@ clock: its **speed** is its observed median TPOT over the calibrated model's pre
 printed as measured and at that speed (the predicted TTFT times the speed); the TTFT target is
 judged at the speed, which separates how well the model predicts a prefill from how fast the
 machine happened to be.
+
+The fit reads a request's TTFT as one prefill step, which holds only while the engine is mostly
+idle: on a machine too slow for the workloads' rates every request queues, the line fits the
+queue, not the step (a 2-vCPU Zen 1 host, whose vLLM runs a prefill ~4x slower than the Zen 4 VM
+the rates were chosen on, kept the chat run 6 s behind and fitted an efficiency of 0.04). So the
+primed requests, sent one at a time, also time the machine: every workload's arrival rate is
+scaled by `--rate-scale` (default: so that the calibration workload keeps the engine at most
+UTILISATION busy by the primed requests' median time, never faster than written). The scale is
+printed and kept in the specs the runs are compared with.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,18 +58,23 @@ from kvplan.live.runner import bench, settle  # noqa: E402
 from kvplan.resolve import resolve  # noqa: E402
 from kvplan.spec import load  # noqa: E402
 from kvplan.spec.profile import apply_profile, write_profile  # noqa: E402
+from kvplan.units import parse_rate  # noqa: E402
 
 SHARE_TARGET_PP = 2.0
 TTFT_TARGET = 0.15
 PRIME_REQUESTS = 8
+UTILISATION = 0.3
+"""The share of the time the calibration workload may keep the engine busy (rate x a lone request's time)."""
 
 
 PLAN = REPO / "examples" / "fidelity" / "workloads.yaml"
 
 
-def write_specs(out: Path, scale: float, calibration_scale: float) -> tuple[dict[str, Path], str, dict[str, Path]]:
+def write_specs(out: Path, scale: float, calibration_scale: float,
+                rate_scale: float = 1.0) -> tuple[dict[str, Path], str, dict[str, Path]]:
     """(spec per workload and variant, the calibration workload, the base spec as written). A variant keeps the
-    base spec's name: it is deployed in place of the base (same secrets, same shared-memory name)."""
+    base spec's name: it is deployed in place of the base (same secrets, same shared-memory name). Every arrival
+    rate is multiplied by `rate_scale`."""
     plan = yaml.safe_load(PLAN.read_text())
     base_file = (PLAN.parent / plan["base"]).resolve()
     base = yaml.safe_load(base_file.read_text())
@@ -68,6 +83,9 @@ def write_specs(out: Path, scale: float, calibration_scale: float) -> tuple[dict
     def write(name: str, spec: dict, what: str) -> None:
         times = calibration_scale if name == plan["calibrate_on"] else scale
         spec["workload"]["requests"] = max(8, round(spec["workload"]["requests"] * times))
+        if rate_scale != 1.0:
+            arrivals = spec["workload"]["arrivals"]
+            spec["workload"]["arrivals"] = {**arrivals, "rate": f"{parse_rate(arrivals['rate']) * rate_scale:.4g}/s"}
         specs[name] = out / f"{name}.yaml"
         specs[name].write_text(f"# {base_file.relative_to(REPO)} {what} of examples/fidelity/workloads.yaml\n"
                                + yaml.safe_dump(spec, sort_keys=False))
@@ -95,6 +113,8 @@ def main() -> None:
                                                    "http://127.0.0.1:30000); --target is still where counters are read")
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--calibration-scale", type=float, default=None, help="the calibration workload's scale (default: --scale)")
+    ap.add_argument("--rate-scale", type=float, default=None, help="multiply every arrival rate by this (default: from "
+                                                                  "the primed requests, at most 1)")
     ap.add_argument("--out", default=None, help="directory for specs, runs and the profile (default: a new one "
                                                 "under .kvplan/fidelity)")
     ap.add_argument("--json", default=None, help="also write the figures as JSON here")
@@ -118,7 +138,10 @@ def main() -> None:
         base = (PLAN.parent / yaml.safe_load(PLAN.read_text())["base"]).resolve()
         if args.inventory:                          # the workloads run on the base stack: make sure that is what runs
             deploy(base, args.inventory, args.state_dir)
-        prime(specs[calibrate_on], target)
+        alone = prime(specs[calibrate_on], target)
+        rate_scale = args.rate_scale or rate_scale_for(specs[calibrate_on], alone)
+        if rate_scale != 1.0:
+            specs, calibrate_on, variants = write_specs(out, args.scale, args.calibration_scale or args.scale, rate_scale)
         settle(resolve(load(str(specs[calibrate_on]))))   # the primed prompts' stores must not count in the first run
         runs = {name: bench_one(name, specs[name], target, out, router) for name in specs if name not in variants}
         if variants and args.inventory:
@@ -134,14 +157,33 @@ def main() -> None:
     report({n: p for n, p in specs.items() if n in runs}, calibrate_on, runs, out, args.json, write=not args.reuse)
 
 
-def prime(path: Path, target: Target, requests: int = PRIME_REQUESTS) -> None:
+def prime(path: Path, target: Target, requests: int = PRIME_REQUESTS) -> list[float]:
     """Before anything is measured, send the calibration workload's first new conversations one at a time, under a
     salt no run shares (so they leave nothing a measured prompt could reuse): the first requests a freshly
-    (re)deployed vLLM serves can run slower than the rest, and the fit is to the engine's steady state."""
+    (re)deployed vLLM serves can run slower than the rest, and the fit is to the engine's steady state. Returns how
+    long each took, first token to last, alone on the engine."""
     runner = Bench(resolve(load(str(path))), [target], salt=new_salt())
+    took = []
     for req in [q for q in runner.requests() if q.turn == 0][:requests]:
-        stream_completion(target, runner.body(req, {}), runner.timeout, time.monotonic,
-                          Outcome(req.id, -1, 0, 0, 0.0, req.prompt_tokens, req.output_tokens))
+        out = Outcome(req.id, -1, 0, 0, 0.0, req.prompt_tokens, req.output_tokens)
+        stream_completion(target, runner.body(req, {}), runner.timeout, time.monotonic, out)
+        if out.ok:
+            took.append(out.last_token - out.sent)
+    return took
+
+
+def rate_scale_for(path: Path, alone: list[float]) -> float:
+    """The arrival-rate scale that keeps the calibration workload's engine at most UTILISATION busy, by the median
+    time a primed request took alone (new conversations: no reuse, so an upper bound on a request's work)."""
+    if not alone:
+        raise SystemExit("no primed request succeeded: is the stack serving? (kvplan doctor says what is down)")
+    rate = parse_rate(yaml.safe_load(path.read_text())["workload"]["arrivals"]["rate"])
+    took = float(np.median(alone))
+    scale = max(0.01, round(min(1.0, UTILISATION / (rate * took)), 2))
+    print(f"machine: a primed request took {took * 1000:.0f} ms alone (median of {len(alone)}); at {rate:g}/s the "
+          f"calibration workload would keep the engine {rate * took:.0%} busy: every rate scaled by x{scale:.2f}",
+          flush=True)
+    return scale
 
 
 def bench_one(name: str, path: Path, target: Target, out: Path, router: Target | None = None):
