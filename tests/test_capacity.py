@@ -93,9 +93,8 @@ def test_a_trace_is_searched_by_replay_speed_through_its_time_scale(tmp_path):
     lines = [json.dumps({"timestamp": i * 250, "input_length": 400, "output_length": 8, "hash_ids": [i % 3, 100 + i]})
              for i in range(30)]
     (tmp_path / "trace.jsonl").write_text("\n".join(lines) + "\n")
-    data = with_changes(example_data("local"), workload={"kind": "trace",
-                                                         "trace": {"path": "trace.jsonl", "block_size": 256,
-                                                                   "time_scale": 2.0}})
+    data = with_changes(example_data("local"), serving__weights_dtype="bf16",    # the prefill times the SLO was set by
+                        workload={"kind": "trace", "trace": {"path": "trace.jsonl", "block_size": 256, "time_scale": 2.0}})
     path = tmp_path / "trace.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     knob = Knob.of(load(path))
