@@ -368,7 +368,7 @@ class _Search:
             if best is None or _capacity(c) > _capacity(best):
                 richest[_hardware(c)] = c
         feasible: list[Candidate] = []
-        choices: set[tuple] = set()              # the feasible choices that differ in more than eviction policy
+        choices: dict[tuple, Candidate] = {}     # the feasible choices (the eviction policy aside), each's cheapest
 
         def run_batch(batch: list[Candidate]) -> None:
             for c, results in zip(batch, self.simulate([c.topo for c in batch], self.seeds, self.workers)):
@@ -381,7 +381,7 @@ class _Search:
 
         def found(c: Candidate) -> None:
             feasible.append(c)
-            choices.add(_choice(c))
+            choices.setdefault(_choice(c), c)
             if len(choices) > ALTERNATIVES and self.concluded_at is None:
                 self.concluded_at = c.usd_per_hour
 
@@ -395,6 +395,11 @@ class _Search:
             if len(choices) > ALTERNATIVES:
                 c.status = "not simulated"
                 c.reason = f"not simulated: {len(feasible)} cheaper candidates already meet the SLO"
+                continue
+            twin = choices.get(_choice(c))
+            if twin is not None:     # it could only be reported as differing from that one in its policy
+                c.status = "not simulated"
+                c.reason = f"not simulated: #{twin.index}, the same purchase with another eviction policy, meets the SLO"
                 continue
             probe = richest[_hardware(c)]
             if probe is not c and probe.status == "missed SLO":

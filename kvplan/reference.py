@@ -114,11 +114,11 @@ def catalog_reference(cat: Catalog) -> str:
     for m in sorted(cat.llms.values(), key=lambda m: m.name):
         lines.append(f"| {m.name} | {m.attention} | {m.num_layers} | {m.num_attention_heads} / {m.num_kv_heads} | {m.head_dim} | "
                      f"{m.params / 1e9:.2f} B | {fmt_count(m.max_context)} | {fmt_count(kv_bytes_per_token(m, 2))} | {_cite(m)} |")
-    lines += ["", "## Accelerators", "", "| name | kind | memory | bandwidth | bf16 TFLOP/s | fp8 TFLOP/s | PCIe | NVLink | sources |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "## Accelerators", "", "| name | kind | memory | bandwidth | bf16 TFLOP/s | fp8 TFLOP/s | fp32 TFLOP/s | PCIe | NVLink | sources |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for d in cat.devices.values():
         lines.append(f"| {d.name} | {d.kind} | {fmt_bytes(d.memory)} | {fmt_bandwidth(d.memory_bandwidth)} | {d.bf16_tflops:g} | "
-                     f"{d.fp8_tflops or '-'} | {fmt_bandwidth(d.pcie) if d.pcie else '-'} | "
+                     f"{d.fp8_tflops or '-'} | {f'{d.fp32_tflops:g}' if d.fp32_tflops else '-'} | {fmt_bandwidth(d.pcie) if d.pcie else '-'} | "
                      f"{fmt_bandwidth(d.nvlink) if d.nvlink else '-'} | {_cite(d)} |")
     untimed = [d.name for d in cat.devices.values() if d.efficiency is None]
     if untimed:

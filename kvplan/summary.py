@@ -70,11 +70,13 @@ def catalog_tables(cat: Catalog) -> list[Table]:
         llm.add_row(m.name, m.attention, str(m.num_layers), str(m.num_kv_heads), str(m.head_dim),
                     f"{m.params / 1e9:.2f} B", fmt_count(m.max_context), fmt_bytes(kv))
     dev = Table(title="Accelerators", title_justify="left")
-    for col in ("name", "kind", "memory", "bandwidth", "bf16 TFLOP/s", "fp8 TFLOP/s", "PCIe", "NVLink"):
+    for col in ("name", "kind", "memory", "bandwidth", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp32 TFLOP/s", "PCIe",
+                "NVLink"):
         dev.add_column(col)
     for d in cat.devices.values():
         dev.add_row(d.name, d.kind, fmt_bytes(d.memory), fmt_bandwidth(d.memory_bandwidth), f"{d.bf16_tflops:g}",
-                    f"{d.fp8_tflops:g}" if d.fp8_tflops else "-", fmt_bandwidth(d.pcie) if d.pcie else "-",
+                    f"{d.fp8_tflops:g}" if d.fp8_tflops else "-", f"{d.fp32_tflops:g}" if d.fp32_tflops else "-",
+                    fmt_bandwidth(d.pcie) if d.pcie else "-",
                     fmt_bandwidth(d.nvlink) if d.nvlink else "-")
     nvme = Table(title="NVMe classes", title_justify="left")
     for col in ("name", "example", "read", "write", "read IOPS", "write IOPS", "read lat", "write lat"):

@@ -74,6 +74,24 @@ def test_pruning_happens_before_simulation(planned):
     assert any(c.status == "dominated" and "never fill" in c.reason for c in result.candidates)
 
 
+def test_a_policy_twin_of_a_candidate_that_meets_the_slo_is_not_simulated():
+    """Tiers small enough to fill (ddr 8 MiB) make each eviction policy a distinct candidate; once one
+    of them meets the SLO, the others buy the same hardware at the same price and are not simulated."""
+    sim = Counting()
+    result = plan(spec("local", workload__requests=120, lmcache__ddr__size="8MiB"), rate=32.0, slo=SLO, simulate=sim)
+    twins = [c for c in result.candidates if "another eviction policy" in c.reason]
+    assert twins
+    simulated = {id(t) for t in sim.topologies}
+    by_index = {c.index: c for c in result.candidates}
+    for c in twins:
+        met = by_index[int(c.reason.split("#")[1].split(",")[0])]
+        assert c.status == "not simulated" and id(c.topo) not in simulated
+        assert met.status in ("winner", "alternative") and met.usd_per_hour == pytest.approx(c.usd_per_hour)
+        assert met.describe()["eviction"] != c.describe()["eviction"]
+        assert {k: v for k, v in met.describe().items() if k != "eviction"} == \
+            {k: v for k, v in c.describe().items() if k != "eviction"}
+
+
 def test_a_rate_no_candidate_can_sustain_is_pruned_by_the_roofline_without_simulating():
     sim = Counting()
     result = plan(local(), rate=400.0, slo=SLO, max_instances=2, simulate=sim)
