@@ -23,7 +23,8 @@ traffic spans); lower bounds on TTFT, TPOT and E2E percentiles from the never-ca
 tokens and the cheapest possible step; and dominance (a candidate whose tiers never fill behaves
 exactly like a cheaper one with smaller tiers or another policy). The survivors are simulated
 in ascending cost, a few at a time, until the cheapest that meets the SLO and a few alternatives
-are known; every other candidate gets the reason it lost.
+are known (a candidate that differs from one already meeting it only in its eviction policy costs
+the same and is not simulated); every other candidate gets the reason it lost.
 
 The search space is kvplan.plan_space; what is known before simulating (the workload at the rate,
 the bounds, dominance) is kvplan.plan_bounds; this module is the search and its verdicts.
