@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from kvplan.sim.links import Link
+from kvplan.sim.links import Joint, Link
 
 
 def finish_times(starts_and_work, rate=100.0):
@@ -51,6 +51,34 @@ def test_idle_gaps_are_not_busy_time():
 def test_zero_work_completes_at_once():
     done, _ = finish_times({"a": (1, 0)})
     assert done["a"] == 1
+
+
+def test_a_joint_completes_when_its_slowest_part_on_any_link_is_served():
+    env = simpy.Environment()
+    fast, slow = Link(env, "fast", 100.0), Link(env, "slow", 10.0)
+    other = fast.transfer(100)                  # shares the fast link with the joint's part there
+    done = {}
+
+    def operation():
+        joint = Joint(env)
+        fast.transfer(100, joint)               # 2 s: it shares the link with `other`
+        slow.transfer(30, joint)                # 3 s alone
+        fast.transfer(0, joint)                 # nothing to move: not a part
+        yield joint.wait()
+        done["joint"] = env.now
+
+    env.process(operation())
+    env.run()
+    assert done["joint"] == pytest.approx(3.0)
+    assert other.processed and fast.transfers == 3 and slow.work_done == 30
+
+
+def test_a_joint_without_parts_completes_at_once():
+    env = simpy.Environment()
+    joint = Joint(env)
+    Link(env, "l", 1.0).transfer(0, joint)
+    env.run(joint.wait())
+    assert env.now == 0
 
 
 def test_rate_must_be_positive():

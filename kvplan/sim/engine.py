@@ -40,6 +40,7 @@ stepping one iteration at a time.
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,12 @@ from .steptime import StepTime
 if TYPE_CHECKING:
     from .run import Simulation
     from .workload import Request
+
+
+def _ring(wakeup: simpy.Event, _timer: simpy.Event) -> None:
+    """A sleeping engine's timer ran out: wake it, unless something else already did."""
+    if not wakeup.triggered:
+        wakeup.succeed()
 
 
 class Seq:
@@ -127,6 +134,13 @@ class Engine:
         if self.wakeup is not None and not self.wakeup.triggered:
             self.wakeup.succeed()
 
+    def _sleep(self, seconds: float) -> simpy.Event:
+        """An event that succeeds after `seconds` or at the next arrival or completion, whichever comes first
+        (the timer rings the wake-up itself: one event to wait on, not an AnyOf of two)."""
+        wakeup = self.wakeup = self.env.event()
+        self.env.timeout(seconds).callbacks.append(partial(_ring, wakeup))
+        return wakeup
+
     @property
     def load(self) -> int:
         return len(self.waiting) + len(self.running)
@@ -141,8 +155,7 @@ class Engine:
                 continue
             hold = self._merge_hold()
             if hold > 0 and not self.running:
-                self.wakeup = env.event()
-                yield env.any_of([env.timeout(hold), self.wakeup])
+                yield self._sleep(hold)
                 continue
             prefills, decodes, loads = self._schedule(admit=hold <= 0)
             if not prefills and not decodes:            # nothing fits: wait for a change
@@ -419,7 +432,7 @@ class Engine:
             decoding.join(seq)
         stores += self._decode_stores(finished)
         if stores:
-            yield env.process(self.lm.store(self.index, stores))
+            yield from self.lm.store(self.index, stores)
         self.steps += 1
         self.busy += env.now - start
         for seq in finished:
@@ -452,8 +465,7 @@ class Engine:
         start = env.now
         steps = horizon
         if len(self.running) < self.max_seqs:      # an arrival may join at the next step boundary
-            self.wakeup = env.event()
-            yield env.any_of([env.timeout(float(ends[-1])), self.wakeup])
+            yield self._sleep(float(ends[-1]))
             elapsed = env.now - start
             if elapsed < ends[-1]:
                 steps = int(np.searchsorted(ends, elapsed, side="right")) + 1
@@ -475,7 +487,7 @@ class Engine:
         self.busy += env.now - start
         stores = self._decode_stores(finished)
         if stores:
-            yield env.process(self.lm.store(self.index, stores))
+            yield from self.lm.store(self.index, stores)
         for seq in finished:
             self._finish(seq)
 

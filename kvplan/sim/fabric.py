@@ -42,7 +42,7 @@ from typing import Sequence
 import simpy
 
 from ..resolve import RADOS_OP_BYTES, Resolved
-from .links import Link
+from .links import Joint, Link
 
 REQUEST_WINDOW_BYTES = 16 * 2**20   # rgw_put_obj_min_window_size = rgw_get_obj_window_size
 CLIENT_INFLIGHT_BYTES = 100 * 2**20  # objecter_inflight_op_bytes, per client process
@@ -118,14 +118,16 @@ class Fabric:
         total = len(keys) * object_bytes
         bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
                                     else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))
-        events = [(self.node_tx if write else self.node_rx)[node].transfer(total)]
+        joint = Joint(env)
+        (self.node_tx if write else self.node_rx)[node].transfer(total, joint)
         for host, count in objects.items():
             nbytes = count * object_bytes
-            events.append(self.osds[host].transfer(max(nbytes / bandwidth, count * objects_per_key / iops)))
-            events.append((self.host_rx if write else self.host_tx)[host].transfer(nbytes))
+            self.osds[host].transfer(max(nbytes / bandwidth, count * objects_per_key / iops), joint)
+            (self.host_rx if write else self.host_tx)[host].transfer(nbytes, joint)
         if write and c.pool_size > 1:   # primaries forward replicas over their hosts' NICs
             each = float((c.pool_size - 1) * object_bytes)      # whole bytes: count * each is exact
-            events += [self.host_tx[h].transfer(count * each) for h, count in primaries.items()]
+            for h, count in primaries.items():
+                self.host_tx[h].transfer(count * each, joint)
         op, ops_per_key, wanted = self._ceph_op(len(keys), object_bytes, objects_per_key, write)
         for host, count in primaries.items():
             self.ceph_op_latencies.append(op)
@@ -133,7 +135,7 @@ class Fabric:
             self.ceph_op_hosts.append(host)
         start = env.now
         yield env.timeout(latency + 2 * c.network.latency)
-        yield simpy.AllOf(env, events)
+        yield joint.wait()
         self._ceph_in_flight[write] -= wanted
         self.ceph_batch_latencies.append(env.now - start)
 

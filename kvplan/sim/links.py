@@ -9,6 +9,10 @@ Work is measured in the link's own unit: bytes for a pure bandwidth link (rate i
 seconds of device time for a device with both a bandwidth and an IOPS limit (rate 1.0; each
 transfer costs max(bytes / bandwidth, operations / IOPS)). Fixed per-operation latency (an NVMe
 read, a Ceph op, a network hop) is a pure delay added by the caller, not shared capacity.
+
+An operation that moves over several links at once (a Ceph write: the client's NIC, every replica's
+OSD and NIC) waits for all of them through one `Joint`: the links count its parts down, and only
+the last part's completion is an event (what SimPy's AllOf gives, without an event per part).
 """
 
 from __future__ import annotations
@@ -20,6 +24,28 @@ import simpy
 from simpy.events import Event, Timeout
 
 _EPS = 1e-12
+
+
+class Joint:
+    """One event for several transfers, on any links: it succeeds when the last of them has been served."""
+
+    __slots__ = ("event", "parts")
+
+    def __init__(self, env: simpy.Environment):
+        self.event = Event(env)
+        self.parts = 0                            # transfers still in flight
+
+    def succeed(self) -> None:
+        """A link served one part (links call this as they call Event.succeed)."""
+        self.parts -= 1
+        if self.parts == 0:
+            self.event.succeed()
+
+    def wait(self) -> simpy.Event:
+        """The event to yield once every part is on its link (one already served when none is left)."""
+        if self.parts == 0 and not self.event.triggered:
+            self.event.succeed()
+        return self.event
 
 
 class Link:
@@ -35,7 +61,7 @@ class Link:
         self.env = env
         self.name = name
         self.rate = float(rate)
-        self._heap: list[tuple[float, int, simpy.Event]] = []   # (virtual finish, arrival order, event)
+        self._heap: list[tuple[float, int, simpy.Event | Joint]] = []   # (virtual finish, arrival order, done)
         self._virtual = 0.0
         self._last = env.now
         self._generation = 0
@@ -44,14 +70,21 @@ class Link:
         self.work_done = 0.0                      # total work served (bytes, or device-seconds)
         self.transfers = 0
 
-    def transfer(self, work: float) -> simpy.Event:
-        """An event that succeeds when `work` has been served, sharing the link with others."""
+    def transfer(self, work: float, joint: Joint | None = None) -> simpy.Event | None:
+        """An event that succeeds when `work` has been served, sharing the link with others; with a
+        `joint`, the transfer is one of its parts instead (and nothing is returned)."""
         env = self.env
-        done = Event(env)
         self.transfers += 1
-        if work <= 0:
-            done.succeed()
-            return done
+        if joint is None:
+            done = Event(env)
+            if work <= 0:
+                done.succeed()
+                return done
+        elif work <= 0:
+            return None
+        else:
+            done = joint
+            joint.parts += 1
         heap = self._heap
         if heap:                                  # _advance, written out: this is the hot path
             elapsed = env.now - self._last
@@ -63,7 +96,7 @@ class Link:
         heappush(heap, (self._virtual + work, self._seq, done))
         self.work_done += work
         self._plan()
-        return done
+        return done if joint is None else None
 
     def _advance(self) -> None:
         now = self.env.now

@@ -180,10 +180,10 @@ class LMCacheModel:
     def _load(self, instance: int, tier: str, keys: list[int], tokens: int):
         lm, f = self.r.lmcache, self.fabric
         if tier == "nvme":
-            yield self.env.process(f.nvme_io(self.node(instance), len(keys) * lm.chunk_bytes,
-                                             len(keys) * lm.storing_ranks, write=False))
+            yield from f.nvme_io(self.node(instance), len(keys) * lm.chunk_bytes, len(keys) * lm.storing_ranks,
+                                 write=False)
         elif tier == "ceph":
-            yield self.env.process(f.ceph_io(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, write=False))
+            yield from f.ceph_io(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, write=False)
         yield f.to_gpu(instance, tokens * self.r.kv_bytes_per_token_per_rank)
         if tier != "ddr" and lm.mode == "inprocess" and "ddr" in self.caches:
             self._insert("ddr", instance, keys, promoted=True)
@@ -210,10 +210,10 @@ class LMCacheModel:
     def _write(self, instance: int, tier: str, keys: list[int]):
         lm, f = self.r.lmcache, self.fabric
         if tier == "nvme":
-            yield self.env.process(f.nvme_io(self.node(instance), len(keys) * lm.chunk_bytes,
-                                             len(keys) * lm.storing_ranks, write=True))
+            yield from f.nvme_io(self.node(instance), len(keys) * lm.chunk_bytes, len(keys) * lm.storing_ranks,
+                                 write=True)
         else:
-            yield self.env.process(f.ceph_io(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, write=True))
+            yield from f.ceph_io(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, write=True)
         self._insert(tier, instance, keys)
 
     def _insert(self, tier: str, instance: int, keys: list[int], promoted: bool = False) -> None:
