@@ -61,9 +61,9 @@ def test_a_joint_completes_when_its_slowest_part_on_any_link_is_served():
 
     def operation():
         joint = Joint(env)
-        fast.transfer(100, joint)               # 2 s: it shares the link with `other`
-        slow.transfer(30, joint)                # 3 s alone
-        fast.transfer(0, joint)                 # nothing to move: not a part
+        fast.transfer_part(100, joint)          # 2 s: it shares the link with `other`
+        slow.transfer_part(30, joint)           # 3 s alone
+        fast.transfer_part(0, joint)            # nothing to move: not a part
         yield joint.wait()
         done["joint"] = env.now
 
@@ -76,7 +76,7 @@ def test_a_joint_completes_when_its_slowest_part_on_any_link_is_served():
 def test_a_joint_without_parts_completes_at_once():
     env = simpy.Environment()
     joint = Joint(env)
-    Link(env, "l", 1.0).transfer(0, joint)
+    Link(env, "l", 1.0).transfer_part(0, joint)
     env.run(joint.wait())
     assert env.now == 0
 

@@ -119,15 +119,15 @@ class Fabric:
         bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
                                     else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))
         joint = Joint(env)
-        (self.node_tx if write else self.node_rx)[node].transfer(total, joint)
+        (self.node_tx if write else self.node_rx)[node].transfer_part(total, joint)
         for host, count in objects.items():
             nbytes = count * object_bytes
-            self.osds[host].transfer(max(nbytes / bandwidth, count * objects_per_key / iops), joint)
-            (self.host_rx if write else self.host_tx)[host].transfer(nbytes, joint)
+            self.osds[host].transfer_part(max(nbytes / bandwidth, count * objects_per_key / iops), joint)
+            (self.host_rx if write else self.host_tx)[host].transfer_part(nbytes, joint)
         if write and c.pool_size > 1:   # primaries forward replicas over their hosts' NICs
             each = float((c.pool_size - 1) * object_bytes)      # whole bytes: count * each is exact
             for h, count in primaries.items():
-                self.host_tx[h].transfer(count * each, joint)
+                self.host_tx[h].transfer_part(count * each, joint)
         op, ops_per_key, wanted = self._ceph_op(len(keys), object_bytes, objects_per_key, write)
         for host, count in primaries.items():
             self.ceph_op_latencies.append(op)

@@ -70,22 +70,25 @@ class Link:
         self.work_done = 0.0                      # total work served (bytes, or device-seconds)
         self.transfers = 0
 
-    def transfer(self, work: float, joint: Joint | None = None) -> simpy.Event | None:
-        """An event that succeeds when `work` has been served, sharing the link with others; with a
-        `joint`, the transfer is one of its parts instead (and nothing is returned)."""
-        env = self.env
+    def transfer(self, work: float) -> simpy.Event:
+        """An event that succeeds when `work` has been served, sharing the link with others."""
         self.transfers += 1
-        if joint is None:
-            done = Event(env)
-            if work <= 0:
-                done.succeed()
-                return done
-        elif work <= 0:
-            return None
+        done = Event(self.env)
+        if work <= 0:
+            done.succeed()
         else:
-            done = joint
+            self._enqueue(work, done)
+        return done
+
+    def transfer_part(self, work: float, joint: Joint) -> None:
+        """Serve `work` as one part of `joint` (no work: not a part)."""
+        self.transfers += 1
+        if work > 0:
             joint.parts += 1
-        heap = self._heap
+            self._enqueue(work, joint)
+
+    def _enqueue(self, work: float, done: simpy.Event | Joint) -> None:
+        env, heap = self.env, self._heap
         if heap:                                  # _advance, written out: this is the hot path
             elapsed = env.now - self._last
             if elapsed > 0:
@@ -96,7 +99,6 @@ class Link:
         heappush(heap, (self._virtual + work, self._seq, done))
         self.work_done += work
         self._plan()
-        return done if joint is None else None
 
     def _advance(self) -> None:
         now = self.env.now
