@@ -88,7 +88,8 @@ class Fabric:
 
     # ---- NVMe
     def nvme_io(self, node: int, nbytes: float, objects: int, write: bool):
-        """A SimPy process: one batched read or write on the node's NVMe device."""
+        """One batched read or write on the node's NVMe device, as steps of the caller's SimPy process
+        (`yield from`)."""
         d = self.r.nvme
         bandwidth, iops, latency = ((d.write_bandwidth, d.write_iops, d.write_latency) if write
                                     else (d.read_bandwidth, d.read_iops, d.read_latency))
@@ -107,8 +108,9 @@ class Fabric:
         return [((host + r) % c.hosts) * per_host + slot for r in range(c.pool_size)]
 
     def ceph_io(self, node: int, keys: Sequence[int], object_bytes: int, objects_per_key: int, write: bool):
-        """A SimPy process: read (from primaries) or write (to every replica) the objects of `keys`, each
-        `object_bytes` (whole bytes) per key, as `objects_per_key` S3 objects (one per TP rank)."""
+        """Read (from primaries) or write (to every replica) the objects of `keys`, each `object_bytes` (whole
+        bytes) per key, as `objects_per_key` S3 objects (one per TP rank), as steps of the caller's SimPy
+        process (`yield from`)."""
         c, env = self.ceph, self.env
         dev = c.device_class
         table, n_osds = self.replica_hosts, c.osds

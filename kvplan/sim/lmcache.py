@@ -190,7 +190,8 @@ class LMCacheModel:
 
     # ---- store
     def store(self, instance: int, keys: list[int]):
-        """A SimPy process: copy chunks off the GPU (waited for), then write through to every tier.
+        """Copy chunks off the GPU (waited for), then write through to every tier, as steps of the caller's
+        SimPy process (`yield from`).
 
         Returns once the GPU -> DRAM copy is done; NVMe and Ceph writes continue on their own.
         """
