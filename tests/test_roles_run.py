@@ -63,15 +63,15 @@ def daemon_dirs(root: Path) -> dict[str, str]:
 
 
 def run_play(project: Path, roles: list[str], hosts: str = "localhost", inventory_=LOCALHOST, ident: str | None = None,
-             tasks: list[dict] | None = None, path: list[Path] = (), succeed: bool = True):
+             tasks: list[dict] | None = None, path: list[Path] = (), succeed: bool = True, check: bool = False):
     """ansible-playbook over one play of these roles (or these tasks), from this virtual environment;
-    `path`: directories of stand-in programs, found before the machine's own."""
+    `path`: directories of stand-in programs, found before the machine's own; `check`: under --check."""
     play = {"name": "Roles under test", "hosts": hosts, "gather_facts": False}
     play |= {"tasks": tasks} if tasks is not None else {"roles": roles}
     (project / "test-play.yml").write_text(yaml.safe_dump([play]))
     r = ansible_runner.run(
         private_data_dir=str(project.parent), project_dir=str(project), playbook="test-play.yml", inventory=inventory_,
-        ident=ident, quiet=True, suppress_env_files=True,
+        ident=ident, quiet=True, suppress_env_files=True, cmdline="--check" if check else None,
         # ansible-runner runs whichever ansible-playbook is first on PATH: this virtual environment's
         envvars={"ANSIBLE_ROLES_PATH": str(ROLES), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_PIPELINING": "1",
                  "PATH": os.pathsep.join([*map(str, path), str(BIN), os.environ["PATH"]])})
@@ -172,6 +172,41 @@ def test_daemon_starts_keeps_restarts_and_stops_a_program(tmp_path):
         apply("2", state="stopped")
         assert not alive(new_pid)
         assert not (tmp_path / "run" / "kvplan-test-http.pid").exists()
+    finally:
+        stop_all(tmp_path)
+
+
+def test_daemon_under_check_mode_says_what_it_would_change_and_changes_nothing(tmp_path):
+    port = free_port()
+    project = tmp_path / "project"
+    (project / "group_vars" / "all").mkdir(parents=True)
+
+    def apply(generation: str, check: bool):
+        (project / "group_vars" / "all" / "daemon.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
+            "daemon_name": "kvplan-test-check",
+            "daemon_command": [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+            "daemon_env": {"KVPLAN_TEST_GENERATION": generation}}))
+        return run_play(project, ["daemon"], check=check)
+
+    def would_change(r) -> dict[str, list[str]]:
+        """The paths each task would change (check mode skips commands; the files are what it can tell)."""
+        return {task: res.get("changed_paths") for task, res in task_results(r, "ok") if res.get("changed")}
+
+    config = tmp_path / "config"
+    try:
+        would = would_change(apply("1", check=True))
+        assert str(config / "kvplan-test-check.env") in would["Files, and whether it runs, of kvplan-test-check"], would
+        assert not [d for d in ("config", "state", "run", "log", "libexec") if (tmp_path / d).exists()], "check mode wrote"
+
+        apply("1", check=False)
+        pid = pid_of(tmp_path / "run", "kvplan-test-check")
+        env = (config / "kvplan-test-check.env").read_text()
+        assert apply("1", check=True).stats["changed"] == {}, "nothing would change"
+        would = would_change(apply("2", check=True))
+        assert would == {"Files, and whether it runs, of kvplan-test-check": [str(config / "kvplan-test-check.env")],
+                         "Record what runs as kvplan-test-check": None}, would
+        assert (config / "kvplan-test-check.env").read_text() == env
+        assert pid_of(tmp_path / "run", "kvplan-test-check") == pid and alive(pid)
     finally:
         stop_all(tmp_path)
 
