@@ -9,8 +9,9 @@ For each workload of examples/fidelity/workloads.yaml it writes the spec (exampl
 workload), benches it against the live vLLM (`kvplan bench`), then fits the step-time model to the
 calibration workload's run alone (`kvplan calibrate`) and compares every run with the prediction
 of the calibrated model (`kvplan compare --profile`). With --inventory it also redeploys the stack
-for each variant (e.g. vLLM's prefix cache off, so that LMCache serves the reuse), benches it,
-and deploys examples/local.yaml back. It prints one table per workload and the
+for each variant (e.g. vLLM's prefix cache off, so that LMCache serves the reuse) and benches it
+first, then deploys examples/local.yaml for the other workloads (and leaves it running). It prints
+one table per workload and the
 targets: prompt tokens per source within 2 percentage points, median TTFT within 15 %.
 `--scale` multiplies every workload's request count (the tests use a short run), and
 `--calibration-scale` the calibration workload's (default: --scale): a fit to a run too short to
@@ -136,21 +137,23 @@ def main() -> None:
         target = Target.parse(args.target)
         router = Target.parse(args.router) if args.router else None
         base = (PLAN.parent / yaml.safe_load(PLAN.read_text())["base"]).resolve()
-        if args.inventory:                          # the workloads run on the base stack: make sure that is what runs
-            deploy(base, args.inventory, args.state_dir)
-        alone = prime(specs[calibrate_on], target)
-        rate_scale = args.rate_scale or rate_scale_for(specs[calibrate_on], alone)
-        if rate_scale != 1.0:
-            specs, calibrate_on, variants = write_specs(out, args.scale, args.calibration_scale or args.scale, rate_scale)
-        settle(resolve(load(str(specs[calibrate_on]))))   # the primed prompts' stores must not count in the first run
-        runs = {name: bench_one(name, specs[name], target, out, router) for name in specs if name not in variants}
-        if variants and args.inventory:
-            for name, path in variants.items():
-                deploy(path, args.inventory, args.state_dir)
-                prime(specs[calibrate_on], target)     # a redeployed vLLM is primed too
-                settle(resolve(load(str(path))))
-                runs[name] = bench_one(name, path, target, out, router)
-            deploy(base, args.inventory, args.state_dir)
+        # With --inventory the variants run first, each on the stack deployed for it, and the base workloads last,
+        # on examples/local.yaml deployed for them: one deploy of the base both makes sure it is what runs and
+        # leaves it running. (The specs' paths stay the same when the rates are scaled.)
+        stacks = [(specs[name], [name]) for name in variants] if args.inventory else []
+        stacks.append((base, [name for name in specs if name not in variants]))
+        runs, rate_scale = {}, args.rate_scale
+        for stack, names in stacks:
+            if args.inventory:
+                deploy(stack, args.inventory, args.state_dir)
+            alone = prime(specs[calibrate_on], target)     # a (re)deployed vLLM is primed before it is measured
+            if rate_scale is None:                          # the first primed requests time the machine
+                rate_scale = rate_scale_for(specs[calibrate_on], alone)
+                if rate_scale != 1.0:
+                    specs, calibrate_on, variants = write_specs(out, args.scale, args.calibration_scale or args.scale,
+                                                                rate_scale)
+            settle(resolve(load(str(specs[names[0]]))))    # the primed prompts' stores must not count in the run
+            runs.update({name: bench_one(name, specs[name], target, out, router) for name in names})
     for name in specs:
         if name not in runs:
             print(f"{name}: not benched (a variant needs --inventory to redeploy the stack for it)")

@@ -249,9 +249,9 @@ the two must be within the bound."""
 @pytest.fixture(scope="module")
 def fidelity(stack, tmp_path_factory):
     """benchmarks/fidelity.py at half length, the calibration workload at full length, at rates the machine's speed
-    allows (the benchmark times its primed requests): bench three workloads and, on the stack redeployed with
-    vLLM's prefix cache off, a fourth; calibrate on one, predict all four; the base stack is deployed back at the
-    end."""
+    allows (the benchmark times its primed requests): bench a workload on the stack redeployed with vLLM's prefix
+    cache off, then three on the base stack deployed again; calibrate on one, predict all four. The base stack is
+    left running."""
     out = tmp_path_factory.mktemp("fidelity")
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fidelity.py"), "--scale", "0.5",
                            "--calibration-scale", "1", "--router", f"http://{ROUTER[0]}:{ROUTER[1]}", "--out", str(out),
@@ -371,7 +371,7 @@ def test_a_killed_lmcache_server_is_reported_and_a_redeploy_brings_it_back(stack
     assert any(c["name"].startswith("lmcache") for c in run["observed"]["components_down"])
     assert run["observed"]["failed"] == sum(e is not None for e in run["requests"]["error"])
 
-    again = deploy(stack["state"])
+    again = deploy(stack["state"], "--tags", "lmcache,vllm")    # the next test checks the whole stack converged
     assert again.returncode == 0, again.stdout + again.stderr
     assert alive(int((PID_DIR / "lmcache-server.pid").read_text()))
     out = post("/v1/completions", {"model": MODEL, "prompt": "kalo mine rusa", "max_tokens": 4, "temperature": 0})
@@ -490,58 +490,54 @@ def test_doctor_finds_an_undersized_ddr_tier_from_lmcaches_live_counters(stack, 
     this run alone) and benched with a workload whose reuse it cannot hold: L1 ends full, answers a minority of
     LMCache's lookups, and L2 answers more of them than L1 does. doctor finds exactly that (live-tier-undersized, with
     L1's fill and hit ratios as LMCache's /status and /metrics give them) and proposes a ddr size that holds 90 % of
-    the spec workload's reuse, proven by simulation. The base stack is deployed back at the end."""
+    the spec workload's reuse, proven by simulation. The next test deploys over it (and checks the L1 is back)."""
     from kvplan.units import parse_size
 
     cache = tmp_path / "cache"
     status, healthy = doctor("examples/local.yaml", cache)
     assert not findings(healthy, "live-tier-undersized"), healthy["findings"]
     spec = undersized_ddr_spec(tmp_path / "local-small-ddr.yaml")
-    try:
-        small = kvplan("deploy", str(spec), "-i", INVENTORY, "--tags", "lmcache,vllm", state=stack["state"])
-        assert small.returncode == 0, small.stdout + small.stderr
-        assert lmcache_l1_usage() == [0, UNDERSIZED_DDR], "LMCache's L1 is not 32 MiB, or not empty"
-        bench = subprocess.run([KVPLAN, "bench", str(spec), "--target", f"http://{API[0]}:{API[1]}",
-                                "--out", str(tmp_path / "run")], cwd=REPO, capture_output=True, text=True, timeout=600,
-                               env={**os.environ, "COLUMNS": "120"})
-        assert bench.returncode == 0, bench.stdout + bench.stderr
+    small = kvplan("deploy", str(spec), "-i", INVENTORY, "--tags", "lmcache,vllm", state=stack["state"])
+    assert small.returncode == 0, small.stdout + small.stderr
+    assert lmcache_l1_usage() == [0, UNDERSIZED_DDR], "LMCache's L1 is not 32 MiB, or not empty"
+    bench = subprocess.run([KVPLAN, "bench", str(spec), "--target", f"http://{API[0]}:{API[1]}",
+                            "--out", str(tmp_path / "run")], cwd=REPO, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "COLUMNS": "120"})
+    assert bench.returncode == 0, bench.stdout + bench.stderr
 
-        status, report = doctor(spec, cache)
-        undersized = findings(report, "live-tier-undersized")
-        assert status == DOCTOR_PROBLEM and len(undersized) == 1, (status, report["findings"], lmcache_l1_usage())
-        found = undersized[0]
-        ev = found["evidence"]
-        fixes = [(c["path"], c["value"], f["proof"] and f["proof"]["verdict"])
-                 for f in found["fixes"] for c in f["changes"]]
-        print(f"live-tier-undersized: L1 {ev['l1_used_bytes'] / 2**20:.1f} MiB of "
-              f"{ev['l1_capacity_bytes'] / 2**20:.0f} MiB ({ev['l1_fill']:.0%} full), L1 hit ratio "
-              f"{ev['l1_hit_ratio']:.1%}, L2 hit ratio {ev['l2_hit_ratio']:.1%} of "
-              f"{ev['lookup_requested_tokens']:,.0f} looked-up tokens; fixes: {fixes}")
-        assert found["severity"] == "problem"
-        assert ev["l1_capacity_bytes"] == UNDERSIZED_DDR, ev
-        assert ev["l1_fill"] >= 0.6, ev                           # L1 full: MP mode keeps a full L1 60-80 % used
-        assert ev["l1_hit_ratio"] < 0.8, ev                       # below monitoring.min_lmcache_hit_ratio
-        assert ev["l2_hit_ratio"] > ev["l1_hit_ratio"] > 0, ev    # L2 serves what L1 evicted
-        assert ev["lookup_requested_tokens"] > 0
-        # The fix: a ddr tier that holds 90 % of the spec workload's reuse, simulated to serve more of it from ddr.
-        need = ev["spec_workload_capacity_for_90pct_bytes"]
-        assert UNDERSIZED_DDR < need <= ev["spec_workload_working_set_bytes"], ev
-        fix = found["fixes"][0]
-        assert [c["path"] for c in fix["changes"]] == ["lmcache.ddr.size"], fix
-        assert parse_size(fix["changes"][0]["value"]) >= need, fix
-        assert fix["proof"]["verdict"] == "helps" and fix["proof"]["after"] > fix["proof"]["before"], fix["proof"]
-    finally:
-        back = deploy(stack["state"], "--tags", "lmcache,vllm")
-    assert back.returncode == 0, back.stdout + back.stderr
-    assert lmcache_l1_usage()[1] == 2**30, "the base spec's 1 GiB L1 is not back"
+    status, report = doctor(spec, cache)
+    undersized = findings(report, "live-tier-undersized")
+    assert status == DOCTOR_PROBLEM and len(undersized) == 1, (status, report["findings"], lmcache_l1_usage())
+    found = undersized[0]
+    ev = found["evidence"]
+    fixes = [(c["path"], c["value"], f["proof"] and f["proof"]["verdict"])
+             for f in found["fixes"] for c in f["changes"]]
+    print(f"live-tier-undersized: L1 {ev['l1_used_bytes'] / 2**20:.1f} MiB of "
+          f"{ev['l1_capacity_bytes'] / 2**20:.0f} MiB ({ev['l1_fill']:.0%} full), L1 hit ratio "
+          f"{ev['l1_hit_ratio']:.1%}, L2 hit ratio {ev['l2_hit_ratio']:.1%} of "
+          f"{ev['lookup_requested_tokens']:,.0f} looked-up tokens; fixes: {fixes}")
+    assert found["severity"] == "problem"
+    assert ev["l1_capacity_bytes"] == UNDERSIZED_DDR, ev
+    assert ev["l1_fill"] >= 0.6, ev                           # L1 full: MP mode keeps a full L1 60-80 % used
+    assert ev["l1_hit_ratio"] < 0.8, ev                       # below monitoring.min_lmcache_hit_ratio
+    assert ev["l2_hit_ratio"] > ev["l1_hit_ratio"] > 0, ev    # L2 serves what L1 evicted
+    assert ev["lookup_requested_tokens"] > 0
+    # The fix: a ddr tier that holds 90 % of the spec workload's reuse, simulated to serve more of it from ddr.
+    need = ev["spec_workload_capacity_for_90pct_bytes"]
+    assert UNDERSIZED_DDR < need <= ev["spec_workload_working_set_bytes"], ev
+    fix = found["fixes"][0]
+    assert [c["path"] for c in fix["changes"]] == ["lmcache.ddr.size"], fix
+    assert parse_size(fix["changes"][0]["value"]) >= need, fix
+    assert fix["proof"]["verdict"] == "helps" and fix["proof"]["after"] > fix["proof"]["before"], fix["proof"]
 
 
 def test_a_redeploy_restarts_the_osds_for_a_start_up_option_and_prefills_the_warm_up(stack, tmp_path):
-    """examples/local.yaml deployed again with an OSD option Ceph reads only at start-up, a warm-up of its four
-    shared prefixes, and vLLM's prefix cache off (so reuse can only come from LMCache). It runs after the
-    second-apply test, so nothing needs the base spec back (`--down` stops whatever runs). The OSDs restart one
-    by one and the cluster is healthy after; the first request of a bench run, which starts with a warmed
-    prefix (the warm salt), loads it from LMCache's tiers, token for token as much as the simulator says."""
+    """examples/local.yaml deployed again, over the doctor test's 32 MiB ddr tier, with an OSD option Ceph reads only
+    at start-up, a warm-up of its four shared prefixes, and vLLM's prefix cache off (so reuse can only come from
+    LMCache). It runs after the second-apply test, so nothing needs the base spec back (`--down` stops whatever
+    runs). LMCache's L1 is the spec's 1 GiB again; the OSDs restart one by one and the cluster is healthy after;
+    the first request of a bench run, which starts with a warmed prefix (the warm salt), loads it from LMCache's
+    tiers, token for token as much as the simulator says."""
     import yaml
 
     from kvplan.live.bench import Bench, Outcome, Target, new_salt, stream_completion
@@ -558,6 +554,7 @@ def test_a_redeploy_restarts_the_osds_for_a_start_up_option_and_prefills_the_war
     osds = {p.name: int(p.read_text()) for p in Path("/run/ceph").glob("ceph-osd.*.pid")}
     done = kvplan("deploy", str(path), "-i", INVENTORY, state=stack["state"])
     assert done.returncode == 0, done.stdout + done.stderr
+    assert lmcache_l1_usage()[1] == 2**30, "the spec's 1 GiB L1 is not back"
 
     now = {p.name: int(p.read_text()) for p in Path("/run/ceph").glob("ceph-osd.*.pid")}
     assert len(now) == 2 and now.keys() == osds.keys() and all(now[k] != osds[k] for k in now), (osds, now)
