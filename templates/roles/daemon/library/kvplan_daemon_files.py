@@ -68,7 +68,7 @@ class Files:
         if os.path.isdir(path):
             self.mode(path, 0o755)
             return
-        self.changed.append(path)
+        self.note(path)
         if not self.check:
             os.makedirs(path, mode=0o755, exist_ok=True)
             os.chmod(path, 0o755)
@@ -83,7 +83,7 @@ class Files:
         if same:
             self.mode(path, mode)
             return
-        self.changed.append(path)
+        self.note(path)
         if self.check:
             return
         directory = os.path.dirname(path) or "."
@@ -104,7 +104,7 @@ class Files:
         except KeyError:
             self.module.fail_json(msg=f"{self.module.params['name']}: the log file's owner {owner!r} is no user of this host")
         if not os.path.exists(path):
-            self.changed.append(path)
+            self.note(path)
             if not self.check:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640))
                 os.chmod(path, 0o640)
@@ -124,6 +124,7 @@ class Files:
                 os.chmod(path, mode)
 
     def note(self, path: str) -> None:
+        """`path` was (or, under check mode, would be) created or changed."""
         if path not in self.changed:
             self.changed.append(path)
 
