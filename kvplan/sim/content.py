@@ -106,7 +106,7 @@ class Segments:
 
     def _init(self, tail: tuple, parent: "Segments | None", heir: bool) -> None:
         self._tail = tail                            # a turn holds only its own parts: a million turns, not
-        self.length = (parent.length if parent is not None else 0) + sum(n for _, n in tail)
+        self.length: int = (parent.length if parent is not None else 0) + sum(n for _, n in tail)
         self._parent = parent                        # a million copies of their conversations
         self._keys: dict[int, list[int]] = _NO_KEYS
         self._heir = heir                            # a next turn builds on this one (no reference to it:
@@ -134,13 +134,14 @@ class Segments:
         done = self._keys.get(unit)
         if done is not None:
             return done
-        chain, node = [], self                       # walk up to the nearest ancestor that has them
+        chain: list[Segments] = []
+        node: Segments | None = self                 # walk up to the nearest ancestor that has them
         while node is not None and unit not in node._keys:
             chain.append(node)
             node = node._parent
         base: list[int] = node._keys[unit] if node is not None else []
-        for node in reversed(chain):                 # only this content keeps them (see forget)
-            base = _extend_keys(node.parts, node.length // unit, unit, base)
+        for turn in reversed(chain):                 # only this content keeps them (see forget)
+            base = _extend_keys(turn.parts, turn.length // unit, unit, base)
         if self._keys is _NO_KEYS:
             self._keys = {}
         self._keys[unit] = base

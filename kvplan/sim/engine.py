@@ -52,6 +52,7 @@ from .prefix_cache import Holding, PrefixCache
 from .steptime import StepTime
 
 if TYPE_CHECKING:
+    from .lmcache import Span
     from .run import Simulation
     from .workload import Request
 
@@ -74,7 +75,7 @@ class Seq:
         self.target = req.prompt_tokens          # tokens to prefill (prompt, plus regenerated output after preemption)
         self.computed = 0                        # tokens whose KV is in HBM
         self.generated = 0                       # output tokens emitted
-        self.holding: Holding | None = None
+        self.holding = Holding((), 0, 0)         # nothing held (not admitted, preempted or finished)
         self.blocks: list[int] = []              # block keys of prompt + output
         self.chunks: list[int] = []              # LMCache chunk keys of the prompt
         self.saved = 0                           # chunks LMCache holds or was given
@@ -83,7 +84,7 @@ class Seq:
         self.admitted = -1.0
         self.first_token = -1.0
         self.preemptions = 0
-        self.pending_load = None                 # a retrieve process to wait for before the forward pass
+        self.pending_load: simpy.Process | None = None   # a retrieve process to wait for before the forward pass
         self.load_wait = 0.0                     # seconds its prefill steps waited for retrieves
         self.record = record
         self.prompt = req.prompt_tokens          # copies of the request's lengths, read every step
@@ -171,11 +172,13 @@ class Engine:
 
     def _merge_hold(self) -> float:
         """Seconds to keep holding waiting requests for the design note's request merging (0 = go)."""
-        window = self.sim.r.lmcache.merging_window_s if self.sim.r.lmcache else None
+        lmc = self.sim.r.lmcache
+        window = lmc.merging_window_s if lmc is not None else None
         if not window or not self.waiting:
             return 0.0
+        assert lmc is not None and lmc.merging_max_tokens is not None   # resolve sets both or neither
         tokens = sum(s.target for s in self.waiting)
-        if tokens >= self.sim.r.lmcache.merging_max_tokens:
+        if tokens >= lmc.merging_max_tokens:
             return 0.0
         return self.waiting[0].req.arrival + self.sim.offset + window - self.env.now
 
@@ -302,9 +305,9 @@ class Engine:
         loads = [] if preempted else self._admit_waiting(admit, budget, prefills)
         return prefills, decoding.members, loads
 
-    def _admit_waiting(self, admit: bool, budget: int, prefills: list) -> list:
+    def _admit_waiting(self, admit: bool, budget: int, prefills: list) -> list[simpy.Process]:
         """Admit waiting requests first come first served while they fit; returns their loads."""
-        loads = []
+        loads: list[simpy.Process] = []
         if admit:
             while self.waiting and len(self.running) < self.max_seqs and budget > 0:
                 seq = self.waiting[0]
@@ -331,9 +334,11 @@ class Engine:
         if self.prefix_caching:
             hit = min(self.hbm.match(seq.blocks[: seq.target // bs]), (seq.target - 1) // bs)
         local = hit * bs
-        external, spans = local, None
+        external = local
+        spans: list[Span] = []
+        counts: list[tuple[str, int, int]] = []
         if self.lm is not None:
-            lmc = r.lmcache
+            lmc = self.lm.lmc
             if not seq.chunks:
                 seq.chunks = req.content.keys(lmc.chunk_size, req.prompt_tokens)
             spans, counts = self.lm.probe(self.index, seq.chunks)
@@ -381,7 +386,7 @@ class Engine:
         elif seq in self.idle:
             self.idle.remove(seq)
         self.hbm.release(seq.holding)
-        seq.holding = None
+        seq.holding = Holding((), 0, 0)
         seq.preemptions += 1
         self.preemptions += 1
         seq.target = seq.length                 # prompt and what was generated so far are recomputed
@@ -408,7 +413,7 @@ class Engine:
         for seq, new in prefills:
             seq.computed += new
             if self.lm is not None:
-                full = min(seq.computed, seq.req.prompt_tokens) // self.sim.r.lmcache.chunk_size
+                full = min(seq.computed, seq.req.prompt_tokens) // self.lm.lmc.chunk_size
                 if full > seq.saved:
                     stores += seq.chunks[seq.saved:full]
                     seq.saved = full
@@ -431,7 +436,7 @@ class Engine:
         for seq in started:                      # decoding from the next step on
             decoding.join(seq)
         stores += self._decode_stores(finished)
-        if stores:
+        if stores and self.lm is not None:
             yield from self.lm.store(self.index, stores)
         self.steps += 1
         self.busy += env.now - start
@@ -440,11 +445,11 @@ class Engine:
 
     def _decode_stores(self, finished: list[Seq]) -> list[int]:
         """save_decode_cache: at the end, the full chunks that include generated tokens."""
-        if self.lm is None or not self.sim.r.lmcache.save_decode_cache:
+        if self.lm is None or not self.lm.lmc.save_decode_cache:
             return []
-        keys = []
+        keys: list[int] = []
         for seq in finished:
-            full = seq.req.content.keys(self.sim.r.lmcache.chunk_size, seq.length)
+            full = seq.req.content.keys(self.lm.lmc.chunk_size, seq.length)
             keys += full[seq.saved:]
             seq.saved = len(full)
         return keys
@@ -486,7 +491,7 @@ class Engine:
         self.steps += steps
         self.busy += env.now - start
         stores = self._decode_stores(finished)
-        if stores:
+        if stores and self.lm is not None:
             yield from self.lm.store(self.index, stores)
         for seq in finished:
             self._finish(seq)
@@ -514,7 +519,7 @@ class Engine:
         if self.prefix_caching:
             self.hbm.commit(seq.holding, seq.blocks, min(seq.length, len(seq.blocks) * self.bs) // self.bs)
         self.hbm.release(seq.holding)
-        seq.holding = None
+        seq.holding = Holding((), 0, 0)
         seq.req.content.forget()
         self.sim.finished(self.index, seq, env.now)
         self._wake()

@@ -216,7 +216,8 @@ class LRU(Cache):
 
     def __init__(self, capacity: int, *, watermark: float | None = None, ratio: float = 0.2):
         super().__init__(capacity, watermark=watermark, ratio=ratio)
-        self._sizes = self._d = OrderedDict()
+        self._d: OrderedDict[Hashable, int] = OrderedDict()
+        self._sizes = self._d
         self._unit = 0                  # the size of every key held, when they all have one (0: mixed)
 
     def _sized(self, size: int) -> None:
@@ -680,7 +681,7 @@ POLICIES: dict[str, type[Cache]] = {
 
 
 def make(policy: str, capacity: int, *, ttl: float | None = None, watermark: float | None = None,
-         ratio: float = 0.2) -> Cache:
+         ratio: float = 0.2) -> Cache | TTL:
     """A cache of `capacity` bytes with `policy` (a key of POLICIES, exact spelling), wrapped in TTL if
     `ttl` (seconds) is given; `watermark`/`ratio` select LMCache MP's batch eviction.
     `make("LFU", cap, ttl=3600)` is `TTL(LFU(cap), 3600)`."""

@@ -91,6 +91,7 @@ class Fabric:
         """One batched read or write on the node's NVMe device, as steps of the caller's SimPy process
         (`yield from`)."""
         d = self.r.nvme
+        assert d is not None                      # only a spec with an nvme tier does NVMe I/O
         bandwidth, iops, latency = ((d.write_bandwidth, d.write_iops, d.write_latency) if write
                                     else (d.read_bandwidth, d.read_iops, d.read_latency))
         yield self.env.timeout(latency)
@@ -100,6 +101,7 @@ class Fabric:
     def placement(self, key: int) -> list[int]:
         """OSDs holding an object: primary first, then replicas in distinct failure domains."""
         c = self.ceph
+        assert c is not None                      # only a spec with Ceph places objects
         per_host = c.osds // c.hosts
         primary = key % c.osds
         if c.failure_domain == "osd":
@@ -112,6 +114,7 @@ class Fabric:
         bytes) per key, as `objects_per_key` S3 objects (one per TP rank), as steps of the caller's SimPy
         process (`yield from`)."""
         c, env = self.ceph, self.env
+        assert c is not None                      # only a spec with a ceph tier does Ceph I/O
         dev = c.device_class
         table, n_osds = self.replica_hosts, c.osds
         primaries = Counter([table[key % n_osds][0] for key in keys])   # host -> objects, first seen first
@@ -145,6 +148,7 @@ class Fabric:
         """Issue a batch's RADOS ops: (seconds one of them takes at its OSD, RADOS ops per key, ops the
         batch wants in flight; the caller takes those back when the batch is done)."""
         c = self.ceph
+        assert c is not None
         dev = c.device_class
         s3_object = object_bytes // objects_per_key
         per_object = max(1, -(-s3_object // RADOS_OP_BYTES))

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from ..resolve import Resolved
+from ..resolve import Resolved, ResolvedLMCache
 from .eviction import make
 from .fabric import Fabric
 
@@ -76,12 +76,15 @@ class LMCacheModel:
 
     def __post_init__(self) -> None:
         lm = self.r.lmcache
+        if lm is None:
+            raise ValueError("LMCacheModel needs a spec with an lmcache section")
+        self.lmc: ResolvedLMCache = lm
         batch = dict(watermark=MP_WATERMARK, ratio=MP_RATIO) if lm.mode == "mp" else {}
         for t in lm.tiers:
             self.caches[t.name] = [make(t.eviction, t.capacity_bytes, ttl=t.ttl_s, **batch) for _ in range(t.caches)]
             self.counters[t.name] = TierCounters()
         self.order = [t for t in TIERS if t in self.caches]
-        self.scope = {t.name: t.scope for t in lm.tiers}
+        self.scope: dict[str, str] = {t.name: t.scope for t in lm.tiers}
         self.requested_tokens = 0       # prompt tokens of first lookups
         self.hit_tokens = 0             # of those, the held prefix (whole chunks)
         self.relookups = 0              # lookups of preempted requests being re-admitted
@@ -124,7 +127,7 @@ class LMCacheModel:
         request once however often it was preempted. The lookup a preempted request makes when it
         is admitted again (`relookup`) is counted apart, so a ratio means the same under load.
         """
-        size = self.r.lmcache.chunk_size
+        size = self.lmc.chunk_size
         held = sum(h for _, _, h in counts) * size
         if relookup:
             self.relookups += 1
@@ -156,7 +159,7 @@ class LMCacheModel:
     def portions(self, spans: list[Span], first_token: int, last_token: int) -> list[tuple[str, int, int, int]]:
         """What loading tokens [first_token, last_token) takes from each span: (tier, first chunk,
         end chunk, tokens). Chunks that hold only tokens outside the range are not read."""
-        size, out = self.r.lmcache.chunk_size, []
+        size, out = self.lmc.chunk_size, []
         for span in spans:
             a = max(span.start, first_token // size)
             b = min(span.end, -(-last_token // size))
@@ -166,7 +169,7 @@ class LMCacheModel:
 
     def retrieve(self, instance: int, keys: list[int], spans: list[Span], first_token: int, last_token: int):
         """A SimPy process: load tokens [first_token, last_token) from the spans into the GPU."""
-        lm, env = self.r.lmcache, self.env
+        lm, env = self.lmc, self.env
         loads = []
         for tier, a, b, tokens in self.portions(spans, first_token, last_token):
             c = self.counters[tier]
@@ -178,7 +181,7 @@ class LMCacheModel:
             yield simpy.AllOf(env, loads)
 
     def _load(self, instance: int, tier: str, keys: list[int], tokens: int):
-        lm, f = self.r.lmcache, self.fabric
+        lm, f = self.lmc, self.fabric
         if tier == "nvme":
             yield from f.nvme_io(self.node(instance), len(keys) * lm.chunk_bytes, len(keys) * lm.storing_ranks,
                                  write=False)
@@ -197,7 +200,7 @@ class LMCacheModel:
         """
         if not keys:
             return
-        lm, env = self.r.lmcache, self.env
+        lm, env = self.lmc, self.env
         yield self.fabric.from_gpu(instance, len(keys) * lm.chunk_size * self.r.kv_bytes_per_token_per_rank)
         if "ddr" in self.caches:
             self._insert("ddr", instance, keys)
@@ -209,7 +212,7 @@ class LMCacheModel:
                     env.process(self._write(instance, tier, fresh))
 
     def _write(self, instance: int, tier: str, keys: list[int]):
-        lm, f = self.r.lmcache, self.fabric
+        lm, f = self.lmc, self.fabric
         if tier == "nvme":
             yield from f.nvme_io(self.node(instance), len(keys) * lm.chunk_bytes, len(keys) * lm.storing_ranks,
                                  write=True)
@@ -218,7 +221,7 @@ class LMCacheModel:
         self._insert(tier, instance, keys)
 
     def _insert(self, tier: str, instance: int, keys: list[int], promoted: bool = False) -> None:
-        cache, c, size, now = self.cache(tier, instance), self.counters[tier], self.r.lmcache.chunk_bytes, self.env.now
+        cache, c, size, now = self.cache(tier, instance), self.counters[tier], self.lmc.chunk_bytes, self.env.now
         cache.expire(now)
         stored, refused = cache.store(keys, size, now)
         c.stored_chunks += stored

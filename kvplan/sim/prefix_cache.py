@@ -36,9 +36,14 @@ from typing import Sequence
 
 
 class _Entry:
-    """A link of the free queue (a doubly linked list with a sentinel)."""
+    """A link of the free queue (a doubly linked list with a sentinel). An entry out of the queue
+    links to itself."""
 
     __slots__ = ("prev", "next")
+
+    def __init__(self) -> None:
+        self.prev: _Entry = self
+        self.next: _Entry = self
 
 
 class _Anon(_Entry):
@@ -47,6 +52,7 @@ class _Anon(_Entry):
     __slots__ = ("count",)
 
     def __init__(self, count: int):
+        super().__init__()
         self.count = count
 
 
@@ -60,11 +66,11 @@ class _Node(_Entry):
 
     __slots__ = ("keys", "lo", "refs", "ghost", "parent", "children")
 
-    def __init__(self, keys: list, lo: int, parent: "_Node | None", refs: int = 0, ghost: bool = True):
+    def __init__(self, keys: list[int], lo: int, parent: "_Node | None", refs: int = 0, ghost: bool = True):
+        super().__init__()
         self.keys, self.lo, self.parent = keys, lo, parent
         self.refs, self.ghost = refs, ghost
-        self.children: dict = {}
-        self.prev = self.next = None
+        self.children: dict[int, _Node] = {}
 
 
 class PrefixCache:
@@ -74,7 +80,6 @@ class PrefixCache:
         self.num_blocks = num_blocks
         self._root = _Node([], 0, None, refs=1, ghost=False)   # the empty prefix, parent of every chain
         self._queue = _Entry()                    # sentinel: next = head (reused first), prev = tail
-        self._queue.prev = self._queue.next = self._queue
         self._free_count = 0                      # blocks in the queue
         self._pristine = num_blocks               # never-used blocks, logically at the head
         self._anon_free = 0                       # free blocks without a hash (partial tails, duplicates)
@@ -148,13 +153,14 @@ class PrefixCache:
         queue = self._queue
         while n:
             entry = queue.next
-            if type(entry) is _Anon:           # a run of anonymous blocks
+            if isinstance(entry, _Anon):       # a run of anonymous blocks
                 used = min(n, entry.count)
                 entry.count -= used
                 self._anon_free -= used
                 if not entry.count:
                     _unlink(entry)
             else:                              # cached blocks, deepest first: their contents are evicted
+                assert isinstance(entry, _Node)
                 size = len(entry.keys)
                 used = min(n, size)
                 if used < size and not entry.children:
@@ -165,6 +171,7 @@ class PrefixCache:
                     if used < size:            # the deepest `used` blocks split off, ahead of the rest
                         self._split(entry, entry.lo + size - used)
                         entry = queue.next
+                        assert isinstance(entry, _Node)
                     _unlink(entry)
                     entry.ghost = True
                     self._prune(entry)
@@ -205,7 +212,7 @@ class PrefixCache:
             self._anon_free += holding.anon
             self._free_count += holding.anon
         if holding.ranges:
-            freed = []
+            freed: list[_Node] = []
             keys, ranges, r = holding.chain, holding.ranges, 0
             node, p, end = self._root, 0, holding.ranges[-1][1]
             while p < end:
@@ -223,10 +230,11 @@ class PrefixCache:
         holding.ranges, holding.blocks, holding.anon = [], 0, 0
 
     # ---- the tree and the queue
-    def _path(self, keys: Sequence[int], start: int, end: int) -> list:
+    def _path(self, keys: Sequence[int], start: int, end: int) -> list[_Node]:
         """The nodes holding blocks [start, end) of chain `keys`, split at start and end; absent
         blocks on the way get ghost nodes."""
-        node, p, out = self._root, 0, []
+        out: list[_Node] = []
+        node, p = self._root, 0
         while p < end:
             child = node.children.get(keys[p])
             if child is None:
@@ -254,7 +262,7 @@ class PrefixCache:
             child.parent = tail
         node.keys = node.keys[:cut]
         node.children = {tail.keys[0]: tail}
-        if node.prev is not None:              # free: in the queue
+        if node.prev is not node:              # free: in the queue
             tail.prev, tail.next = node.prev, node
             node.prev.next = tail
             node.prev = tail
@@ -263,6 +271,7 @@ class PrefixCache:
         """Drop ghost nodes that no longer lead to anything cached."""
         while node.ghost and not node.children:
             parent = node.parent
+            assert parent is not None             # the root is never a ghost
             del parent.children[node.keys[0]]
             node = parent
 
@@ -275,7 +284,7 @@ class PrefixCache:
 def _unlink(entry: _Entry) -> None:
     entry.prev.next = entry.next
     entry.next.prev = entry.prev
-    entry.prev = entry.next = None
+    entry.prev = entry.next = entry
 
 
 class Holding:
