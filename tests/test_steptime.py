@@ -120,8 +120,8 @@ def test_a_step_with_nothing_in_it_takes_no_time(h100_8b):
     st_ = StepTime(h100_8b)
     assert st_.step((), 0, 0) == 0.0
     assert st_.breakdown((), 0, 0).seconds == 0.0
-    assert st_.decode_run(0, 0, 5).tolist() == [0.0] * 5
-    assert st_.decode_run(4, 100, 0).shape == (0,)
+    assert st_.decode_run(0, 0, 5) == [0.0] * 5
+    assert st_.decode_run(4, 100, 0) == []
 
 
 def test_chunking_a_prompt_keeps_its_flops_but_one_lm_head_row_per_chunk(h100_8b):

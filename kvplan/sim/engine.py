@@ -39,12 +39,12 @@ stepping one iteration at a time.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from functools import partial
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-import numpy as np
 import simpy
 
 from .decoding import DecodeSet
@@ -470,14 +470,14 @@ class Engine:
         start = env.now
         steps = horizon
         if len(self.running) < self.max_seqs:      # an arrival may join at the next step boundary
-            yield self._sleep(float(ends[-1]))
+            yield self._sleep(ends[-1])
             elapsed = env.now - start
             if elapsed < ends[-1]:
-                steps = int(np.searchsorted(ends, elapsed, side="right")) + 1
+                steps = bisect_right(ends, elapsed) + 1
                 steps = min(steps, horizon)
-                yield env.timeout(max(0.0, float(ends[steps - 1]) - elapsed))
+                yield env.timeout(max(0.0, ends[steps - 1] - elapsed))
         else:
-            yield env.timeout(float(ends[-1]))
+            yield env.timeout(ends[-1])
         grown = decoding.due(decoding.clock + steps - 1)        # exactly those that need blocks
         for seq, r in zip(decodes, room):
             extra = -(-(steps - r) // bs)

@@ -37,13 +37,25 @@ from typing import Sequence
 
 class _Entry:
     """A link of the free queue (a doubly linked list with a sentinel). An entry out of the queue
-    links to itself."""
+    links to `_OUT` (not to itself: a run pauses the cycle collector, so a cycle would stay)."""
 
     __slots__ = ("prev", "next")
 
     def __init__(self) -> None:
-        self.prev: _Entry = self
-        self.next: _Entry = self
+        self.prev: _Entry = _OUT
+        self.next: _Entry = _OUT
+
+
+class _Out(_Entry):
+    """What entries out of the queue link to."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self.prev = self.next = self
+
+
+_OUT = _Out()
 
 
 class _Anon(_Entry):
@@ -80,6 +92,7 @@ class PrefixCache:
         self.num_blocks = num_blocks
         self._root = _Node([], 0, None, refs=1, ghost=False)   # the empty prefix, parent of every chain
         self._queue = _Entry()                    # sentinel: next = head (reused first), prev = tail
+        self._queue.prev = self._queue.next = self._queue
         self._free_count = 0                      # blocks in the queue
         self._pristine = num_blocks               # never-used blocks, logically at the head
         self._anon_free = 0                       # free blocks without a hash (partial tails, duplicates)
@@ -262,7 +275,7 @@ class PrefixCache:
             child.parent = tail
         node.keys = node.keys[:cut]
         node.children = {tail.keys[0]: tail}
-        if node.prev is not node:              # free: in the queue
+        if node.prev is not _OUT:              # free: in the queue
             tail.prev, tail.next = node.prev, node
             node.prev.next = tail
             node.prev = tail
@@ -284,7 +297,7 @@ class PrefixCache:
 def _unlink(entry: _Entry) -> None:
     entry.prev.next = entry.next
     entry.next.prev = entry.prev
-    entry.prev = entry.next = entry
+    entry.prev = entry.next = _OUT
 
 
 class Holding:

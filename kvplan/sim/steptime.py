@@ -48,16 +48,13 @@ decoding sequence) and R = the rows it samples (one per chunk, one per decoding 
 
 The coefficients come from `Resolved.step` (catalog defaults per accelerator, a serving.step_profile
 on top, serving.step_model on top of that). `StepTime` precomputes every constant when built, so
-`step` is plain float arithmetic; `decode_run` gives many consecutive pure-decode steps at once
-with numpy.
+`step` is plain float arithmetic; `decode_run` gives many consecutive pure-decode steps at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
-
-import numpy as np
 
 from ..resolve import Resolved, StepCoefficients
 from ..spec.architecture import Architecture
@@ -91,6 +88,7 @@ def activation_bytes_per_token(model: Architecture, tp: int) -> float:
 def attention_dims(model: Architecture) -> tuple[int, int]:
     """(qk dim, v dim) of one attention head as the step-time model counts it (MLA: the latent form)."""
     if model.attention == "mla":
+        assert model.kv_lora_rank is not None      # the spec refuses an mla model without it
         return model.head_dim, model.kv_lora_rank
     return model.head_dim, model.head_dim
 
@@ -183,7 +181,7 @@ class StepTime:
         batch; `decode_seqs` sequences each decoding one token, whose context lengths sum to `decode_context`.
         A step with no tokens takes no time."""
         tokens = decode_seqs
-        pairs = decode_context
+        pairs: float = decode_context
         read = decode_context
         for q, c in prefills:
             tokens += q
@@ -197,20 +195,30 @@ class StepTime:
         return ((compute ** _P + memory ** _P) ** _INVERSE + self.allreduce_fixed
                 + self.allreduce_per_token * tokens + self.overhead)
 
-    def decode_run(self, seqs: int, context: int, steps: int) -> np.ndarray:
+    def decode_run(self, seqs: int, context: int, steps: int) -> list[float]:
         """Cumulative end times (seconds from now) of `steps` consecutive pure-decode steps of `seqs` sequences
         whose contexts sum to `context` at the first step and grow by `seqs` per step. Equal, to floating-point
-        tolerance, to summing step((), seqs, context + i*seqs) for i in range(steps)."""
+        tolerance, to summing step((), seqs, context + i*seqs) for i in range(steps).
+
+        A plain loop over the steps (with the step's constants hoisted): a run is a few dozen steps
+        on most calls, where numpy's per-call cost outweighs its per-element speed."""
         if steps < 0:
             raise ValueError(f"steps must be >= 0, not {steps}")
         if seqs <= 0:
-            return np.zeros(steps)
-        ctx = context + seqs * np.arange(steps, dtype=np.float64)
-        compute = ((self.linear_flops + self.head_cost) * seqs + self.attention_cost * ctx) / self.flops_rate
-        memory = (self.weight_bytes + self.kv_bytes * ctx + self.token_bytes * seqs) / self.bytes_rate
-        each = (compute ** _P + memory ** _P) ** _INVERSE + self.allreduce_fixed \
-            + self.allreduce_per_token * seqs + self.overhead
-        return np.cumsum(each)
+            return [0.0] * steps
+        rows_flops = (self.linear_flops + self.head_cost) * seqs
+        attention, flops_rate = self.attention_cost, self.flops_rate
+        weights, kv, tokens_bytes, bytes_rate = self.weight_bytes, self.kv_bytes, self.token_bytes * seqs, self.bytes_rate
+        fixed, per_step, overhead = self.allreduce_fixed, self.allreduce_per_token * seqs, self.overhead
+        ends: list[float] = []
+        end = 0.0
+        for i in range(steps):
+            ctx = float(context + seqs * i)
+            compute = (rows_flops + attention * ctx) / flops_rate
+            memory = (weights + kv * ctx + tokens_bytes) / bytes_rate
+            end += (compute ** _P + memory ** _P) ** _INVERSE + fixed + per_step + overhead
+            ends.append(end)
+        return ends
 
     def prefill_seconds(self, tokens: int, context: int = 0) -> float:
         """One lone prefill chunk of `tokens` new tokens after `context` cached ones."""
