@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
-
 from kvplan.sim.decoding import DecodeSet
+from kvplan.sim.engine import Seq
+from kvplan.sim.prefix_cache import Holding
+from kvplan.sim.workload import Request, Segments
 
 
-def member(prompt: int, generated: int, output: int, blocks: int, computed: int):
-    """A stand-in for engine.Seq with the fields DecodeSet reads and writes."""
-    return SimpleNamespace(prompt=prompt, generated=generated, output=output, computed=computed,
-                           holding=SimpleNamespace(blocks=blocks), since=-1, ticket=0)
+def member(prompt: int, generated: int, output: int, blocks: int, computed: int) -> Seq:
+    """An engine's request with the fields DecodeSet reads and writes set as given."""
+    seq = Seq(Request(id=0, arrival=0.0, prompt_tokens=prompt, output_tokens=output, content=Segments((((0,), prompt + output),))), True)
+    seq.generated, seq.computed, seq.holding = generated, computed, Holding((), blocks, 0)
+    return seq
 
 
 def test_members_advance_together_and_report_boundaries_and_ends():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from kvplan.resolve import resolve
-from kvplan.sim.engine import Engine
 from kvplan.sim.run import Simulation
 
 from conftest import spec
@@ -100,20 +99,20 @@ def test_ablation_adds_one_tier_at_a_time():
 
 
 @pytest.mark.parametrize("budget", [None, 5])
-def test_visiting_only_what_changes_schedules_as_visiting_every_request(budget, monkeypatch):
+def test_visiting_only_what_changes_schedules_as_visiting_every_request(budget):
     # _schedule visits the prefilling requests and the decoding ones at a block boundary;
     # _schedule_each, its fallback, is vLLM's loop over every running request: run for every step,
     # it must give exactly the same figures. A budget of 5 (below max_num_seqs, which the spec
     # refuses) keeps every step's budget tight.
-    def run():
+    def run(visit_each: bool):
         sim = Simulation(resolve(spec("chat-llama2-13b", workload__requests=300, serving__max_num_seqs=16,
                                       serving__max_num_batched_tokens=512, serving__gpu_memory_utilization=0.4)))
         for engine in sim.engines:
             engine.budget = budget or engine.budget
+            engine.visit_each = visit_each
         return sim.run()
 
-    changed = run()
-    monkeypatch.setattr(Engine, "_schedule", Engine._schedule_each)
-    each = run()
+    changed = run(False)
+    each = run(True)
     assert changed.preemptions > 0
     assert changed.model_dump_json() == each.model_dump_json()

@@ -43,7 +43,7 @@ from bisect import bisect_right
 from collections import deque
 from functools import partial
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import simpy
 
@@ -124,7 +124,8 @@ class Engine:
         self.preemptions = 0
         self.busy = 0.0
         self.fast_forward = True                 # tests turn it off to check it changes nothing
-        self.on_step = None                      # tests: called as on_step(engine, tokens) after scheduling
+        self.visit_each = False                  # tests: every step through vLLM's whole loop (_schedule_each)
+        self.on_step: Callable[[Engine, int], object] | None = None   # tests: on_step(engine, tokens) after scheduling
 
     # ---- arrivals
     def submit(self, req: "Request", record: bool = True) -> None:
@@ -193,6 +194,8 @@ class Engine:
         besides taking one token are visited (the prefilling ones and the decoding ones at a block
         boundary), in the same order, which is the same as long as the budget lasts for all of them.
         """
+        if self.visit_each:
+            return self._schedule_each(admit)
         running, decoding = self.running, self.decoding
         if self.idle:                            # left out of the last step: decoding again from now
             for seq in self.idle:

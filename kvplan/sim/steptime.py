@@ -167,6 +167,8 @@ class StepTime:
             self.allreduce_per_token = 0.0
         self.layer_overhead = m.num_layers * c.layer_overhead
         self.overhead = c.step_overhead + self.layer_overhead
+        for name in StepTime.__slots__:          # plain floats, whatever numbers the coefficients came as (a fit's
+            setattr(self, name, float(getattr(self, name)))   # numpy scalars): step times feed SimPy's clock
 
     def linear_layers(self, tokens: int) -> float:
         """Seconds the transformer layers' matrix multiplies and elementwise kernels take for `tokens` new tokens:

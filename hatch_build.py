@@ -1,0 +1,64 @@
+"""The wheel's compiled core: the simulator's hot modules built with mypyc.
+
+mypyc compiles typed Python into C extension modules that run the same code without the
+interpreter's per-operation dispatch (benchmarks/README.md says what it buys); Python imports an
+extension module ahead of the .py beside it. The modules to compile are listed in pyproject.toml
+(`compile` of this hook); their types are held by tests/test_sim_types.py and their results to the
+interpreted modules' by tests/test_compiled.py.
+
+They are compiled from a copy of the package in a temporary folder, so the checkout keeps no build
+artefact (one left there would shadow an edited module for `python -m kvplan` run from the
+checkout). The build fails when a module cannot be compiled; it never falls back to the interpreted
+module. An editable install (`pip install -e .`) compiles nothing: its point is that edits to the
+sources take effect.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+FIX = ("mypyc needs a C compiler and the Python headers: on Debian, `apt-get install gcc python3-dev` "
+       "(./install.sh installs them when they are missing)")
+
+
+class CompiledCore(BuildHookInterface):
+    PLUGIN_NAME = "custom"
+
+    def initialize(self, version: str, build_data: dict) -> None:
+        if self.target_name != "wheel" or version == "editable":
+            return
+        modules = self.config.get("compile", [])
+        self._work = Path(tempfile.mkdtemp(prefix="kvplan-mypyc-"))
+        shutil.copytree(Path(self.root) / "kvplan", self._work / "kvplan",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
+        result = subprocess.run([sys.executable, "-m", "mypyc", "--follow-imports=silent", *modules],
+                                cwd=self._work, capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"mypyc could not compile {', '.join(modules)}; {FIX}.\n"
+                               f"{result.stdout[-4000:]}{result.stderr[-4000:]}")
+        suffix = EXTENSION_SUFFIXES[0]
+        built = {}
+        for module in modules:
+            path = self._work / (module.removesuffix(".py") + suffix)
+            if not path.is_file():
+                raise RuntimeError(f"mypyc reported success but built no {path.name} for {module}")
+            built[str(path)] = path.relative_to(self._work).as_posix()
+        shared = list(self._work.glob(f"*__mypyc{suffix}"))    # the runtime the modules share, top level
+        if len(shared) != 1:
+            raise RuntimeError(f"expected one shared mypyc library, found {[p.name for p in shared]}")
+        built[str(shared[0])] = shared[0].name
+        build_data["force_include"].update(built)
+        build_data["pure_python"] = False
+        build_data["infer_tag"] = True
+
+    def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:
+        work = getattr(self, "_work", None)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
