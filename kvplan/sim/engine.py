@@ -33,8 +33,8 @@ the budget is always the last running request), but the fallback keeps the rule 
 Decode fast-forward: while every running request is decoding and nothing can be admitted, the
 batch does not change until a request finishes, a block boundary needs memory that is not there,
 or (with a free slot) a new request arrives. The engine then advances many decode steps in one
-SimPy event, their times summed in closed form by `StepTime.decode_run`; a test holds this to
-stepping one iteration at a time.
+SimPy event, their times summed by `StepTime.decode_run` (no scheduling per step); a test holds
+this to stepping one iteration at a time.
 """
 
 from __future__ import annotations
