@@ -40,7 +40,7 @@ from kvplan.errors import SpecError
 from kvplan.live.bench import Bench, BenchError, Outcome, Target, check_target
 from kvplan.live.calibrate import bounded_least_absolute, fit
 from kvplan.spec.profile import Profile, apply_profile, read_profile, write_profile
-from kvplan.live.compare import Row, check_same_spec, rows
+from kvplan.live.compare import Row, check_same_spec, predict, rows
 from kvplan.live.observe import (Component, Snapshot, lmcache_servers, observe_vllm, parse_lmcache_metrics, parse_metrics,
                                  snapshot)
 from kvplan.live.observed import BenchRun, columns, derive, read_run, write_run
@@ -1244,6 +1244,26 @@ def test_cli_compare_refuses_a_run_of_another_spec(tmp_path):
     write_run(tmp_path / "run", bench_run(other, []), "name: local\n")
     result = cli("compare", str(LOCAL), "--observed", str(tmp_path / "run"), cwd=tmp_path)
     assert result.returncode == 1 and "not this spec" in result.stderr and str(tmp_path / "run") in result.stderr
+
+
+def test_compare_replays_each_request_when_the_bench_sent_it_so_round_robin_sends_it_where_the_router_did():
+    """A chat turn whose earlier reply came late leaves late (`waited`), after requests that arrived after it: the
+    real round-robin router gave it the next host in that order, and the prediction replays that order."""
+    r = resolve(load(REPO / "examples" / "cluster.yaml"))              # two instances behind a round-robin router
+    planned = requests(r)
+    late = next(q for q in planned if q.turn > 0)
+    passed = planned[late.id + 1]                                      # the request that arrived just after it
+    sent = {q.id: q.arrival for q in planned} | {late.id: passed.arrival + 0.01}
+    outs = [Outcome(q.id, q.session, q.turn, -1, q.arrival, q.prompt_tokens, q.output_tokens, sent=sent[q.id],
+                    first_token=sent[q.id] + 0.2, last_token=sent[q.id] + 0.5, received_tokens=q.output_tokens,
+                    waited=q.id == late.id) for q in planned]
+    replayed = predict(r, bench_run(r, outs, seed=r.workload.seed)).per_request
+    as_planned = simulate(r).per_request
+    assert replayed.arrival[late.id] == pytest.approx(passed.arrival + 0.01)
+    assert (replayed.instance[late.id], replayed.instance[passed.id]) == \
+        (as_planned.instance[passed.id], as_planned.instance[late.id])  # the two swapped hosts
+    others = [i for i in range(len(planned)) if i not in (late.id, passed.id)]
+    assert list(replayed.instance[others]) == list(as_planned.instance[others])
 
 
 def test_cli_compare_prints_predicted_and_observed_for_a_run_of_the_spec(tmp_path):

@@ -127,7 +127,7 @@ def _refine(r: Resolved, runs, compute_eff: float, attention_eff: float, step_ov
     round by the gaps, later ones by the secant step (the gap over how much the last move changed the median).
     Returns the overheads of the round whose medians came nearest (the larger relative gap the smaller), and
     those medians."""
-    from ..sim.run import run as simulate
+    from .compare import predict
 
     observed = (float(np.median(np.concatenate([_ok(run, "ttft") for _, run in runs]))),
                 float(np.median(np.concatenate([_ok(run, "tpot") for _, run in runs]))))
@@ -138,7 +138,7 @@ def _refine(r: Resolved, runs, compute_eff: float, attention_eff: float, step_ov
         step = r.step.model_copy(update={"compute_efficiency": compute_eff, "attention_efficiency": attention_eff,
                                          "request_overhead": x[0], "step_overhead": x[1]})
         trial = r.model_copy(update={"step": step})
-        tables = [simulate(trial, seed=run.seed).per_request for _, run in runs]
+        tables = [predict(trial, run).per_request for _, run in runs]
         simulated = tuple(float(np.median(np.concatenate([_matching(t, run, column) for t, (_, run) in zip(tables, runs)])))
                           for column in ("ttft", "tpot"))
         gap = max(abs(sim - obs) / obs for sim, obs in zip(simulated, observed))

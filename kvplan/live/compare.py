@@ -1,17 +1,23 @@
 """Predicted against observed: the simulator's run of a spec next to a bench run of the same spec.
 
-The prediction replays exactly the benched requests (same spec, same seed), so every row compares
-like with like. Latencies and throughput carry a relative error; where prompt tokens came from
+The prediction replays exactly the benched requests (same spec, same seed) at the times the bench
+sent them, so every row compares like with like. A chat turn leaves when its earlier turn's reply
+is in (it carries that reply): where the real stack replied later than the simulator would, the
+turn left late (the run's `waited`), and the requests reached the router in another order than
+their arrival times give. Round robin then sends a different set of turns to the host that holds
+their history, which moves where prompt tokens come from by several points on a 40-request run;
+replayed as sent, the simulated router sees the order the real one saw. Latencies and throughput carry a relative error; where prompt tokens came from
 (hbm = vLLM's prefix cache, ddr / nvme / ceph = LMCache's tiers, recomputed) carries the
 difference of the two shares in percentage points; Ceph bytes written, a relative error.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
+from ..sim import workload as wl
 from ..sim.result import SimResult
 from .observed import TIER_SOURCES, BenchRun
 
@@ -83,7 +89,16 @@ def rows(sim: SimResult, run: BenchRun) -> list[Row]:
 def predict(r: Resolved, run: BenchRun) -> SimResult:
     from ..sim.run import run as simulate
 
-    return simulate(r, seed=run.seed)
+    return simulate(r, seed=run.seed, requests=as_sent(r, run))
+
+
+def as_sent(r: Resolved, run: BenchRun) -> wl.RequestStream:
+    """The run's requests, each arriving when the bench sent it (one it never sent, at its arrival time)."""
+    sent = dict(zip(run.requests["id"], run.requests["sent"]))
+    planned = wl.requests(r, run.seed)
+    retimed = [replace(q, arrival=sent[q.id]) if sent.get(q.id, -1.0) >= 0 else q for q in planned]
+    retimed.sort(key=lambda q: (q.arrival, q.id))
+    return wl.RequestStream.of(wl.RequestList(retimed, planned.rejected, planned.shortened, planned.sessions_ended_early))
 
 
 def _saved_spec_hash(where: str) -> str | None:

@@ -67,8 +67,10 @@ class SimulationStopped(SpecError):
 
 class Simulation:
     def __init__(self, r: Resolved, seed: int | None = None, progress: Progress | None = None,
-                 bounds: Bounds = Bounds(), stop_at_miss: dict[str, float] | None = None):
+                 bounds: Bounds = Bounds(), stop_at_miss: dict[str, float] | None = None,
+                 requests: wl.RequestStream | None = None):
         self.r = r
+        self.requests = requests                 # None: the spec's workload (wl.stream)
         self.bounds = bounds
         self.stop_at_miss = stop_at_miss
         self.watch: SloWatch | None = None
@@ -178,7 +180,7 @@ class Simulation:
             env.run(self.finished_event)
         self.started = time.monotonic()
         self.offset = offset = env.now
-        reqs = wl.stream(r, self.seed)
+        reqs = wl.stream(r, self.seed) if self.requests is None else self.requests
         self.expected = len(reqs)
         self.columns = {name: np.zeros(len(reqs), dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
                         for name in RequestRow._fields}     # 8 bytes a value, written as requests finish
@@ -292,8 +294,11 @@ def _ratio(a: float, b: float) -> float:
 
 
 def run(r: Resolved, seed: int | None = None, progress: Progress | None = None, bounds: Bounds = Bounds(),
-        stop_at_miss: dict[str, float] | None = None) -> SimResult:
+        stop_at_miss: dict[str, float] | None = None, requests: wl.RequestStream | None = None) -> SimResult:
     """Simulate the resolved spec's workload through its instances and KV-cache hierarchy.
+
+    `requests` replaces the workload's stream (each id 0..n-1 once, sorted by arrival): `kvplan
+    compare` replays a bench run's requests at the times they were sent.
 
     `bounds` stops a run that would not end in reasonable time (SimulationStopped says why);
     `stop_at_miss` (SLO key -> target seconds) stops it with SloMissed as soon as it has certainly
@@ -305,7 +310,7 @@ def run(r: Resolved, seed: int | None = None, progress: Progress | None = None, 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return Simulation(r, seed, progress, bounds, stop_at_miss).run()
+        return Simulation(r, seed, progress, bounds, stop_at_miss, requests).run()
     finally:
         if was_enabled:
             gc.enable()
