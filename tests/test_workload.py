@@ -8,6 +8,7 @@ exact. These tests pin down that mapping for Mooncake traces and for the synthet
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -287,9 +288,18 @@ def test_a_parent_only_speeds_things_up():
         Segments((((1, 1), 500),), turn0)                 # a parent must begin the content
 
 
-def test_a_finished_turn_hands_its_keys_to_the_next_instead_of_rehashing_the_conversation(monkeypatch):
-    import kvplan.sim.content as content
+def source_content():
+    """kvplan/sim/content.py run from its source: the installed module is compiled (hatch_build.py), and a compiled
+    module's calls to its own functions cannot be patched to watch them."""
+    spec = importlib.util.spec_from_file_location("kvplan_content_source", REPO / "kvplan" / "sim" / "content.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
+
+def test_a_finished_turn_hands_its_keys_to_the_next_instead_of_rehashing_the_conversation(monkeypatch):
+    content = source_content()
+    Segments = content.Segments
     turn0 = Segments((((1, 0), 500), ((3, 0), 77), ((4, 0), 200)))
     turn1 = Segments(turn0.parts + (((3, 1), 90), ((4, 1), 300)), turn0)
     expected = Segments(turn1.parts).keys(16, len(turn1))
@@ -307,7 +317,8 @@ def test_a_finished_turn_hands_its_keys_to_the_next_instead_of_rehashing_the_con
 def test_a_turn_built_after_its_predecessor_finished_still_hashes_only_its_new_tokens(monkeypatch):
     """The workload stream builds a turn when it arrives, which may be after the previous turn has
     finished: that turn was built as an heir's parent (`heir=True`), so it kept its keys for it."""
-    import kvplan.sim.content as content
+    content = source_content()
+    Segments = content.Segments
 
     turn0 = Segments((((1, 0), 500), ((3, 0), 77), ((4, 0), 200)), heir=True)
     turn0.keys(16, len(turn0))

@@ -6,7 +6,8 @@ vLLM's prefix cache asks with unit = block_size and LMCache with unit = chunk_si
 share key i exactly when their first (i + 1) x unit tokens are identical, so a cache hit in the
 simulator is the same event as a hit in the real stack, never a probability.
 
-Two kinds of content:
+Two kinds of content (`workload.Content` is what they both are; it lives there, as a runtime-checkable
+Protocol cannot be compiled):
 
 - `Segments` (synthetic workloads): a tuple of parts (segment identity, length). A segment is
   a run of tokens named by a small tuple of ints, e.g. (SHARED_PREFIX, 3) or (USER_TEXT, 812);
@@ -24,7 +25,7 @@ matters inside one run).
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -46,19 +47,6 @@ TRACE_TAG = 0x7472616365
 """Tags a trace block key: hash((TRACE_TAG, hash_id, end offset in the block))."""
 OUTPUT_TAG = 0x6F7574707574
 """Tags a trace output key: hash((previous key, OUTPUT_TAG, request, end token))."""
-
-
-@runtime_checkable
-class Content(Protocol):
-    def keys(self, unit: int, length: int) -> list[int]:
-        """Prefix-chained integer keys of the full `unit`-token pieces among the first `length` tokens
-        (exactly length // unit keys; a trailing partial piece gets no key). Two contents share key i
-        iff their first (i+1)*unit tokens are identical."""
-        ...
-
-    def forget(self) -> None:
-        """Drop cached keys; later keys() calls recompute them."""
-        ...
 
 
 def _check_length(content: Any, unit: int, length: int) -> None:
@@ -89,8 +77,8 @@ class Segments:
     __slots__ = ("_tail", "length", "_parent", "_keys", "_heir", "_handed", "_done")
 
     def __init__(self, parts: tuple[tuple[tuple[int, ...], int], ...], parent: "Segments | None" = None,
-                 heir: bool = False):
-        if parent is not None:                       # only the parts after the parent's are new
+                 heir: bool = False, *, after: bool = False):
+        if parent is not None and not after:         # only the parts after the parent's are new
             before = parent.parts
             if parts[:len(before)] != before:
                 raise ValueError("parent's parts must begin this content's parts")
@@ -100,9 +88,7 @@ class Segments:
     @classmethod
     def after(cls, parent: "Segments", parts: tuple, heir: bool = False) -> "Segments":
         """The content that is `parent`'s parts then `parts` (the next turn of a session)."""
-        self = cls.__new__(cls)
-        self._init(_nonempty(parts), parent, heir)
-        return self
+        return cls(parts, parent, heir, after=True)
 
     def _init(self, tail: tuple, parent: "Segments | None", heir: bool) -> None:
         self._tail = tail                            # a turn holds only its own parts: a million turns, not

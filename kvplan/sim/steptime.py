@@ -54,7 +54,7 @@ on top, serving.step_model on top of that). `StepTime` precomputes every constan
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Final, NamedTuple, Sequence
 
 from ..resolve import Resolved, StepCoefficients
 from ..spec.architecture import Architecture
@@ -63,11 +63,12 @@ ACTIVATION_BYTES = 2
 """Bytes per activation element in the tensor-parallel all-reduce (bf16/fp16)."""
 
 
-ROOFLINE_EXPONENT = 1.5
+ROOFLINE_EXPONENT: Final = 1.5
 """How a step's compute time and memory time combine: (compute^p + memory^p)^(1/p). p = 1 would add them
 (no overlap), p -> infinity is the classic max(); 1.5 is what one layer's measured times on A100 and H100
 show across the ridge (docs/fidelity-gpu.md; the decode- and prefill-size steps far from it barely care)."""
-_P, _INVERSE = ROOFLINE_EXPONENT, 1.0 / ROOFLINE_EXPONENT
+_P: Final = ROOFLINE_EXPONENT
+_INVERSE: Final = 1.0 / ROOFLINE_EXPONENT
 
 
 def roofline(compute_s: float, memory_s: float) -> float:
@@ -117,6 +118,19 @@ class StepCost:
         return "compute" if self.compute_s > self.memory_s else "memory"
 
 
+class StepParts(NamedTuple):
+    """What a step time is made of: the fields of `Resolved` that StepTime reads, for fitting the model to
+    measured layers, where no spec exists."""
+
+    model: Architecture
+    tensor_parallel: int
+    step: StepCoefficients
+    peak_flops: float
+    hbm_bandwidth: float
+    weight_bytes_per_gpu: float
+    kv_bytes_per_token_per_rank: float
+
+
 class StepTime:
     """Step times of one vLLM instance of `Resolved` (see the module docstring for the formula)."""
 
@@ -124,7 +138,7 @@ class StepTime:
                  "layer_weight_bytes", "token_bytes", "kv_bytes", "flops_rate", "bytes_rate", "layer_overhead",
                  "allreduce_fixed", "allreduce_per_token", "overhead")
 
-    def __init__(self, r: Resolved):
+    def __init__(self, r: Resolved | StepParts):
         self._setup(r.model, r.tensor_parallel, r.step, r.peak_flops, r.hbm_bandwidth, float(r.weight_bytes_per_gpu),
                     float(r.kv_bytes_per_token_per_rank))
 
@@ -132,43 +146,43 @@ class StepTime:
     def of(cls, model: Architecture, tp: int, step: StepCoefficients, peak_flops: float, hbm_bandwidth: float,
            weight_bytes_per_gpu: float, kv_bytes_per_token_per_rank: float) -> "StepTime":
         """Step times from the parts `Resolved` supplies (for fitting the model to measured layers, where no spec exists)."""
-        self = cls.__new__(cls)
-        self._setup(model, tp, step, peak_flops, hbm_bandwidth, weight_bytes_per_gpu, kv_bytes_per_token_per_rank)
-        return self
+        return cls(StepParts(model, tp, step, peak_flops, hbm_bandwidth, weight_bytes_per_gpu, kv_bytes_per_token_per_rank))
 
-    def _setup(self, m: Architecture, tp: int, c: StepCoefficients, peak_flops: float, hbm_bandwidth: float,
-               weight_bytes: float, kv_bytes: float) -> None:
+    def _setup(self, m: Architecture, tp: int, coefficients: StepCoefficients, peak_flops: float,
+               hbm_bandwidth: float, weight_bytes: float, kv_bytes: float) -> None:
+        # plain floats, whatever numbers the coefficients came as (a fit's numpy scalars): step times feed SimPy's
+        # clock and the compiled simulator's float fields
+        c = {name: float(value) for name, value in coefficients.model_dump(exclude={"overridden"}).items()}
+        peak_flops, hbm_bandwidth = float(peak_flops), float(hbm_bandwidth)
         qk, v = attention_dims(m)
         head = m.vocab_size * m.hidden_size                                      # LM-head (= embedding) parameters
         outside = head * (1 if m.tie_word_embeddings else 2)                     # embedding table + LM head
         self.linear_flops = 2.0 * ((m.active_params or m.params) - outside) / tp  # per new token, per rank
         self.head_flops = 2.0 * head / tp                                        # per sampled row (vocab-parallel)
         self.attention_flops = 2.0 * m.num_layers * m.num_attention_heads * (qk + v) / tp   # per (query, key) pair
-        self.weight_bytes = weight_bytes
-        self.layer_weight_bytes = weight_bytes * (m.params - outside) / m.params
-        self.kv_bytes = kv_bytes
+        self.weight_bytes = float(weight_bytes)
+        self.layer_weight_bytes = self.weight_bytes * (m.params - outside) / m.params
+        self.kv_bytes = float(kv_bytes)
         # per new token: the KV written for it and its activations through the elementwise kernels of every layer
-        self.token_bytes = kv_bytes + activation_bytes_per_token(m, tp)
+        self.token_bytes = self.kv_bytes + activation_bytes_per_token(m, tp)
         # the linear layers' rate: compute_efficiency, less what matrices this small leave idle
-        small = 1.0 + c.small_gemm_params / max(self.linear_flops / 2.0 / m.num_layers, 1.0)
-        self.flops_rate = peak_flops * c.compute_efficiency / small
+        small = 1.0 + c["small_gemm_params"] / max(self.linear_flops / 2.0 / m.num_layers, 1.0)
+        self.flops_rate = peak_flops * c["compute_efficiency"] / small
         # attention and LM-head FLOPs as linear-layer FLOPs of the same time: attention runs at attention_efficiency,
         # the LM head (a large matrix) at compute_efficiency
-        self.attention_cost = self.attention_flops * (c.compute_efficiency / c.attention_efficiency) / small
+        self.attention_cost = self.attention_flops * (c["compute_efficiency"] / c["attention_efficiency"]) / small
         self.head_cost = self.head_flops / small
-        self.bytes_rate = hbm_bandwidth * c.memory_efficiency
+        self.bytes_rate = hbm_bandwidth * c["memory_efficiency"]
         if tp > 1:
             allreduces = 2 * m.num_layers
-            self.allreduce_fixed = allreduces * c.allreduce_latency
+            self.allreduce_fixed = allreduces * c["allreduce_latency"]
             self.allreduce_per_token = (allreduces * 2.0 * (tp - 1) / tp * m.hidden_size * ACTIVATION_BYTES
-                                        / (c.allreduce_bandwidth * c.allreduce_efficiency))
+                                        / (c["allreduce_bandwidth"] * c["allreduce_efficiency"]))
         else:
             self.allreduce_fixed = 0.0
             self.allreduce_per_token = 0.0
-        self.layer_overhead = m.num_layers * c.layer_overhead
-        self.overhead = c.step_overhead + self.layer_overhead
-        for name in StepTime.__slots__:          # plain floats, whatever numbers the coefficients came as (a fit's
-            setattr(self, name, float(getattr(self, name)))   # numpy scalars): step times feed SimPy's clock
+        self.layer_overhead = m.num_layers * c["layer_overhead"]
+        self.overhead = c["step_overhead"] + self.layer_overhead
 
     def linear_layers(self, tokens: int) -> float:
         """Seconds the transformer layers' matrix multiplies and elementwise kernels take for `tokens` new tokens:
@@ -183,7 +197,7 @@ class StepTime:
         batch; `decode_seqs` sequences each decoding one token, whose context lengths sum to `decode_context`.
         A step with no tokens takes no time."""
         tokens = decode_seqs
-        pairs: float = decode_context
+        pairs = float(decode_context)
         read = decode_context
         for q, c in prefills:
             tokens += q
@@ -230,7 +244,7 @@ class StepTime:
         """The parts of `step` (for tests, docs and reports; not for the hot path)."""
         tokens = decode_seqs + sum(q for q, _ in prefills)
         rows = decode_seqs + len(prefills)
-        pairs = decode_context + sum(q * (c + (q + 1) * 0.5) for q, c in prefills)
+        pairs = decode_context + sum((q * (c + (q + 1) * 0.5) for q, c in prefills), 0.0)
         read = decode_context + sum(c for _, c in prefills)
         if tokens <= 0:
             return StepCost(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)

@@ -53,13 +53,12 @@ import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import Problem, SpecError
-from .content import (OUTPUT, OUTPUT_TAG, SHARED_PREFIX, TEMPLATE, TRACE_TAG, USER_TEXT, Content, Segments,
-                      TraceBlocks)
+from .content import OUTPUT, OUTPUT_TAG, SHARED_PREFIX, TEMPLATE, TRACE_TAG, USER_TEXT, Segments, TraceBlocks
 
 __all__ = [
     "Content", "Segments", "TraceBlocks", "Request", "RequestList", "RequestStream", "requests", "stream", "warmup",
@@ -72,6 +71,21 @@ _BATCH = 1024
 
 
 # --------------------------------------------------------------------------- requests
+
+@runtime_checkable
+class Content(Protocol):
+    """What a request's tokens are (content.py: Segments, TraceBlocks)."""
+
+    def keys(self, unit: int, length: int) -> list[int]:
+        """Prefix-chained integer keys of the full `unit`-token pieces among the first `length` tokens
+        (exactly length // unit keys; a trailing partial piece gets no key). Two contents share key i
+        iff their first (i+1)*unit tokens are identical."""
+        ...
+
+    def forget(self) -> None:
+        """Drop cached keys; later keys() calls recompute them."""
+        ...
+
 
 @dataclass(slots=True, frozen=True)
 class Request:
