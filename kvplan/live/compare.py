@@ -6,9 +6,11 @@ is in (it carries that reply): where the real stack replied later than the simul
 turn left late (the run's `waited`), and the requests reached the router in another order than
 their arrival times give. Round robin then sends a different set of turns to the host that holds
 their history, which moves where prompt tokens come from by several points on a 40-request run;
-replayed as sent, the simulated router sees the order the real one saw. Latencies and throughput carry a relative error; where prompt tokens came from
-(hbm = vLLM's prefix cache, ddr / nvme / ceph = LMCache's tiers, recomputed) carries the
-difference of the two shares in percentage points; Ceph bytes written, a relative error.
+replayed as sent, the simulated router sees the order the real one saw.
+
+Latencies and throughput carry a relative error; where prompt tokens came from (hbm = vLLM's
+prefix cache, ddr / nvme / ceph = LMCache's tiers, recomputed) carries the difference of the two
+shares in percentage points; Ceph bytes written, a relative error.
 """
 
 from __future__ import annotations
