@@ -139,30 +139,20 @@ class StepTime:
                  "allreduce_fixed", "allreduce_per_token", "overhead")
 
     def __init__(self, r: Resolved | StepParts):
-        self._setup(r.model, r.tensor_parallel, r.step, r.peak_flops, r.hbm_bandwidth, float(r.weight_bytes_per_gpu),
-                    float(r.kv_bytes_per_token_per_rank))
-
-    @classmethod
-    def of(cls, model: Architecture, tp: int, step: StepCoefficients, peak_flops: float, hbm_bandwidth: float,
-           weight_bytes_per_gpu: float, kv_bytes_per_token_per_rank: float) -> "StepTime":
-        """Step times from the parts `Resolved` supplies (for fitting the model to measured layers, where no spec exists)."""
-        return cls(StepParts(model, tp, step, peak_flops, hbm_bandwidth, weight_bytes_per_gpu, kv_bytes_per_token_per_rank))
-
-    def _setup(self, m: Architecture, tp: int, coefficients: StepCoefficients, peak_flops: float,
-               hbm_bandwidth: float, weight_bytes: float, kv_bytes: float) -> None:
+        m, tp = r.model, r.tensor_parallel
         # plain floats, whatever numbers the coefficients came as (a fit's numpy scalars): step times feed SimPy's
         # clock and the compiled simulator's float fields
-        c = {name: float(value) for name, value in coefficients.model_dump(exclude={"overridden"}).items()}
-        peak_flops, hbm_bandwidth = float(peak_flops), float(hbm_bandwidth)
+        c = {name: float(value) for name, value in r.step.model_dump(exclude={"overridden"}).items()}
+        peak_flops, hbm_bandwidth = float(r.peak_flops), float(r.hbm_bandwidth)
         qk, v = attention_dims(m)
         head = m.vocab_size * m.hidden_size                                      # LM-head (= embedding) parameters
         outside = head * (1 if m.tie_word_embeddings else 2)                     # embedding table + LM head
         self.linear_flops = 2.0 * ((m.active_params or m.params) - outside) / tp  # per new token, per rank
         self.head_flops = 2.0 * head / tp                                        # per sampled row (vocab-parallel)
         self.attention_flops = 2.0 * m.num_layers * m.num_attention_heads * (qk + v) / tp   # per (query, key) pair
-        self.weight_bytes = float(weight_bytes)
+        self.weight_bytes = float(r.weight_bytes_per_gpu)
         self.layer_weight_bytes = self.weight_bytes * (m.params - outside) / m.params
-        self.kv_bytes = float(kv_bytes)
+        self.kv_bytes = float(r.kv_bytes_per_token_per_rank)
         # per new token: the KV written for it and its activations through the elementwise kernels of every layer
         self.token_bytes = self.kv_bytes + activation_bytes_per_token(m, tp)
         # the linear layers' rate: compute_efficiency, less what matrices this small leave idle
@@ -183,6 +173,12 @@ class StepTime:
             self.allreduce_per_token = 0.0
         self.layer_overhead = m.num_layers * c["layer_overhead"]
         self.overhead = c["step_overhead"] + self.layer_overhead
+
+    @classmethod
+    def of(cls, model: Architecture, tp: int, step: StepCoefficients, peak_flops: float, hbm_bandwidth: float,
+           weight_bytes_per_gpu: float, kv_bytes_per_token_per_rank: float) -> "StepTime":
+        """Step times from the parts `Resolved` supplies (for fitting the model to measured layers, where no spec exists)."""
+        return cls(StepParts(model, tp, step, peak_flops, hbm_bandwidth, weight_bytes_per_gpu, kv_bytes_per_token_per_rank))
 
     def linear_layers(self, tokens: int) -> float:
         """Seconds the transformer layers' matrix multiplies and elementwise kernels take for `tokens` new tokens:
