@@ -42,7 +42,7 @@ from typing import Sequence
 import simpy
 
 from ..resolve import RADOS_OP_BYTES, Resolved
-from .links import Joint, Link
+from .links import Link, served
 
 REQUEST_WINDOW_BYTES = 16 * 2**20   # rgw_put_obj_min_window_size = rgw_get_obj_window_size
 CLIENT_INFLIGHT_BYTES = 100 * 2**20  # objecter_inflight_op_bytes, per client process
@@ -80,11 +80,13 @@ class Fabric:
         return out
 
     # ---- GPU <-> DRAM
-    def to_gpu(self, instance: int, nbytes_per_rank: float) -> simpy.Event:
-        return self.h2d[instance].transfer(nbytes_per_rank)
+    def to_gpu(self, instance: int, nbytes_per_rank: float):
+        """Copy into the GPU, as steps of the caller's SimPy process (`yield from`)."""
+        yield from served(self.env, (self.h2d[instance].transfer(nbytes_per_rank),))
 
-    def from_gpu(self, instance: int, nbytes_per_rank: float) -> simpy.Event:
-        return self.d2h[instance].transfer(nbytes_per_rank)
+    def from_gpu(self, instance: int, nbytes_per_rank: float):
+        """Copy off the GPU, as steps of the caller's SimPy process (`yield from`)."""
+        yield from served(self.env, (self.d2h[instance].transfer(nbytes_per_rank),))
 
     # ---- NVMe
     def nvme_io(self, node: int, nbytes: float, objects: int, write: bool):
@@ -95,7 +97,7 @@ class Fabric:
         bandwidth, iops, latency = ((d.write_bandwidth, d.write_iops, d.write_latency) if write
                                     else (d.read_bandwidth, d.read_iops, d.read_latency))
         yield self.env.timeout(latency)
-        yield self.nvme[node].transfer(max(nbytes / bandwidth, objects / iops))
+        yield from served(self.env, (self.nvme[node].transfer(max(nbytes / bandwidth, objects / iops)),))
 
     # ---- Ceph
     def placement(self, key: int) -> list[int]:
@@ -123,16 +125,15 @@ class Fabric:
         total = len(keys) * object_bytes
         bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
                                     else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))
-        joint = Joint(env)
-        (self.node_tx if write else self.node_rx)[node].transfer_part(total, joint)
+        parts = [(self.node_tx if write else self.node_rx)[node].transfer(total)]
         for host, count in objects.items():
             nbytes = count * object_bytes
-            self.osds[host].transfer_part(max(nbytes / bandwidth, count * objects_per_key / iops), joint)
-            (self.host_rx if write else self.host_tx)[host].transfer_part(nbytes, joint)
+            parts.append(self.osds[host].transfer(max(nbytes / bandwidth, count * objects_per_key / iops)))
+            parts.append((self.host_rx if write else self.host_tx)[host].transfer(nbytes))
         if write and c.pool_size > 1:   # primaries forward replicas over their hosts' NICs
             each = float((c.pool_size - 1) * object_bytes)      # whole bytes: count * each is exact
             for h, count in primaries.items():
-                self.host_tx[h].transfer_part(count * each, joint)
+                parts.append(self.host_tx[h].transfer(count * each))
         op, ops_per_key, wanted = self._ceph_op(len(keys), object_bytes, objects_per_key, write)
         for host, count in primaries.items():
             self.ceph_op_latencies.append(op)
@@ -140,7 +141,7 @@ class Fabric:
             self.ceph_op_hosts.append(host)
         start = env.now
         yield env.timeout(latency + 2 * c.network.latency)
-        yield joint.wait()
+        yield from served(env, parts)
         self._ceph_in_flight[write] -= wanted
         self.ceph_batch_latencies.append(env.now - start)
 

@@ -1,59 +1,51 @@
-"""Links and devices as contended SimPy resources: concurrent transfers share their capacity.
+"""Links and devices as contended resources: concurrent transfers share their capacity.
 
 A `Link` serves its transfers by processor sharing: n transfers in flight each progress at
-rate/n, and every arrival or completion re-plans the finish times. That is how a PCIe lane, a
-NIC or an NVMe device divides itself between concurrent streams, and it means a burst of loads
-really does slow each of them down (rather than each seeing the full bandwidth).
+rate/n, and every arrival or completion changes the finish times of the others. That is how a
+PCIe lane, a NIC or an NVMe device divides itself between concurrent streams, and it means a
+burst of loads really does slow each of them down (rather than each seeing the full bandwidth).
 
 Work is measured in the link's own unit: bytes for a pure bandwidth link (rate in bytes/s), or
 seconds of device time for a device with both a bandwidth and an IOPS limit (rate 1.0; each
 transfer costs max(bytes / bandwidth, operations / IOPS)). Fixed per-operation latency (an NVMe
 read, a Ceph op, a network hop) is a pure delay added by the caller, not shared capacity.
 
-An operation that moves over several links at once (a Ceph write: the client's NIC, every replica's
-OSD and NIC) waits for all of them through one `Joint`: the links count its parts down, and only
-the last part's completion is an event (what SimPy's AllOf gives, without an event per part).
+A link schedules nothing. Its state changes only when a transfer arrives or one is served, and
+the next completion follows from that state (a virtual clock: below), so a link works out the
+completions it owes lazily, whenever it is looked at, at exactly the instants and with exactly
+the arithmetic it would have used had it woken up for each. Whoever waits for transfers (`served`)
+sleeps until the time they will be served if nothing else arrives meanwhile, and, if something
+did arrive and delay them, sleeps again. An operation that moves over several links at once (a
+Ceph write: the client's NIC, every replica's OSD and NIC) so costs one SimPy event, not one per
+link and per re-plan.
 """
 
 from __future__ import annotations
 
-from functools import partial
 from heapq import heappop, heappush
+from typing import Iterator, Sequence
 
 import simpy
-from simpy.events import Event, Timeout
+from simpy.events import NORMAL, Event
 
 _EPS = 1e-12
 
 
-class Joint:
-    """One event for several transfers, on any links: it succeeds when the last of them has been served."""
+class Transfer:
+    """Work on one link: `end` is the simulated time it was served, -1 while it is in flight."""
 
-    __slots__ = ("event", "parts")
+    __slots__ = ("link", "end")
 
-    def __init__(self, env: simpy.Environment):
-        self.event = Event(env)
-        self.parts = 0                            # transfers still in flight
-
-    def succeed(self) -> None:
-        """A link served one part (links call this as they call Event.succeed)."""
-        self.parts -= 1
-        if self.parts == 0:
-            self.event.succeed()
-
-    def wait(self) -> simpy.Event:
-        """The event to yield once every part is on its link (one already served when none is left)."""
-        if self.parts == 0 and not self.event.triggered:
-            self.event.succeed()
-        return self.event
+    def __init__(self, link: Link, end: float = -1.0):
+        self.link = link
+        self.end = end
 
 
 class Link:
     """Processor sharing in O(log n): a virtual clock V advances at rate/n while n transfers are in
     flight, so a transfer that arrives at V0 with work w finishes when V reaches V0 + w."""
 
-    __slots__ = ("env", "name", "rate", "_heap", "_virtual", "_last", "_generation", "_seq",
-                 "busy_time", "work_done", "transfers")
+    __slots__ = ("env", "name", "rate", "_heap", "_virtual", "_last", "_seq", "busy_time", "work_done", "transfers")
 
     def __init__(self, env: simpy.Environment, name: str, rate: float):
         if rate <= 0:
@@ -61,70 +53,96 @@ class Link:
         self.env = env
         self.name = name
         self.rate = float(rate)
-        self._heap: list[tuple[float, int, simpy.Event | Joint]] = []   # (virtual finish, arrival order, done)
+        self._heap: list[tuple[float, int, Transfer]] = []   # (virtual finish, arrival order, transfer)
         self._virtual = 0.0
-        self._last = env.now
-        self._generation = 0
+        self._last = env.now                      # the time of the last arrival or completion
         self._seq = 0
         self.busy_time = 0.0                      # seconds with at least one transfer in flight
         self.work_done = 0.0                      # total work served (bytes, or device-seconds)
         self.transfers = 0
 
-    def transfer(self, work: float) -> simpy.Event:
-        """An event that succeeds when `work` has been served, sharing the link with others."""
+    def transfer(self, work: float) -> Transfer:
+        """Start serving `work` now, sharing the link with the transfers in flight."""
         self.transfers += 1
-        done = Event(self.env)
+        now = self.env.now
         if work <= 0:
-            done.succeed()
-        else:
-            self._enqueue(work, done)
-        return done
-
-    def transfer_part(self, work: float, joint: Joint) -> None:
-        """Serve `work` as one part of `joint` (no work: not a part)."""
-        self.transfers += 1
-        if work > 0:
-            joint.parts += 1
-            self._enqueue(work, joint)
-
-    def _enqueue(self, work: float, done: simpy.Event | Joint) -> None:
-        env, heap = self.env, self._heap
-        if heap:                                  # _advance, written out: this is the hot path
-            elapsed = env.now - self._last
+            return Transfer(self, now)
+        self._settle(now)
+        heap = self._heap
+        if heap:
+            elapsed = now - self._last
             if elapsed > 0:
                 self._virtual += elapsed * self.rate / len(heap)
                 self.busy_time += elapsed
-        self._last = env.now
+        self._last = now
         self._seq += 1
+        done = Transfer(self)
         heappush(heap, (self._virtual + work, self._seq, done))
         self.work_done += work
-        self._plan()
+        return done
 
-    def _advance(self) -> None:
-        now = self.env.now
-        elapsed = now - self._last
-        if elapsed > 0 and self._heap:
-            self._virtual += elapsed * self.rate / len(self._heap)
-            self.busy_time += elapsed
-        self._last = now
+    def finish_time(self, transfer: Transfer) -> float:
+        """When `transfer` is (or was) served, if nothing else arrives on the link first."""
+        self._settle(self.env.now)
+        if transfer.end >= 0:
+            return transfer.end
+        pending = sorted(self._heap)              # the order the heap would serve them in
+        virtual, last, i = self._virtual, self._last, 0
+        while True:
+            last, virtual = self._completion(pending[i][0], virtual, last, len(pending) - i)
+            slack = virtual + _EPS * max(1.0, abs(virtual))
+            while True:
+                if pending[i][2] is transfer:
+                    return last
+                i += 1
+                if i == len(pending) or pending[i][0] > slack:
+                    break
 
-    def _plan(self) -> None:
-        """Schedule a wake-up at the next completion; older wake-ups become stale."""
-        self._generation += 1
-        if not self._heap:
-            return
-        delay = max(self._heap[0][0] - self._virtual, 0.0) * len(self._heap) / self.rate
-        Timeout(self.env, delay).callbacks.append(partial(self._wake, self._generation))
+    def _completion(self, finish: float, virtual: float, last: float, n: int) -> tuple[float, float]:
+        """The time the first of n transfers in flight, with virtual finish `finish`, is served, and
+        the virtual clock then."""
+        at = last + max(finish - virtual, 0.0) * n / self.rate
+        elapsed = at - last
+        if elapsed > 0:
+            virtual += elapsed * self.rate / n
+        return at, virtual
 
-    def _wake(self, generation: int, _event=None) -> None:
-        if generation != self._generation:
-            return
-        self._advance()
-        heap, slack = self._heap, _EPS * max(1.0, abs(self._virtual))
-        heappop(heap)[2].succeed()                # the one this wake-up was planned for
-        while heap and heap[0][0] <= self._virtual + slack:
-            heappop(heap)[2].succeed()
-        self._plan()
+    def _settle(self, now: float) -> None:
+        """Serve every transfer that finished by `now`, each at its own completion."""
+        heap = self._heap
+        while heap:
+            at, virtual = self._completion(heap[0][0], self._virtual, self._last, len(heap))
+            if at > now:
+                return
+            self.busy_time += at - self._last
+            self._virtual, self._last = virtual, at
+            slack = virtual + _EPS * max(1.0, abs(virtual))
+            heappop(heap)[2].end = at
+            while heap and heap[0][0] <= slack:
+                heappop(heap)[2].end = at
 
     def utilisation(self, duration: float) -> float:
         return self.busy_time / duration if duration > 0 else 0.0
+
+
+def served(env: simpy.Environment, transfers: Sequence[Transfer]) -> Iterator[Event]:
+    """Wait until every one of `transfers` (on any links) has been served, as steps of the caller's
+    SimPy process (`yield from`): one event for the time they will be served unless something else
+    arrives on their links first, and another whenever something did."""
+    while True:
+        end = max([t.link.finish_time(t) for t in transfers], default=env.now)
+        if end <= env.now:
+            return
+        yield at(env, end)
+
+
+def at(env: simpy.Environment, when: float) -> Event:
+    """An event that succeeds at simulated time `when` exactly. env.timeout(when - env.now) would land
+    on env.now + (when - env.now), which can differ from `when` in the last bit; SimPy has no public
+    way to schedule at an absolute time, so this pushes onto its event queue as Environment.schedule
+    does."""
+    event = Event(env)
+    event._ok = True
+    event._value = None
+    heappush(env._queue, (when, NORMAL, next(env._eid), event))
+    return event

@@ -187,7 +187,7 @@ class LMCacheModel:
                                  write=False)
         elif tier == "ceph":
             yield from f.ceph_io(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, write=False)
-        yield f.to_gpu(instance, tokens * self.r.kv_bytes_per_token_per_rank)
+        yield from f.to_gpu(instance, tokens * self.r.kv_bytes_per_token_per_rank)
         if tier != "ddr" and lm.mode == "inprocess" and "ddr" in self.caches:
             self._insert("ddr", instance, keys, promoted=True)
 
@@ -201,7 +201,7 @@ class LMCacheModel:
         if not keys:
             return
         lm, env = self.lmc, self.env
-        yield self.fabric.from_gpu(instance, len(keys) * lm.chunk_size * self.r.kv_bytes_per_token_per_rank)
+        yield from self.fabric.from_gpu(instance, len(keys) * lm.chunk_size * self.r.kv_bytes_per_token_per_rank)
         if "ddr" in self.caches:
             self._insert("ddr", instance, keys)
         for tier in ("nvme", "ceph"):
