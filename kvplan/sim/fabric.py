@@ -36,13 +36,14 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from functools import partial
 from itertools import chain
-from typing import Sequence
+from typing import Callable, Sequence
 
 import simpy
 
 from ..resolve import RADOS_OP_BYTES, Resolved
-from .links import Link, served
+from .links import Link, Transfer, served, when_served
 
 REQUEST_WINDOW_BYTES = 16 * 2**20   # rgw_put_obj_min_window_size = rgw_get_obj_window_size
 CLIENT_INFLIGHT_BYTES = 100 * 2**20  # objecter_inflight_op_bytes, per client process
@@ -89,15 +90,27 @@ class Fabric:
         yield from served(self.env, (self.d2h[instance].transfer(nbytes_per_rank),))
 
     # ---- NVMe
-    def nvme_io(self, node: int, nbytes: float, objects: int, write: bool):
-        """One batched read or write on the node's NVMe device, as steps of the caller's SimPy process
-        (`yield from`)."""
+    def nvme_read(self, node: int, nbytes: float, objects: int):
+        """One batched read on the node's NVMe device, as steps of the caller's SimPy process (`yield from`)."""
+        latency, work = self._nvme(nbytes, objects, write=False)
+        yield self.env.timeout(latency)
+        yield from served(self.env, (self.nvme[node].transfer(work),))
+
+    def nvme_write(self, node: int, nbytes: float, objects: int, then: Callable[[], None]) -> None:
+        """One batched write on the node's NVMe device, in the background: `then()` once it is done."""
+        latency, work = self._nvme(nbytes, objects, write=True)
+        self.env.timeout(latency).callbacks.append(partial(self._nvme_start, node, work, then))
+
+    def _nvme_start(self, node: int, work: float, then: Callable[[], None], _: object) -> None:
+        when_served(self.env, (self.nvme[node].transfer(work),), then)
+
+    def _nvme(self, nbytes: float, objects: int, write: bool) -> tuple[float, float]:
+        """(the device's per-operation latency, device-seconds of work) of one batched read or write."""
         d = self.r.nvme
         assert d is not None                      # only a spec with an nvme tier does NVMe I/O
         bandwidth, iops, latency = ((d.write_bandwidth, d.write_iops, d.write_latency) if write
                                     else (d.read_bandwidth, d.read_iops, d.read_latency))
-        yield self.env.timeout(latency)
-        yield from served(self.env, (self.nvme[node].transfer(max(nbytes / bandwidth, objects / iops)),))
+        return latency, max(nbytes / bandwidth, objects / iops)
 
     # ---- Ceph
     def placement(self, key: int) -> list[int]:
@@ -111,11 +124,31 @@ class Fabric:
         host, slot = divmod(primary, per_host)
         return [((host + r) % c.hosts) * per_host + slot for r in range(c.pool_size)]
 
-    def ceph_io(self, node: int, keys: Sequence[int], object_bytes: int, objects_per_key: int, write: bool):
-        """Read (from primaries) or write (to every replica) the objects of `keys`, each `object_bytes` (whole
-        bytes) per key, as `objects_per_key` S3 objects (one per TP rank), as steps of the caller's SimPy
-        process (`yield from`)."""
-        c, env = self.ceph, self.env
+    def ceph_read(self, node: int, keys: Sequence[int], object_bytes: int, objects_per_key: int):
+        """Read the objects of `keys` from their primaries, as steps of the caller's SimPy process
+        (`yield from`); `_ceph_issue` says what moves."""
+        start = self.env.now
+        parts, delay, wanted = self._ceph_issue(node, keys, object_bytes, objects_per_key, write=False)
+        yield self.env.timeout(delay)
+        yield from served(self.env, parts)
+        self._ceph_done(False, wanted, start)
+
+    def ceph_write(self, node: int, keys: Sequence[int], object_bytes: int, objects_per_key: int,
+                   then: Callable[[], None]) -> None:
+        """Write the objects of `keys` to every replica, in the background: `then()` once it is done."""
+        parts, delay, wanted = self._ceph_issue(node, keys, object_bytes, objects_per_key, write=True)
+        done = partial(self._ceph_done, True, wanted, self.env.now, then)
+        self.env.timeout(delay).callbacks.append(partial(self._ceph_written, parts, done))
+
+    def _ceph_written(self, parts: list[Transfer], done: Callable[[], None], _: object) -> None:
+        when_served(self.env, parts, done)
+
+    def _ceph_issue(self, node: int, keys: Sequence[int], object_bytes: int, objects_per_key: int,
+                    write: bool) -> tuple[list[Transfer], float, int]:
+        """Start moving the objects of `keys`, each `object_bytes` (whole bytes) per key, as `objects_per_key`
+        S3 objects (one per TP rank): (the transfers on the links, the per-op and network latency to wait
+        before them, the RADOS ops the batch wants in flight: `_ceph_done` takes them back)."""
+        c = self.ceph
         assert c is not None                      # only a spec with a ceph tier does Ceph I/O
         dev = c.device_class
         table, n_osds = self.replica_hosts, c.osds
@@ -139,11 +172,14 @@ class Fabric:
             self.ceph_op_latencies.append(op)
             self.ceph_op_counts.append(count * ops_per_key)
             self.ceph_op_hosts.append(host)
-        start = env.now
-        yield env.timeout(latency + 2 * c.network.latency)
-        yield from served(env, parts)
+        return parts, latency + 2 * c.network.latency, wanted
+
+    def _ceph_done(self, write: bool, wanted: int, start: float, then: Callable[[], None] | None = None) -> None:
+        """A batch issued at `start` has been served: its ops leave the clients' flight."""
         self._ceph_in_flight[write] -= wanted
-        self.ceph_batch_latencies.append(env.now - start)
+        self.ceph_batch_latencies.append(self.env.now - start)
+        if then is not None:
+            then()
 
     def _ceph_op(self, keys: int, object_bytes: int, objects_per_key: int, write: bool) -> tuple[float, int, int]:
         """Issue a batch's RADOS ops: (seconds one of them takes at its OSD, RADOS ops per key, ops the

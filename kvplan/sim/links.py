@@ -22,8 +22,9 @@ link and per re-plan.
 
 from __future__ import annotations
 
+from functools import partial
 from heapq import heappop, heappush
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import simpy
 from simpy.events import NORMAL, Event
@@ -86,7 +87,10 @@ class Link:
         self._settle(self.env.now)
         if transfer.end >= 0:
             return transfer.end
-        pending = sorted(self._heap)              # the order the heap would serve them in
+        heap = self._heap
+        if heap[0][2] is transfer:                # served first: the usual case, most links carry one transfer
+            return self._completion(heap[0][0], self._virtual, self._last, len(heap))[0]
+        pending = sorted(heap)                    # the order the heap would serve them in
         virtual, last, i = self._virtual, self._last, 0
         while True:
             last, virtual = self._completion(pending[i][0], virtual, last, len(pending) - i)
@@ -130,10 +134,29 @@ def served(env: simpy.Environment, transfers: Sequence[Transfer]) -> Iterator[Ev
     SimPy process (`yield from`): one event for the time they will be served unless something else
     arrives on their links first, and another whenever something did."""
     while True:
-        end = max([t.link.finish_time(t) for t in transfers], default=env.now)
+        end = _end(env, transfers)
         if end <= env.now:
             return
         yield at(env, end)
+
+
+def when_served(env: simpy.Environment, transfers: Sequence[Transfer], then: Callable[[], None]) -> None:
+    """Call `then()` once every one of `transfers` has been served, as `served` waits but without a
+    SimPy process: for work nothing waits for (a write in the background)."""
+    end = _end(env, transfers)
+    if end <= env.now:
+        then()
+    else:
+        at(env, end).callbacks.append(partial(_again, env, transfers, then))
+
+
+def _again(env: simpy.Environment, transfers: Sequence[Transfer], then: Callable[[], None], _: Event) -> None:
+    when_served(env, transfers, then)
+
+
+def _end(env: simpy.Environment, transfers: Sequence[Transfer]) -> float:
+    """When the last of `transfers` will be served if nothing else arrives on their links first."""
+    return max([t.link.finish_time(t) for t in transfers], default=env.now)
 
 
 def at(env: simpy.Environment, when: float) -> Event:

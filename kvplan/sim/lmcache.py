@@ -33,6 +33,7 @@ in a tier when its write completes (§6 "Async behaviour").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import simpy
 
@@ -183,10 +184,9 @@ class LMCacheModel:
     def _load(self, instance: int, tier: str, keys: list[int], tokens: int):
         lm, f = self.lmc, self.fabric
         if tier == "nvme":
-            yield from f.nvme_io(self.node(instance), len(keys) * lm.chunk_bytes, len(keys) * lm.storing_ranks,
-                                 write=False)
+            yield from f.nvme_read(self.node(instance), len(keys) * lm.chunk_bytes, len(keys) * lm.storing_ranks)
         elif tier == "ceph":
-            yield from f.ceph_io(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, write=False)
+            yield from f.ceph_read(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks)
         yield from f.to_gpu(instance, tokens * self.r.kv_bytes_per_token_per_rank)
         if tier != "ddr" and lm.mode == "inprocess" and "ddr" in self.caches:
             self._insert("ddr", instance, keys, promoted=True)
@@ -200,7 +200,7 @@ class LMCacheModel:
         """
         if not keys:
             return
-        lm, env = self.lmc, self.env
+        lm = self.lmc
         yield from self.fabric.from_gpu(instance, len(keys) * lm.chunk_size * self.r.kv_bytes_per_token_per_rank)
         if "ddr" in self.caches:
             self._insert("ddr", instance, keys)
@@ -209,16 +209,16 @@ class LMCacheModel:
                 cache = self.cache(tier, instance)
                 fresh = cache.absent(keys)
                 if fresh:
-                    env.process(self._write(instance, tier, fresh))
+                    self._write(instance, tier, fresh)
 
-    def _write(self, instance: int, tier: str, keys: list[int]):
+    def _write(self, instance: int, tier: str, keys: list[int]) -> None:
+        """Write chunks to nvme or ceph in the background; they are in the tier once the write is done."""
         lm, f = self.lmc, self.fabric
+        done = partial(self._insert, tier, instance, keys)
         if tier == "nvme":
-            yield from f.nvme_io(self.node(instance), len(keys) * lm.chunk_bytes, len(keys) * lm.storing_ranks,
-                                 write=True)
+            f.nvme_write(self.node(instance), len(keys) * lm.chunk_bytes, len(keys) * lm.storing_ranks, done)
         else:
-            yield from f.ceph_io(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, write=True)
-        self._insert(tier, instance, keys)
+            f.ceph_write(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, done)
 
     def _insert(self, tier: str, instance: int, keys: list[int], promoted: bool = False) -> None:
         cache, c, size, now = self.cache(tier, instance), self.counters[tier], self.lmc.chunk_bytes, self.env.now
