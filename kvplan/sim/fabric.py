@@ -35,9 +35,7 @@ links above; the RGW throttle is not applied to them).
 from __future__ import annotations
 
 from array import array
-from collections import Counter
 from functools import partial
-from itertools import chain
 from typing import Callable, Sequence
 
 import simpy
@@ -152,9 +150,16 @@ class Fabric:
         assert c is not None                      # only a spec with a ceph tier does Ceph I/O
         dev = c.device_class
         table, n_osds = self.replica_hosts, c.osds
-        primaries = Counter([table[key % n_osds][0] for key in keys])   # host -> objects, first seen first
-        # OSD host -> objects it reads or writes, hosts in the order the keys first name them
-        objects = Counter(chain.from_iterable([table[key % n_osds] for key in keys])) if write else primaries
+        primaries: dict[int, int] = {}            # host -> objects whose primary it holds, first seen first
+        objects: dict[int, int] = {}              # host -> objects it writes, in the order the keys first name them
+        for key in keys:
+            hosts = table[key % n_osds]
+            primaries[hosts[0]] = primaries.get(hosts[0], 0) + 1
+            if write:
+                for host in hosts:
+                    objects[host] = objects.get(host, 0) + 1
+        if not write:
+            objects = primaries                   # a read is served by the primaries
         total = len(keys) * object_bytes
         bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
                                     else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))

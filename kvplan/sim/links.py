@@ -82,9 +82,9 @@ class Link:
         self.work_done += work
         return done
 
-    def finish_time(self, transfer: Transfer) -> float:
-        """When `transfer` is (or was) served, if nothing else arrives on the link first."""
-        self._settle(self.env.now)
+    def finish_time(self, transfer: Transfer, now: float) -> float:
+        """When `transfer` is (or was) served, if nothing else arrives on the link first; `now` is env.now."""
+        self._settle(now)
         if transfer.end >= 0:
             return transfer.end
         heap = self._heap
@@ -155,8 +155,15 @@ def _again(env: simpy.Environment, transfers: Sequence[Transfer], then: Callable
 
 
 def _end(env: simpy.Environment, transfers: Sequence[Transfer]) -> float:
-    """When the last of `transfers` will be served if nothing else arrives on their links first."""
-    return max([t.link.finish_time(t) for t in transfers], default=env.now)
+    """When the last of `transfers` will be served if nothing else arrives on their links first (env.now
+    when every one of them already has been)."""
+    now = env.now
+    end = now
+    for t in transfers:
+        served_at = t.end if t.end >= 0 else t.link.finish_time(t, now)
+        if served_at > end:
+            end = served_at
+    return end
 
 
 def at(env: simpy.Environment, when: float) -> Event:
