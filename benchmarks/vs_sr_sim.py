@@ -1,0 +1,107 @@
+"""Benchmark: kvplan against vllm-sr-sim on the same chat workload, the two run in alternation.
+
+kvplan simulates examples/chat-llama2-13b.yaml with `--requests` requests (100,000 by default):
+four A100-80GB instances, vLLM's prefix cache, DDR, NVMe and Ceph tiers, iteration-level
+scheduling. vllm-sr-sim (the vLLM Semantic Router's fleet simulator, a request-level queue model
+without prefix cache or KV tiers) runs as the command you give, in its own virtual environment;
+its workload is the same one as far as it can take it: the same number of requests, the same
+mean arrival rate, and an empirical CDF of the very requests kvplan draws (prompt + output tokens,
+the format vllm-sr-sim reads), served by one pool of as many A100s as kvplan has instances.
+`--no-caches` runs kvplan without what vllm-sr-sim does not model (prefix cache, LMCache, Ceph).
+
+Each pair runs kvplan then vllm-sr-sim as whole processes (start-up included); the speed ratio
+vllm-sr-sim seconds / kvplan seconds (above 1: kvplan is faster) is printed pair by pair, then its
+median and range.
+
+Usage:
+  python -m venv /opt/srsim && /opt/srsim/bin/pip install vllm-sr-sim
+  python benchmarks/vs_sr_sim.py --sr-sim /opt/srsim/bin/vllm-sr-sim [--pairs 3] [--requests N] [--no-caches]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC = REPO / "examples" / "chat-llama2-13b.yaml"
+CDF_POINTS = 200                                  # as vllm-sr-sim's data/README.md builds a CDF
+
+
+def chat_spec(requests: int, no_caches: bool) -> dict:
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["workload"]["requests"] = requests
+    if no_caches:                                 # what vllm-sr-sim does not model
+        spec["serving"]["prefix_caching"] = False
+        spec.pop("lmcache", None)
+        spec.pop("ceph", None)
+    return spec
+
+
+def workload_of(spec: dict) -> tuple[list[list[float]], float, int, int]:
+    """kvplan's drawn requests as vllm-sr-sim takes a workload: (CDF of prompt + output tokens, mean
+    arrivals per second, requests, instances)."""
+    from kvplan.resolve import resolve
+    from kvplan.sim import workload
+    from kvplan.spec import from_mapping
+
+    r = resolve(from_mapping(spec, base_dir=SPEC.parent))
+    reqs = workload.stream(r)
+    lengths = sorted(req.prompt_tokens + req.output_tokens for req in reqs)
+    n = len(lengths)
+    step = max(1, n // CDF_POINTS)
+    cdf = [[int(lengths[i]), (i + 1) / n] for i in range(step - 1, n, step)]
+    if cdf[-1][1] < 1.0:
+        cdf.append([int(lengths[-1]), 1.0])
+    return cdf, n / reqs.last_arrival, n, r.instances
+
+
+def timed(command: list[str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{shlex.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sr-sim", required=True, help="the vllm-sr-sim executable (in its own venv)")
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--no-caches", action="store_true", help="kvplan without prefix cache and KV tiers")
+    args = parser.parse_args()
+    spec = chat_spec(args.requests, args.no_caches)
+    cdf, rate, n, instances = workload_of(spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path, cdf_path = Path(tmp) / "chat.yaml", Path(tmp) / "chat_cdf.json"
+        spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        cdf_path.write_text(json.dumps(cdf))
+        longest = cdf[-1][0]
+        ours = [sys.executable, "-m", "kvplan", "simulate", str(spec_path)]
+        theirs = [args.sr_sim, "simulate", "--cdf", str(cdf_path), "--lam", f"{rate:.6f}", "--n-s", str(instances),
+                  "--n-l", "0", "--b-short", str(longest), "--gpu-short", "a100", "--n-req", str(n)]
+        print(f"chat: {n:,} requests at {rate:.3f}/s on {instances} A100s, prompt + output tokens up to {longest:,}; "
+              f"kvplan {'without caches' if args.no_caches else 'full model'}\n"
+              f"  kvplan: {shlex.join(ours)}\n  vllm-sr-sim: {shlex.join(theirs)}", flush=True)
+        ratios = []
+        for i in range(args.pairs):
+            a, b = timed(ours), timed(theirs)
+            ratios.append(b / a)
+            print(f"pair {i + 1}: kvplan {a:.1f} s, vllm-sr-sim {b:.1f} s, vllm-sr-sim / kvplan {b / a:.3f}", flush=True)
+        print(f"speed of kvplan against vllm-sr-sim (vllm-sr-sim s / kvplan s), pair by pair: median "
+              f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+
+
+if __name__ == "__main__":
+    main()
