@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
+
+from paired import alternate
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "examples" / "chat-llama2-13b.yaml"
@@ -65,15 +64,6 @@ def workload_of(spec: dict) -> tuple[list[list[float]], float, int, int]:
     return cdf, n / reqs.last_arrival, n, r.instances
 
 
-def timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"{shlex.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return elapsed
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sr-sim", required=True, help="the vllm-sr-sim executable (in its own venv)")
@@ -94,13 +84,7 @@ def main() -> None:
         print(f"chat: {n:,} requests at {rate:.3f}/s on {instances} A100s, prompt + output tokens up to {longest:,}; "
               f"kvplan {'without caches' if args.no_caches else 'full model'}\n"
               f"  kvplan: {shlex.join(ours)}\n  vllm-sr-sim: {shlex.join(theirs)}", flush=True)
-        ratios = []
-        for i in range(args.pairs):
-            a, b = timed(ours), timed(theirs)
-            ratios.append(b / a)
-            print(f"pair {i + 1}: kvplan {a:.1f} s, vllm-sr-sim {b:.1f} s, vllm-sr-sim / kvplan {b / a:.3f}", flush=True)
-        print(f"speed of kvplan against vllm-sr-sim (vllm-sr-sim s / kvplan s), pair by pair: median "
-              f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+        alternate(ours, theirs, "vllm-sr-sim", args.pairs)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from paired import alternate
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "mooncake_fast25" / "conversation_trace.jsonl"
@@ -65,15 +64,6 @@ def vidur_trace(trace: Path, out: Path) -> int:
     return rows
 
 
-def timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"{shlex.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return elapsed
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vidur", required=True, help="Vidur's command line; {trace} is replaced by the CSV's path")
@@ -89,13 +79,7 @@ def main() -> None:
         ours = [sys.executable, "-c", KVPLAN_RUN, str(REPO), str(args.trace), "1" if args.like_vidur else "0"]
         theirs = shlex.split(args.vidur.replace("{trace}", str(csv)))
         print(f"trace: {n:,} requests; kvplan {'like Vidur (no caches)' if args.like_vidur else 'full model'}")
-        ratios = []
-        for i in range(args.pairs):
-            a, b = timed(ours), timed(theirs)
-            ratios.append(b / a)
-            print(f"pair {i + 1}: kvplan {a:.1f} s, Vidur {b:.1f} s, Vidur / kvplan {b / a:.2f}", flush=True)
-        print(f"Vidur / kvplan, pair by pair: median {statistics.median(ratios):.2f} "
-              f"({min(ratios):.2f}-{max(ratios):.2f})")
+        alternate(ours, theirs, "Vidur", args.pairs)
 
 
 if __name__ == "__main__":

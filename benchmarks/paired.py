@@ -1,0 +1,32 @@
+"""Two commands timed as whole processes in alternation, the speed ratio pair by pair (vs_*.py)."""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+
+def timed(command: list[str]) -> float:
+    """Wall seconds of one run of `command`; exits with its stderr if it fails."""
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{shlex.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return elapsed
+
+
+def alternate(ours: list[str], theirs: list[str], peer: str, pairs: int) -> list[float]:
+    """Run kvplan (`ours`) then `peer` (`theirs`) `pairs` times; print each pair's seconds and the ratio
+    peer seconds / kvplan seconds (above 1: kvplan is faster), then its median and range."""
+    ratios = []
+    for i in range(pairs):
+        a, b = timed(ours), timed(theirs)
+        ratios.append(b / a)
+        print(f"pair {i + 1}: kvplan {a:.1f} s, {peer} {b:.1f} s, {peer} / kvplan {b / a:.3f}", flush=True)
+    print(f"speed of kvplan against {peer} ({peer} s / kvplan s), pair by pair: median "
+          f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+    return ratios
