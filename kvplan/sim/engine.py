@@ -33,20 +33,21 @@ the budget is always the last running request), but the fallback keeps the rule 
 Decode fast-forward: while every running request is decoding and nothing can be admitted, the
 batch does not change until a request finishes, a block boundary needs memory that is not there,
 or (with a free slot) a new request arrives. The engine then advances many decode steps in one
-SimPy event, their times summed by `StepTime.decode_run` (no scheduling per step); a test holds
-this to stepping one iteration at a time.
+SimPy event, their times summed by `StepTime.decode_run` (no scheduling per step); an arrival
+brings its wake-up forward to the end of the step under way, where the request can join. A test
+holds this to stepping one iteration at a time.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
-from functools import partial
 from operator import itemgetter
 from typing import TYPE_CHECKING, Callable
 
 import simpy
 
+from .clock import sooner, succeed_at
 from .decoding import DecodeSet
 from .prefix_cache import Holding, PrefixCache
 from .steptime import StepTime
@@ -55,12 +56,6 @@ if TYPE_CHECKING:
     from .lmcache import Span
     from .run import Simulation
     from .workload import Request
-
-
-def _ring(wakeup: simpy.Event, _timer: simpy.Event) -> None:
-    """A sleeping engine's timer ran out: wake it, unless something else already did."""
-    if not wakeup.triggered:
-        wakeup.succeed()
 
 
 class Seq:
@@ -119,7 +114,11 @@ class Engine:
         self.prefilling: list[Seq] = []          # the running requests still prefilling, in running order
         self.decoding = DecodeSet(self.bs)       # the running requests decoding (all others, but `idle`)
         self.idle: list[Seq] = []                # decoding requests a step left out: they rejoin after it
-        self.wakeup: simpy.Event | None = None
+        self.wakeup: simpy.Event | None = None    # what the loop waits on
+        self.asleep = False                      # the wake-up is a timer that a change can bring forward
+        self.run_start = 0.0                     # a decode run's start and its steps' end times (seconds from
+        self.run_ends: list[float] = []          # the start) while an arrival may cut it short; [] otherwise
+        self.run_steps = 0                       # the decode steps it will have run when it wakes
         self.steps = 0
         self.preemptions = 0
         self.busy = 0.0
@@ -133,14 +132,35 @@ class Engine:
         self._wake()
 
     def _wake(self) -> None:
-        if self.wakeup is not None and not self.wakeup.triggered:
-            self.wakeup.succeed()
+        """Something changed (an arrival, a completion): the waiting engine looks at it now; a sleeping
+        one now too, or, in a decode run, at the end of the step under way (a request joins a batch at
+        a step boundary)."""
+        wakeup = self.wakeup
+        if wakeup is None or wakeup.processed:
+            return
+        if not wakeup.triggered:
+            wakeup.succeed()
+            return
+        if not self.asleep:                      # already brought forward
+            return
+        self.asleep = False
+        now, ends = self.env.now, self.run_ends
+        when = now
+        if ends:
+            start = self.run_start
+            steps = bisect_right(ends, now - start) + 1    # the step under way is the `steps`-th
+            if steps == len(ends):               # the last: the timer rings at its end
+                return
+            self.run_steps = steps
+            when = max(now, start + ends[steps - 1])
+        self.wakeup = sooner(self.env, wakeup, when)
 
     def _sleep(self, seconds: float) -> simpy.Event:
-        """An event that succeeds after `seconds` or at the next arrival or completion, whichever comes first
-        (the timer rings the wake-up itself: one event to wait on, not an AnyOf of two)."""
-        wakeup = self.wakeup = self.env.event()
-        self.env.timeout(seconds).callbacks.append(partial(_ring, wakeup))
+        """An event `seconds` from now that the next arrival or completion brings forward (`_wake`)."""
+        env = self.env
+        wakeup = self.wakeup = env.event()
+        succeed_at(env, wakeup, env.now + seconds)         # where env.timeout(seconds) lands
+        self.asleep = True
         return wakeup
 
     @property
@@ -472,13 +492,11 @@ class Engine:
         ends = self.steptime.decode_run(len(decodes), decoding.context, horizon)
         start = env.now
         steps = horizon
-        if len(self.running) < self.max_seqs:      # an arrival may join at the next step boundary
+        if len(self.running) < self.max_seqs:      # an arrival may join at the next step boundary (_wake)
+            self.run_start, self.run_ends, self.run_steps = start, ends, horizon
             yield self._sleep(ends[-1])
-            elapsed = env.now - start
-            if elapsed < ends[-1]:
-                steps = bisect_right(ends, elapsed) + 1
-                steps = min(steps, horizon)
-                yield env.timeout(max(0.0, ends[steps - 1] - elapsed))
+            steps = self.run_steps
+            self.run_ends = []
         else:
             yield env.timeout(ends[-1])
         grown = decoding.due(decoding.clock + steps - 1)        # exactly those that need blocks

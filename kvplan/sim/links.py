@@ -27,7 +27,9 @@ from heapq import heappop, heappush
 from typing import Callable, Iterator, Sequence
 
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import Event
+
+from .clock import at
 
 _EPS = 1e-12
 
@@ -164,15 +166,3 @@ def _end(env: simpy.Environment, transfers: Sequence[Transfer]) -> float:
         if served_at > end:
             end = served_at
     return end
-
-
-def at(env: simpy.Environment, when: float) -> Event:
-    """An event that succeeds at simulated time `when` exactly. env.timeout(when - env.now) would land
-    on env.now + (when - env.now), which can differ from `when` in the last bit; SimPy has no public
-    way to schedule at an absolute time, so this pushes onto its event queue as Environment.schedule
-    does."""
-    event = Event(env)
-    event._ok = True
-    event._value = None
-    heappush(env._queue, (when, NORMAL, next(env._eid), event))
-    return event
