@@ -189,7 +189,9 @@ def test_prefix_counts_consecutive_present_keys_without_side_effects(policy):
 
 def test_ttl_expires_entries_by_age_not_by_eviction():
     cache = TTL(LRU(10), ttl=10)
-    assert cache.name == "LRU+TTL" and isinstance(cache, Cache)
+    assert cache.name == "LRU+TTL"
+    public = {name for name in dir(Cache) if not name.startswith("_")}
+    assert public <= set(dir(cache)), "TTL answers everything a Cache does"
     cache.insert("A", 1, now=0)
     cache.insert("B", 2, now=5)
     assert cache.expire(9.9) == []

@@ -13,7 +13,8 @@ import sys
 
 from conftest import REPO
 
-HOT = ["prefix_cache", "content", "clock", "links", "decoding", "engine", "lmcache", "fabric", "eviction", "steptime"]
+HOT = ["prefix_cache", "content", "clock", "links", "decoding", "engine", "lmcache", "fabric", "eviction", "policies",
+       "steptime"]
 
 
 def test_the_simulators_hot_modules_have_no_type_errors():
