@@ -61,13 +61,15 @@ class Router:
         return self._cache_aware(req)
 
     def _sticky(self, session: int) -> int:
-        fewest = min(range(len(self.engines)), key=lambda i: (self._session_counts[i], i))
-        if session < 0:
-            return fewest
-        if session not in self._sessions:
+        known = self._sessions.get(session)
+        if known is not None:
+            return known
+        counts = self._session_counts
+        fewest = counts.index(min(counts))                   # the first of those with the fewest sessions
+        if session >= 0:
             self._sessions[session] = fewest
-            self._session_counts[fewest] += 1
-        return self._sessions[session]
+            counts[fewest] += 1
+        return fewest
 
     def _cache_aware(self, req: wl.Request) -> int:
         loads = [e.load for e in self.engines]
