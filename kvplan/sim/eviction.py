@@ -34,6 +34,10 @@ from .policies import ARC, FIFO, LFU, LRU, MRU, Cache, IsolatedLRU, NoEviction
 __all__ = ["Cache", "LRU", "LFU", "FIFO", "MRU", "ARC", "IsolatedLRU", "NoEviction", "TTL", "POLICIES", "make"]
 
 
+_OWN = ("inner", "ttl", "name", "expired", "expired_bytes", "_queue", "_live", "_seq")
+"""TTL's own attributes (everything else is the inner cache's)."""
+
+
 class TTL:
     """Expiry by age around any policy: an entry expires `ttl` seconds after it was (last) inserted.
 
@@ -52,7 +56,7 @@ class TTL:
     cannot take a wrapper as a virtual subclass); everything else is the inner cache's (`.inner`).
     """
 
-    __slots__ = ("inner", "ttl", "name", "expired", "expired_bytes", "_queue", "_live", "_seq")
+    __slots__ = _OWN
 
     def __init__(self, inner: Cache, ttl: float):
         if not ttl > 0:
@@ -67,16 +71,36 @@ class TTL:
         self._seq = 0
 
     # ---- the inner cache's state
-    capacity = property(lambda self: self.inner.capacity)
-    used = property(lambda self: self.inner.used)
-    evictions = property(lambda self: self.inner.evictions)
-    evicted_bytes = property(lambda self: self.inner.evicted_bytes)
-    rejected = property(lambda self: self.inner.rejected)
-    watermark = property(lambda self: self.inner.watermark)
-    ratio = property(lambda self: self.inner.ratio)
+    @property
+    def capacity(self) -> int:
+        return self.inner.capacity
 
-    def __getattr__(self, attr):
-        if attr.startswith("__") or attr in TTL.__slots__:
+    @property
+    def used(self) -> int:
+        return self.inner.used
+
+    @property
+    def evictions(self) -> int:
+        return self.inner.evictions
+
+    @property
+    def evicted_bytes(self) -> int:
+        return self.inner.evicted_bytes
+
+    @property
+    def rejected(self) -> int:
+        return self.inner.rejected
+
+    @property
+    def watermark(self) -> float | None:
+        return self.inner.watermark
+
+    @property
+    def ratio(self) -> float:
+        return self.inner.ratio
+
+    def __getattr__(self, attr: str) -> object:
+        if attr.startswith("__") or attr in _OWN:
             raise AttributeError(attr)
         return getattr(self.inner, attr)
 
@@ -143,13 +167,13 @@ class TTL:
         if self._queue and self._queue[0][0] <= now:
             self.expire(now)
         inner, live, expiry = self.inner, self._live, now + self.ttl
-        sizes, hit, insert = inner._sizes, inner._hit, inner.insert
+        sizes = inner._sizes
         stored = refused = 0
         for k in keys:                   # `insert` written out: nothing expires at `now` any more
             if k in sizes:
-                hit(k)
+                inner._hit(k)
                 continue
-            for gone in insert(k, size, now):
+            for gone in inner.insert(k, size, now):
                 live.pop(gone, None)
             if k in sizes:
                 stored += 1

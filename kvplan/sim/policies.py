@@ -101,21 +101,21 @@ class Cache:
     # ---- updates
     def touch(self, keys: Iterable, now: float = 0.0) -> None:
         """Record an access (hit) to each present key, in order (updates recency/frequency). Absent keys are ignored."""
-        d, hit = self._sizes, self._hit
+        d = self._sizes
         for k in keys:
             if k in d:
-                hit(k)
+                self._hit(k)
 
     def store(self, keys: Iterable, size: int, now: float = 0.0) -> tuple[int, int]:
         """Write `keys` (each `size` bytes) in order, as a cache tier takes a store: a present key is
         touched (`touch`), an absent one inserted (`insert`). Returns (keys newly stored, keys refused)."""
-        d, hit, insert = self._sizes, self._hit, self.insert
+        d = self._sizes
         stored = refused = 0
         for k in keys:
             if k in d:
-                hit(k)
+                self._hit(k)
                 continue
-            insert(k, size, now)
+            self.insert(k, size, now)
             if k in d:
                 stored += 1
             else:
@@ -227,12 +227,12 @@ class LRU(Cache):
             self._sized(size)
             if self._unit == size:      # every key is `size` bytes: the capacity is a number of keys
                 return self._store_uniform(keys, size)
-        d, hit, cap = self._d, self._hit, self.capacity
+        d, cap = self._d, self.capacity
         high = self._high if self.watermark is not None else None
         stored = 0
         for k in keys:
             if k in d:
-                hit(k)
+                self._hit(k)
                 continue
             after = self.used + size
             if after > cap or (high is not None and after >= high):
