@@ -141,7 +141,7 @@ class Engine:
         if not wakeup.triggered:
             wakeup.succeed()
             return
-        if not self.asleep:                      # already brought forward
+        if not self.asleep:                      # brought forward already, or due at the boundary anyway
             return
         self.asleep = False
         now, ends = self.env.now, self.run_ends
