@@ -5,13 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
-import simpy
+from kvplan.sim.clock import Environment
 
 from kvplan.sim.links import Link, served
 
 
 def finish_times(starts_and_work, rate=100.0):
-    env = simpy.Environment()
+    env = Environment()
     link = Link(env, "l", rate)
     done = {}
 
@@ -56,7 +56,7 @@ def test_zero_work_completes_at_once():
 
 
 def test_a_wait_for_several_links_ends_when_the_slowest_part_is_served():
-    env = simpy.Environment()
+    env = Environment()
     fast, slow = Link(env, "fast", 100.0), Link(env, "slow", 10.0)
     other = fast.transfer(100)                  # shares the fast link with the operation's part there
     done = {}
@@ -75,7 +75,7 @@ def test_a_wait_for_several_links_ends_when_the_slowest_part_is_served():
 
 
 def test_waiting_for_nothing_takes_no_time():
-    env = simpy.Environment()
+    env = Environment()
     env.run(env.process(served(env, [Link(env, "l", 1.0).transfer(0)])))
     assert env.now == 0
 
@@ -83,7 +83,7 @@ def test_waiting_for_nothing_takes_no_time():
 def test_a_waiter_wakes_at_the_exact_instant_its_transfer_is_served():
     # a sleeps until 1/3 s (alone), b's arrival pushes that back, c's again: a is served at 0.7 s
     # (0.3 alone, 0.3 beside b, 0.4 beside b and c), c at 0.7 + 0.1 / 1.5, b the last 0.2 alone
-    env = simpy.Environment()
+    env = Environment()
     link = Link(env, "l", 3.0)
     woke = {}
 
@@ -141,4 +141,4 @@ def test_finish_times_match_a_step_by_step_processor_sharing_computation():
 
 def test_rate_must_be_positive():
     with pytest.raises(ValueError):
-        Link(simpy.Environment(), "bad", 0)
+        Link(Environment(), "bad", 0)

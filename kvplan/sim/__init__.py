@@ -1,1 +1,1 @@
-"""The SimPy model of a tiered KV-cache deployment (see DESIGN.md, "The simulation model")."""
+"""The discrete-event model of a tiered KV-cache deployment (see DESIGN.md, "The simulation model")."""

@@ -33,7 +33,7 @@ the budget is always the last running request), but the fallback keeps the rule 
 Decode fast-forward: while every running request is decoding and nothing can be admitted, the
 batch does not change until a request finishes, a block boundary needs memory that is not there,
 or (with a free slot) a new request arrives. The engine then advances many decode steps in one
-SimPy event, their times summed by `StepTime.decode_run` (no scheduling per step); an arrival
+event, their times summed by `StepTime.decode_run` (no scheduling per step); an arrival
 brings its wake-up forward to the end of the step under way, where the request can join. A test
 holds this to stepping one iteration at a time.
 """
@@ -45,9 +45,8 @@ from collections import deque
 from operator import itemgetter
 from typing import TYPE_CHECKING, Callable
 
-import simpy
 
-from .clock import sooner, succeed_at
+from .clock import AllOf, Event, Process, sooner, succeed_at
 from .decoding import DecodeSet
 from .prefix_cache import Holding, PrefixCache
 from .steptime import StepTime
@@ -79,7 +78,7 @@ class Seq:
         self.admitted = -1.0
         self.first_token = -1.0
         self.preemptions = 0
-        self.pending_load: simpy.Process | None = None   # a retrieve process to wait for before the forward pass
+        self.pending_load: Process | None = None   # a retrieve process to wait for before the forward pass
         self.load_wait = 0.0                     # seconds its prefill steps waited for retrieves
         self.record = record
         self.prompt = req.prompt_tokens          # copies of the request's lengths, read every step
@@ -114,7 +113,7 @@ class Engine:
         self.prefilling: list[Seq] = []          # the running requests still prefilling, in running order
         self.decoding = DecodeSet(self.bs)       # the running requests decoding (all others, but `idle`)
         self.idle: list[Seq] = []                # decoding requests a step left out: they rejoin after it
-        self.wakeup: simpy.Event | None = None    # what the loop waits on
+        self.wakeup: Event | None = None    # what the loop waits on
         self.asleep = False                      # the wake-up is a timer that a change can bring forward
         self.run_start = 0.0                     # a decode run's start and its steps' end times (seconds from
         self.run_ends: list[float] = []          # the start) while an arrival may cut it short; [] otherwise
@@ -155,7 +154,7 @@ class Engine:
             when = max(now, start + ends[steps - 1])
         self.wakeup = sooner(self.env, wakeup, when)
 
-    def _sleep(self, seconds: float) -> simpy.Event:
+    def _sleep(self, seconds: float) -> Event:
         """An event `seconds` from now that the next arrival or completion brings forward (`_wake`)."""
         env = self.env
         wakeup = self.wakeup = env.event()
@@ -328,9 +327,9 @@ class Engine:
         loads = [] if preempted else self._admit_waiting(admit, budget, prefills)
         return prefills, decoding.members, loads
 
-    def _admit_waiting(self, admit: bool, budget: int, prefills: list) -> list[simpy.Process]:
+    def _admit_waiting(self, admit: bool, budget: int, prefills: list) -> list[Process]:
         """Admit waiting requests first come first served while they fit; returns their loads."""
-        loads: list[simpy.Process] = []
+        loads: list[Process] = []
         if admit:
             while self.waiting and len(self.running) < self.max_seqs and budget > 0:
                 seq = self.waiting[0]
@@ -426,7 +425,7 @@ class Engine:
         env, decoding = self.env, self.decoding
         start = env.now
         if loads:
-            yield simpy.AllOf(env, loads)
+            yield AllOf(env, loads)
             waited = env.now - start
             for seq, _ in prefills:
                 seq.load_wait += waited

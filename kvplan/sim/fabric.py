@@ -38,9 +38,9 @@ from array import array
 from functools import partial
 from typing import Callable, Sequence
 
-import simpy
 
 from ..resolve import RADOS_OP_BYTES, Resolved
+from .clock import Environment
 from .links import Link, Transfer, served, when_served
 
 REQUEST_WINDOW_BYTES = 16 * 2**20   # rgw_put_obj_min_window_size = rgw_get_obj_window_size
@@ -48,7 +48,7 @@ CLIENT_INFLIGHT_BYTES = 100 * 2**20  # objecter_inflight_op_bytes, per client pr
 
 
 class Fabric:
-    def __init__(self, env: simpy.Environment, r: Resolved):
+    def __init__(self, env: Environment, r: Resolved):
         self.env = env
         self.r = r
         host_copy = r.pcie_bandwidth or r.hbm_bandwidth  # a CPU device copies within host memory
@@ -80,16 +80,16 @@ class Fabric:
 
     # ---- GPU <-> DRAM
     def to_gpu(self, instance: int, nbytes_per_rank: float):
-        """Copy into the GPU, as steps of the caller's SimPy process (`yield from`)."""
+        """Copy into the GPU, as steps of the caller's process (`yield from`)."""
         yield from served(self.env, (self.h2d[instance].transfer(nbytes_per_rank),))
 
     def from_gpu(self, instance: int, nbytes_per_rank: float):
-        """Copy off the GPU, as steps of the caller's SimPy process (`yield from`)."""
+        """Copy off the GPU, as steps of the caller's process (`yield from`)."""
         yield from served(self.env, (self.d2h[instance].transfer(nbytes_per_rank),))
 
     # ---- NVMe
     def nvme_read(self, node: int, nbytes: float, objects: int):
-        """One batched read on the node's NVMe device, as steps of the caller's SimPy process (`yield from`)."""
+        """One batched read on the node's NVMe device, as steps of the caller's process (`yield from`)."""
         latency, work = self._nvme(nbytes, objects, write=False)
         yield self.env.timeout(latency)
         yield from served(self.env, (self.nvme[node].transfer(work),))
@@ -97,7 +97,7 @@ class Fabric:
     def nvme_write(self, node: int, nbytes: float, objects: int, then: Callable[[], None]) -> None:
         """One batched write on the node's NVMe device, in the background: `then()` once it is done."""
         latency, work = self._nvme(nbytes, objects, write=True)
-        self.env.timeout(latency).callbacks.append(partial(self._nvme_start, node, work, then))
+        self.env.timeout(latency).then(partial(self._nvme_start, node, work, then))
 
     def _nvme_start(self, node: int, work: float, then: Callable[[], None], _: object) -> None:
         when_served(self.env, (self.nvme[node].transfer(work),), then)
@@ -123,7 +123,7 @@ class Fabric:
         return [((host + r) % c.hosts) * per_host + slot for r in range(c.pool_size)]
 
     def ceph_read(self, node: int, keys: Sequence[int], object_bytes: int, objects_per_key: int):
-        """Read the objects of `keys` from their primaries, as steps of the caller's SimPy process
+        """Read the objects of `keys` from their primaries, as steps of the caller's process
         (`yield from`); `_ceph_issue` says what moves."""
         start = self.env.now
         parts, delay, wanted = self._ceph_issue(node, keys, object_bytes, objects_per_key, write=False)
@@ -136,7 +136,7 @@ class Fabric:
         """Write the objects of `keys` to every replica, in the background: `then()` once it is done."""
         parts, delay, wanted = self._ceph_issue(node, keys, object_bytes, objects_per_key, write=True)
         done = partial(self._ceph_done, True, wanted, self.env.now, then)
-        self.env.timeout(delay).callbacks.append(partial(self._ceph_written, parts, done))
+        self.env.timeout(delay).then(partial(self._ceph_written, parts, done))
 
     def _ceph_written(self, parts: list[Transfer], done: Callable[[], None], _: object) -> None:
         when_served(self.env, parts, done)

@@ -16,7 +16,7 @@ completions it owes lazily, whenever it is looked at, at exactly the instants an
 the arithmetic it would have used had it woken up for each. Whoever waits for transfers (`served`)
 sleeps until the time they will be served if nothing else arrives meanwhile, and, if something
 did arrive and delay them, sleeps again. An operation that moves over several links at once (a
-Ceph write: the client's NIC, every replica's OSD and NIC) so costs one SimPy event, not one per
+Ceph write: the client's NIC, every replica's OSD and NIC) so costs one event, not one per
 link and per re-plan.
 """
 
@@ -26,10 +26,7 @@ from functools import partial
 from heapq import heappop, heappush
 from typing import Callable, Iterator, Sequence
 
-import simpy
-from simpy.events import Event
-
-from .clock import at
+from .clock import Environment, Event, at
 
 _EPS = 1e-12
 
@@ -50,7 +47,7 @@ class Link:
 
     __slots__ = ("env", "name", "rate", "_heap", "_virtual", "_last", "_seq", "busy_time", "work_done", "transfers")
 
-    def __init__(self, env: simpy.Environment, name: str, rate: float):
+    def __init__(self, env: Environment, name: str, rate: float):
         if rate <= 0:
             raise ValueError(f"link {name}: rate must be positive, got {rate}")
         self.env = env
@@ -131,9 +128,9 @@ class Link:
         return self.busy_time / duration if duration > 0 else 0.0
 
 
-def served(env: simpy.Environment, transfers: Sequence[Transfer]) -> Iterator[Event]:
+def served(env: Environment, transfers: Sequence[Transfer]) -> Iterator[Event]:
     """Wait until every one of `transfers` (on any links) has been served, as steps of the caller's
-    SimPy process (`yield from`): one event for the time they will be served unless something else
+    process (`yield from`): one event for the time they will be served unless something else
     arrives on their links first, and another whenever something did."""
     while True:
         end = _end(env, transfers)
@@ -142,21 +139,21 @@ def served(env: simpy.Environment, transfers: Sequence[Transfer]) -> Iterator[Ev
         yield at(env, end)
 
 
-def when_served(env: simpy.Environment, transfers: Sequence[Transfer], then: Callable[[], None]) -> None:
+def when_served(env: Environment, transfers: Sequence[Transfer], then: Callable[[], None]) -> None:
     """Call `then()` once every one of `transfers` has been served, as `served` waits but without a
-    SimPy process: for work nothing waits for (a write in the background)."""
+    process: for work nothing waits for (a write in the background)."""
     end = _end(env, transfers)
     if end <= env.now:
         then()
     else:
-        at(env, end).callbacks.append(partial(_again, env, transfers, then))
+        at(env, end).then(partial(_again, env, transfers, then))
 
 
-def _again(env: simpy.Environment, transfers: Sequence[Transfer], then: Callable[[], None], _: Event) -> None:
+def _again(env: Environment, transfers: Sequence[Transfer], then: Callable[[], None], _: Event) -> None:
     when_served(env, transfers, then)
 
 
-def _end(env: simpy.Environment, transfers: Sequence[Transfer]) -> float:
+def _end(env: Environment, transfers: Sequence[Transfer]) -> float:
     """When the last of `transfers` will be served if nothing else arrives on their links first (env.now
     when every one of them already has been)."""
     now = env.now

@@ -35,9 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
-import simpy
-
 from ..resolve import Resolved, ResolvedLMCache
+from .clock import AllOf, Environment
 from .eviction import make
 from .fabric import Fabric
 
@@ -69,7 +68,7 @@ class Span:
 
 @dataclass
 class LMCacheModel:
-    env: simpy.Environment
+    env: Environment
     r: Resolved
     fabric: Fabric
     caches: dict = field(default_factory=dict)       # tier -> list of caches
@@ -169,7 +168,7 @@ class LMCacheModel:
         return out
 
     def retrieve(self, instance: int, keys: list[int], spans: list[Span], first_token: int, last_token: int):
-        """A SimPy process: load tokens [first_token, last_token) from the spans into the GPU."""
+        """A process: load tokens [first_token, last_token) from the spans into the GPU."""
         lm, env = self.lmc, self.env
         loads = []
         for tier, a, b, tokens in self.portions(spans, first_token, last_token):
@@ -179,7 +178,7 @@ class LMCacheModel:
             c.bytes_read += (b - a) * lm.chunk_bytes
             loads.append(env.process(self._load(instance, tier, keys[a:b], tokens)))
         if loads:
-            yield simpy.AllOf(env, loads)
+            yield AllOf(env, loads)
 
     def _load(self, instance: int, tier: str, keys: list[int], tokens: int):
         lm, f = self.lmc, self.fabric
@@ -194,7 +193,7 @@ class LMCacheModel:
     # ---- store
     def store(self, instance: int, keys: list[int]):
         """Copy chunks off the GPU (waited for), then write through to every tier, as steps of the caller's
-        SimPy process (`yield from`).
+        process (`yield from`).
 
         Returns once the GPU -> DRAM copy is done; NVMe and Ceph writes continue on their own.
         """

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import simpy
 
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from . import metrics, steady
 from . import workload as wl
+from .clock import Environment, Event
 from .engine import Engine, Seq
 from .fabric import Fabric
 from .lmcache import TIERS, LMCacheModel
@@ -62,7 +62,7 @@ class SimulationStopped(SpecError):
 
     def __init__(self, flag: str, message: str, fix: str):
         super().__init__([Problem(flag, message, fix=fix)])
-        self.args = (flag, message, fix)        # simpy re-raises a process's exception as type(exc)(*exc.args)
+        self.args = (flag, message, fix)        # what pickling (a process pool, Ray) rebuilds it from
 
 
 class Simulation:
@@ -79,7 +79,7 @@ class Simulation:
         self.seed = r.workload.seed if seed is None else seed
         self.progress = progress
         self.request_overhead = r.step.request_overhead     # HTTP and streaming: a pure delay, outside the engine
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.fabric = Fabric(self.env, r)
         self.hbm = [PrefixCache(r.hbm_blocks) for _ in range(r.instances)]
         self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
@@ -88,7 +88,7 @@ class Simulation:
         self.columns: dict[str, np.ndarray] = {}  # RequestRow's fields, row i = request i (sized once the requests are known)
         self.finished_count = 0
         self.offset = 0.0                        # traffic starts after the warm-up
-        self.finished_event: simpy.Event | None = None
+        self.finished_event: Event | None = None
         self.expected = 0
         self.warm_left = 0
         self.occupancy: dict[str, list[tuple[float, int]]] = {t: [] for t in ("hbm", *TIERS)}

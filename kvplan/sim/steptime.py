@@ -142,8 +142,8 @@ class StepTime:
 
     def __init__(self, r: Resolved | StepParts):
         m, tp = r.model, r.tensor_parallel
-        # plain floats, whatever numbers the coefficients came as (a fit's numpy scalars): step times feed SimPy's
-        # clock and the compiled simulator's float fields
+        # plain floats, whatever numbers the coefficients came as (a fit's numpy scalars): step times feed the
+        # simulated clock and the compiled simulator's float fields
         c = {name: float(value) for name, value in r.step.model_dump(exclude={"overridden"}).items()}
         peak_flops, hbm_bandwidth = float(r.peak_flops), float(r.hbm_bandwidth)
         qk, v = attention_dims(m)
