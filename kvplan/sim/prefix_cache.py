@@ -129,12 +129,13 @@ class PrefixCache:
 
     # ---- a request's life
     def allocate(self, keys: Sequence[int], hit: int, total_blocks: int) -> "Holding | None":
-        """Give a request `total_blocks` blocks: the first `hit` are the cached `keys[:hit]`, the rest new.
+        """Give a request `total_blocks` blocks: the first `hit` are the cached `keys[:hit]` (as `match` found
+        them just before), the rest new.
 
         Returns None (and changes nothing but how runs are split) when the pool cannot supply them.
         """
         fresh = total_blocks - hit
-        nodes = self._path(keys, 0, hit)
+        nodes = self._path(keys, 0, hit, known=hit)
         revived = sum(len(node.keys) for node in nodes if node.refs == 0)   # free cached blocks taken back
         if fresh > self.free_blocks - revived:
             return None
@@ -202,7 +203,8 @@ class PrefixCache:
         if upto <= holding.next:
             return
         new, ranges = 0, holding.ranges
-        for node in self._path(keys, holding.next, upto):
+        held = ranges[0][1] if ranges and ranges[0][0] == 0 else 0     # blocks [0, held) are this request's
+        for node in self._path(keys, holding.next, upto, known=held):
             if node.ghost:                     # not cached: this request's copy becomes the cached one
                 node.ghost, node.refs = False, 1
                 size = len(node.keys)
@@ -243,9 +245,11 @@ class PrefixCache:
         holding.ranges, holding.blocks, holding.anon = [], 0, 0
 
     # ---- the tree and the queue
-    def _path(self, keys: Sequence[int], start: int, end: int) -> list[_Node]:
+    def _path(self, keys: Sequence[int], start: int, end: int, known: int = 0) -> list[_Node]:
         """The nodes holding blocks [start, end) of chain `keys`, split at start and end; absent
-        blocks on the way get ghost nodes."""
+        blocks on the way get ghost nodes. The caller may vouch that the first `known` blocks are
+        in the tree as `keys` has them (cached, or held by the caller: neither can have been
+        evicted), so only the blocks after them are compared."""
         out: list[_Node] = []
         node, p = self._root, 0
         while p < end:
@@ -254,8 +258,9 @@ class PrefixCache:
                 child = node.children[keys[p]] = _Node(list(keys[p:end]), p, node)
             run = child.keys
             stop = min(p + len(run), end)
-            if run[: stop - p] != keys[p:stop]:    # the chains part inside this run
-                self._split(child, p + list(map(eq, run, keys[p:stop])).index(False))
+            lo = known if known > p else p         # compared from here
+            if lo < stop and run[lo - p: stop - p] != keys[lo:stop]:    # the chains part inside this run
+                self._split(child, lo + list(map(eq, run[lo - p:], keys[lo:stop])).index(False))
             elif stop < p + len(run):
                 self._split(child, stop)
             if p < start < p + len(child.keys):
