@@ -96,6 +96,16 @@ def test_missing_trace_file():
     assert p.path == "workload.trace.path" and "trace file not found" in p.message
 
 
+def test_a_trace_block_size_the_trace_does_not_have_is_refused_when_validated():
+    with pytest.raises(SpecError) as info:
+        spec("mooncake-replay", workload__trace={"path": "traces/mooncake-conversation-first1000.jsonl",
+                                                 "block_size": 256})
+    [p] = info.value.problems
+    assert p.path == "workload.trace"
+    assert "first request has 14 hash_ids for input_length 6758, which needs a block size from 483 to 519" in p.message
+    assert "512 for the Mooncake traces" in p.fix
+
+
 def test_inline_model_errors_point_into_the_model_block():
     with pytest.raises(SpecError) as info:
         spec(model={"name": "mine", "attention": "gqa", "num_layers": 0})

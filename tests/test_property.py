@@ -92,7 +92,8 @@ def _at(data, path):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(mutated_specs(), plausibly_changed_specs()))
 def test_every_spec_that_validates_also_simulates(data):
-    """Whatever a valid spec says, a short run of it completes (or the spec is refused)."""
+    """Whatever a valid spec says, a short run of it completes, or the spec is refused: when it is validated,
+    or, for what only a trace file's lines can say (validation checks its first line), when they are read."""
     from kvplan.sim.run import run
 
     workload = data.get("workload")
@@ -105,6 +106,11 @@ def test_every_spec_that_validates_also_simulates(data):
         resolved = resolve(from_mapping(data, base_dir=REPO / "examples"))
     except SpecError:
         return
-    result = run(resolved)
+    try:
+        result = run(resolved)
+    except SpecError as refused:
+        trace = resolved.workload.trace
+        assert trace is not None and all(p.path.startswith(trace.path) for p in refused.problems), refused
+        return
     assert result.requests + result.rejected_requests <= 20
     assert sum(t.served_tokens for t in result.tiers) + result.recomputed_tokens == result.prompt_tokens

@@ -8,6 +8,8 @@ JSONL trace. Every random choice is drawn from `seed`.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -107,6 +109,37 @@ class Trace(SpecModel):
     @classmethod
     def _exists(cls, value: str, info: ValidationInfo) -> str:
         return spec_file(value, info, "trace file", "point path at a Mooncake JSONL file")
+
+    @model_validator(mode="after")
+    def _blocks_fit_the_trace(self) -> "Trace":
+        """The trace's first request must have ceil(input_length / block_size) hash_ids: a wrong block_size
+        is caught here, not after a run has started (every line is checked when the trace is read)."""
+        first = _first_request(Path(self.path))
+        if first is not None:
+            length, ids = first
+            if -(-length // self.block_size) != ids:
+                fits = f"from {-(-length // ids)} to {(length - 1) // (ids - 1)}" if ids > 1 else f"{length} or more"
+                raise ValueError(f"block_size {self.block_size} does not fit the trace: its first request has {ids} "
+                                 f"hash_ids for input_length {length}, which needs a block size {fits}; fix: set "
+                                 "block_size to the trace's block size (512 for the Mooncake traces)")
+        return self
+
+
+def _first_request(path: Path) -> tuple[int, int] | None:
+    """(input_length, number of hash_ids) of the trace's first line, or None where that line is not a
+    well-formed request (the trace reader then says what is wrong, line by line)."""
+    try:
+        with path.open(encoding="utf-8") as lines:
+            line = next((line for line in lines if line.strip()), "")
+        row = json.loads(line)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(row, dict):
+        return None
+    length, ids = row.get("input_length"), row.get("hash_ids")
+    if type(length) is not int or length < 1 or not isinstance(ids, list) or not ids:
+        return None
+    return length, len(ids)
 
 
 class Workload(SpecModel):
