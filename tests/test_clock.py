@@ -7,6 +7,7 @@ import random
 import pytest
 import simpy
 
+from kvplan.sim import clock
 from kvplan.sim.clock import AllOf, Environment, at, sooner, succeed_at
 
 
@@ -83,7 +84,7 @@ def _program(lib, env, seed: int) -> list:
                 if not signal.triggered and rng.random() < 0.5:
                     signal.succeed()
                     log.append((name, "signalled", env.now))
-                yield signal                    # already processed: answered at once
+                yield signal                    # if already processed: answered at once
             elif kind < 0.8:
                 value = yield env.process(child(f"{name}.{step}", rng.randint(0, 2)))
                 log.append((name, "child", value, env.now))
@@ -104,8 +105,6 @@ def _program(lib, env, seed: int) -> list:
 
 
 def test_processes_and_events_run_in_simpys_order_exactly():
-    from kvplan.sim import clock
-
     for seed in range(300):
         assert _program(clock, clock.Environment(), seed) == _program(simpy, simpy.Environment(), seed), seed
 

@@ -110,7 +110,7 @@ class Process(Event):
                     value = event.value
                     assert isinstance(value, BaseException)
                     yielded = generator.throw(value)
-                elif event.value is None:
+                elif event.value is None:            # send(None), in its cheaper form
                     yielded = next(generator)
                 else:
                     yielded = generator.send(event.value)
@@ -133,8 +133,8 @@ class Process(Event):
 
 
 class AllOf(Event):
-    """Happens once every one of `events` has (at once if there are none); fails with the first
-    of them that fails."""
+    """Happens (value None) once every one of `events` has, at once if there are none; fails with
+    the first of them that fails."""
 
     def __init__(self, env: Environment, events: Iterable[Event]) -> None:
         super().__init__(env)
@@ -170,12 +170,15 @@ class Environment:
 
     def __init__(self) -> None:
         self.now = 0.0
-        self.queue: list[tuple[float, int, int, Event]] = []
-        self.eid = 0                             # insertion order: ties at one instant and priority go first come, first served
+        self.queue: list[tuple[float, int, int, Event]] = []   # (time, priority, insertion order, event)
+        self.eid = 0                             # insertions so far: ties go first come, first served
 
     def schedule(self, event: Event, priority: int, delay: float) -> None:
+        self.schedule_at(event, self.now + delay, priority)
+
+    def schedule_at(self, event: Event, when: float, priority: int) -> None:
         self.eid += 1
-        heappush(self.queue, (self.now + delay, priority, self.eid, event))
+        heappush(self.queue, (when, priority, self.eid, event))
 
     def event(self) -> Event:
         return Event(self)
@@ -238,8 +241,7 @@ def succeed_at(env: Environment, event: Event, when: float) -> None:
     if event.triggered:
         raise RuntimeError(f"{event!r} has already been triggered")
     event.triggered = True
-    env.eid += 1
-    heappush(env.queue, (when, NORMAL, env.eid, event))
+    env.schedule_at(event, when, NORMAL)
 
 
 def sooner(env: Environment, event: Event, when: float) -> Event:

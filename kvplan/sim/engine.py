@@ -78,7 +78,7 @@ class Seq:
         self.admitted = -1.0
         self.first_token = -1.0
         self.preemptions = 0
-        self.pending_load: Process | None = None   # a retrieve process to wait for before the forward pass
+        self.pending_load: Process | None = None  # a retrieve process to wait for before the forward pass
         self.load_wait = 0.0                     # seconds its prefill steps waited for retrieves
         self.record = record
         self.prompt = req.prompt_tokens          # copies of the request's lengths, read every step
@@ -113,7 +113,7 @@ class Engine:
         self.prefilling: list[Seq] = []          # the running requests still prefilling, in running order
         self.decoding = DecodeSet(self.bs)       # the running requests decoding (all others, but `idle`)
         self.idle: list[Seq] = []                # decoding requests a step left out: they rejoin after it
-        self.wakeup: Event | None = None    # what the loop waits on
+        self.wakeup: Event | None = None         # what the loop waits on
         self.asleep = False                      # the wake-up is a timer that a change can bring forward
         self.run_start = 0.0                     # a decode run's start and its steps' end times (seconds from
         self.run_ends: list[float] = []          # the start) while an arrival may cut it short; [] otherwise
