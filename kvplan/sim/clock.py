@@ -107,9 +107,7 @@ class Process(Event):
             try:
                 if not event.ok:
                     event.defused = True
-                    value = event.value
-                    assert isinstance(value, BaseException)
-                    yielded = generator.throw(value)
+                    yielded = generator.throw(_failure(event))
                 elif event.value is None:            # send(None), in its cheaper form
                     yielded = next(generator)
                 else:
@@ -155,14 +153,19 @@ class AllOf(Event):
         self.count += 1
         if not event.ok:
             event.defused = True
-            value = event.value
-            assert isinstance(value, BaseException)
-            self.fail(value)
+            self.fail(_failure(event))
         elif self.count == len(self.events):
             self.succeed()
 
 
 Callback = Union[Callable[[Event], None], Process]
+
+
+def _failure(event: Event) -> BaseException:
+    """What a failed event failed with."""
+    value = event.value
+    assert isinstance(value, BaseException)
+    return value
 
 
 class Environment:
@@ -201,9 +204,7 @@ class Environment:
             else:
                 callback(event)
         if not event.ok and not event.defused:
-            value = event.value
-            assert isinstance(value, BaseException)
-            raise value
+            raise _failure(event)
 
     def run(self, until: Optional[Event] = None) -> None:
         """Process events until `until` has been processed, or, without it, until none is left."""

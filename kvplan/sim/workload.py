@@ -58,6 +58,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import Problem, SpecError
+from ..spec.workload import hash_ids_needed
 from .content import OUTPUT, OUTPUT_TAG, SHARED_PREFIX, TEMPLATE, TRACE_TAG, USER_TEXT, Segments, TraceBlocks
 
 __all__ = [
@@ -505,7 +506,7 @@ def _check_row(row: Any, block_size: int) -> tuple[str, str] | None:
     ids = row["hash_ids"]
     if type(ids) is not list or not all(type(h) is int and 0 <= h <= MAX_TRACE_NUMBER for h in ids):
         return "hash_ids must be a list of non-negative integers", "write hash_ids as [0, 1, 2, ...]"
-    need = -(-row["input_length"] // block_size)
+    need = hash_ids_needed(row["input_length"], block_size)
     if len(ids) != need:
         return (f"{len(ids)} hash_ids for input_length {row['input_length']}, but {block_size}-token blocks need {need}",
                 "check workload.trace.block_size (512 for the Mooncake traces)")

@@ -117,12 +117,17 @@ class Trace(SpecModel):
         first = _first_request(Path(self.path))
         if first is not None:
             length, ids = first
-            if -(-length // self.block_size) != ids:
+            if hash_ids_needed(length, self.block_size) != ids:
                 fits = f"from {-(-length // ids)} to {(length - 1) // (ids - 1)}" if ids > 1 else f"{length} or more"
                 raise ValueError(f"block_size {self.block_size} does not fit the trace: its first request has {ids} "
                                  f"hash_ids for input_length {length}, which needs a block size {fits}; fix: set "
                                  "block_size to the trace's block size (512 for the Mooncake traces)")
         return self
+
+
+def hash_ids_needed(input_length: int, block_size: int) -> int:
+    """How many hash_ids a trace request of `input_length` tokens has: one per block, the last one partial."""
+    return -(-input_length // block_size)
 
 
 def _first_request(path: Path) -> tuple[int, int] | None:
