@@ -61,6 +61,23 @@ def test_fast_forward_gives_the_same_latencies_as_stepping(example, changes):
     assert fast.preemptions == slow.preemptions
 
 
+def test_without_prefix_cache_or_lmcache_no_block_keys_are_hashed_and_nothing_changes():
+    no_caches = dict(workload__requests=200, serving__prefix_caching=False, lmcache=None, ceph=None)
+    held = []
+
+    def watch(engine, tokens):
+        held.extend(len(seq.blocks) for seq in engine.running)
+
+    sim, lean = simulate(on_step=watch, **no_caches)
+    assert not sim.engines[0].keyed and held and not any(held)      # no request held a key
+
+    keyed = Simulation(resolve(spec("chat-llama2-13b", **no_caches)))
+    for engine in keyed.engines:
+        engine.keyed = True                  # hash them anyway: nothing reads them, so nothing moves
+    hashed = keyed.run()
+    assert [(r.ttft, r.e2e) for r in lean.per_request.rows()] == [(r.ttft, r.e2e) for r in hashed.per_request.rows()]
+
+
 def test_request_merging_holds_arrivals_to_prefill_them_together(tmp_path):
     trace = tmp_path / "burst.jsonl"
     trace.write_text("".join(f'{{"timestamp": {t}, "input_length": 600, "output_length": 4, "hash_ids": [{i}, {i + 100}]}}\n'

@@ -107,6 +107,8 @@ class Engine:
         self.budget = r.max_num_batched_tokens
         self.chunked = r.chunked_prefill
         self.prefix_caching = r.prefix_caching
+        self.keyed = r.prefix_caching or r.lmcache is not None   # HBM blocks need their keys (Seq.blocks): the prefix
+                                                 # cache looks them up, blocks loaded from LMCache are committed under them
         self.lm = sim.lmcache
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
@@ -348,10 +350,9 @@ class Engine:
 
     def _admit(self, seq: Seq, budget: int) -> int:
         """Try to give `seq` its blocks; returns the tokens it prefills this step (0 = not admitted)."""
-        req, r, bs = seq.req, self.sim.r, self.bs
-        total = req.prompt_tokens + req.output_tokens
-        if not seq.blocks:
-            seq.blocks = req.content.keys(bs, total)
+        req, bs = seq.req, self.bs
+        if not seq.blocks and self.keyed:
+            seq.blocks = req.content.keys(bs, req.prompt_tokens + req.output_tokens)
         hit = 0
         if self.prefix_caching:
             hit = min(self.hbm.match(seq.blocks[: seq.target // bs]), (seq.target - 1) // bs)
