@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
@@ -29,12 +28,13 @@ from . import workload as wl
 from .clock import Environment, Event
 from .engine import Engine, Seq
 from .fabric import Fabric
+from .ledger import Ledger
 from .lmcache import TIERS, LMCacheModel
 from .prefix_cache import PrefixCache
 from .router import Router
 from .slo_watch import SloWatch
 
-from .result import FLOAT_COLUMNS, LinkResult, RequestRow, RequestTable, SimResult, TierResult
+from .result import LinkResult, RequestTable, SimResult, TierResult
 
 Progress = Callable[[float], None]
 
@@ -85,7 +85,7 @@ class Simulation:
         self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
         self.engines = [Engine(self, i) for i in range(r.instances)]
         self.router = Router(r.router, self.engines, r.block_size)
-        self.columns: dict[str, np.ndarray] = {}  # RequestRow's fields, row i = request i (sized once the requests are known)
+        self.ledger = Ledger(0, 0.0, self.request_overhead)   # the per-request table (sized once the requests are known)
         self.finished_count = 0
         self.offset = 0.0                        # traffic starts after the warm-up
         self.finished_event: Event | None = None
@@ -115,22 +115,12 @@ class Simulation:
             if self.warm_left == 0:
                 self.finished_event.succeed()
             return
-        req = seq.req
-        arrival = req.arrival + self.offset
-        served = seq.hbm_tokens + sum(seq.tiers.values())
-        row = RequestRow(
-            id=req.id, instance=instance, arrival=req.arrival, prompt_tokens=req.prompt_tokens,
-            output_tokens=req.output_tokens, hbm_tokens=seq.hbm_tokens, ddr_tokens=seq.tiers["ddr"],
-            nvme_tokens=seq.tiers["nvme"], ceph_tokens=seq.tiers["ceph"], recomputed_tokens=req.prompt_tokens - served,
-            queue=seq.admitted - arrival, load=seq.load_wait, ttft=seq.first_token - arrival + self.request_overhead,
-            e2e=now - arrival + self.request_overhead,
-            tpot=(now - seq.first_token) / (req.output_tokens - 1) if req.output_tokens > 1 else 0.0,
-            preemptions=seq.preemptions)
-        for column, value in zip(self.columns.values(), row):
-            column[req.id] = value
+        ledger = self.ledger
+        ledger.record(instance, seq, now)
         self.finished_count += 1
         if self.watch is not None:
-            self.watch.see(row.ttft, row.tpot, row.e2e, row.output_tokens)
+            i = seq.req.id
+            self.watch.see(ledger.ttft[i], ledger.tpot[i], ledger.e2e[i], seq.req.output_tokens)
         if self.finished_count == self.expected:
             self.finished_event.succeed()
 
@@ -182,8 +172,7 @@ class Simulation:
         self.offset = offset = env.now
         reqs = wl.stream(r, self.seed) if self.requests is None else self.requests
         self.expected = len(reqs)
-        self.columns = {name: np.zeros(len(reqs), dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
-                        for name in RequestRow._fields}     # 8 bytes a value, written as requests finish
+        self.ledger = Ledger(len(reqs), offset, self.request_overhead)
         if self.stop_at_miss:
             self.watch = SloWatch(self.stop_at_miss, len(reqs), reqs.decoding)
         self.finished_event = env.event()
@@ -217,7 +206,7 @@ class Simulation:
                                     "allow more (--max-sim-time)")
 
     def _table(self) -> RequestTable:
-        return RequestTable(**self.columns)      # already in id order: row i is request i
+        return RequestTable(**self.ledger.columns())
 
     def _result(self, reqs, warm, duration: float) -> SimResult:
         r, recs = self.r, self._table()

@@ -1,0 +1,81 @@
+"""The per-request table while a run writes it: one row per request, written once, when it finishes.
+
+Requests finish in any order, so row i (request i) is written in place. Each column is an
+`array` of 8-byte values (C double or long long) from the start: a store into it is a plain
+C-typed write, where numpy's per-element assignment converts and checks every value, and at the
+end numpy reads the same memory as `RequestTable`'s columns without copying them. The row's
+arithmetic (what `RequestRow`'s fields mean) is in `record`, and only there.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .result import FLOAT_COLUMNS, RequestRow
+
+if TYPE_CHECKING:
+    from .engine import Seq
+
+
+def _column(name: str, rows: int) -> array:
+    return array("d" if name in FLOAT_COLUMNS else "q", bytes(8 * rows))
+
+
+class Ledger:
+    """RequestRow's columns for `rows` requests; times are taken from `offset`, when traffic starts,
+    and the reported latencies include `request_overhead` (HTTP and streaming)."""
+
+    def __init__(self, rows: int, offset: float, request_overhead: float):
+        self.offset = offset
+        self.request_overhead = request_overhead
+        self.id = _column("id", rows)
+        self.instance = _column("instance", rows)
+        self.arrival = _column("arrival", rows)
+        self.prompt_tokens = _column("prompt_tokens", rows)
+        self.output_tokens = _column("output_tokens", rows)
+        self.hbm_tokens = _column("hbm_tokens", rows)
+        self.ddr_tokens = _column("ddr_tokens", rows)
+        self.nvme_tokens = _column("nvme_tokens", rows)
+        self.ceph_tokens = _column("ceph_tokens", rows)
+        self.recomputed_tokens = _column("recomputed_tokens", rows)
+        self.queue = _column("queue", rows)
+        self.load = _column("load", rows)
+        self.ttft = _column("ttft", rows)
+        self.tpot = _column("tpot", rows)
+        self.e2e = _column("e2e", rows)
+        self.preemptions = _column("preemptions", rows)
+
+    def record(self, instance: int, seq: "Seq", now: float) -> None:
+        """Write the row of `seq`'s request, which emitted its last token at `now`."""
+        req = seq.req
+        i: int = req.id
+        prompt: int = req.prompt_tokens
+        output: int = req.output_tokens
+        tiers = seq.tiers
+        ddr, nvme, ceph = tiers["ddr"], tiers["nvme"], tiers["ceph"]
+        arrival = req.arrival + self.offset
+        overhead = self.request_overhead
+        self.id[i] = i
+        self.instance[i] = instance
+        self.arrival[i] = req.arrival
+        self.prompt_tokens[i] = prompt
+        self.output_tokens[i] = output
+        self.hbm_tokens[i] = seq.hbm_tokens
+        self.ddr_tokens[i] = ddr
+        self.nvme_tokens[i] = nvme
+        self.ceph_tokens[i] = ceph
+        self.recomputed_tokens[i] = prompt - (seq.hbm_tokens + (ddr + nvme + ceph))
+        self.queue[i] = seq.admitted - arrival
+        self.load[i] = seq.load_wait
+        self.ttft[i] = seq.first_token - arrival + overhead
+        self.tpot[i] = (now - seq.first_token) / (output - 1) if output > 1 else 0.0
+        self.e2e[i] = now - arrival + overhead
+        self.preemptions[i] = seq.preemptions
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """RequestTable's columns, over the same memory (row i is request i)."""
+        return {name: np.frombuffer(getattr(self, name), dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
+                for name in RequestRow._fields}
