@@ -319,7 +319,7 @@ class _Drawn:
             prompts = draw(w.prompt, rng, total).tolist()
             outputs = draw(w.output, rng, total).tolist()
             thinks = rng.exponential(think_mean, total).tolist() if turns_dist is not None else [0.0] * total
-            batch: dict[str, list] = {f: [] for f in self.FIELDS}
+            records: list[tuple[int, ...]] = []     # one per request, its FIELDS in order
             at: list[float] = []
             j = 0
             for start, rank, n_turns in zip(starts.tolist(), ranks, turns):
@@ -339,20 +339,23 @@ class _Drawn:
                             break
                         room = max_len - out - used
                         if room < 1:                 # even 1 token of new text does not fit: rejected
-                            self._add(batch, at, t, used + 1, out, session, k, 0, rank, -1, 0, 0)
+                            at.append(t)
+                            records.append((used + 1, out, session, k, 0, rank, -1, 0, 0))
                             break
                         new, short = room, 1
-                    self._add(batch, at, t, used + new, out, session, k, new, rank, turn_n, short, 0)
+                    at.append(t)
+                    records.append((used + new, out, session, k, new, rank, turn_n, short, 0))
                     turn_n += 1
                     used += new + out
                     t += thinks[j + k]
-                if at and batch["session"][-1] == session:
-                    batch["last"][-1] = 1
+                if records and records[-1][2] == session:     # its last turn: "last" set
+                    records[-1] = records[-1][:-1] + (1,)
                 j += n_turns
                 session += 1
             arrivals.append(np.array(at, dtype=np.float64))
-            for f in self.FIELDS:
-                columns[f].append(np.array(batch[f], dtype=np.int64))
+            block = np.array(records, dtype=np.int64).reshape(len(records), len(self.FIELDS))
+            for i, f in enumerate(self.FIELDS):
+                columns[f].append(block[:, i])
             n_records += len(at)
             if limit is not None and n_records >= limit and not finished:
                 # every later session starts after t0, so its turns sort after the limit-th arrival
@@ -375,12 +378,6 @@ class _Drawn:
         self.count = int(kept.sum())
         self.decoding = int((self.columns["out"][kept] > 1).sum())
         self.last_arrival = float(self.arrival[kept][-1]) if self.count else 0.0
-
-    @staticmethod
-    def _add(batch: dict, at: list, t: float, *values) -> None:
-        at.append(t)
-        for f, v in zip(_Drawn.FIELDS, values, strict=True):
-            batch[f].append(v)
 
     def stream(self) -> RequestStream:
         return RequestStream(self.count, self.last_arrival, self.decoding, self._requests(), self.rejected,
