@@ -1,10 +1,11 @@
 """The per-request table while a run writes it: one row per request, written once, when it finishes.
 
 Requests finish in any order, so row i (request i) is written in place. Each column is an
-`array` of 8-byte values (C double or long long) from the start: a store into it is a plain
-C-typed write, where numpy's per-element assignment converts and checks every value, and at the
-end numpy reads the same memory as `RequestTable`'s columns without copying them. The row's
-arithmetic (what `RequestRow`'s fields mean) is in `record`, and only there.
+`array` of 8-byte values (C double or long long) from the start: storing a Python number into it
+costs a fraction of numpy's per-element assignment, which goes through numpy's general
+conversion of a scalar, and at the end numpy reads the same memory as `RequestTable`'s columns
+without copying them. The row's arithmetic (what `RequestRow`'s fields mean) is in `record`, and
+only there.
 """
 
 from __future__ import annotations
