@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from . import __version__, cli_deploy, cli_doctor, cli_import, cli_live, cli_plan
+from . import cli_deploy, cli_doctor, cli_import, cli_live, cli_plan
 from .cli_common import HELP, JSON_HELP, STDOUT, ProgressBar, emit, print_warnings
 from .console import EXIT_INVALID, err, fail as _fail, out, styled
 from .errors import SpecError
@@ -26,6 +26,8 @@ app = typer.Typer(cls=Conventional, context_settings=HELP, no_args_is_help=True,
 
 def _version(value: bool) -> None:
     if value:
+        from . import __version__
+
         out.print(f"kvplan {__version__}")
         raise typer.Exit()
 
