@@ -15,7 +15,7 @@ shares in percentage points; Ceph bytes written, a relative error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
@@ -98,7 +98,7 @@ def as_sent(r: Resolved, run: BenchRun) -> wl.RequestStream:
     """The run's requests, each arriving when the bench sent it (one it never sent, at its arrival time)."""
     sent = dict(zip(run.requests["id"], run.requests["sent"]))
     planned = wl.requests(r, run.seed)
-    retimed = [replace(q, arrival=sent[q.id]) if sent.get(q.id, -1.0) >= 0 else q for q in planned]
+    retimed = [q._replace(arrival=sent[q.id]) if sent.get(q.id, -1.0) >= 0 else q for q in planned]
     retimed.sort(key=lambda q: (q.arrival, q.id))
     return wl.RequestStream.of(wl.RequestList(retimed, planned.rejected, planned.shortened, planned.sessions_ended_early))
 

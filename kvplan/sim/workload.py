@@ -51,9 +51,8 @@ import gc
 import json
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -88,8 +87,10 @@ class Content(Protocol):
         ...
 
 
-@dataclass(slots=True, frozen=True)
-class Request:
+class Request(NamedTuple):
+    """One request as the workload makes it (immutable; a NamedTuple, which a stream of a million
+    builds in a third of a frozen dataclass's time)."""
+
     id: int
     """0.. in arrival order: requests()[i].id == i. Warm-up requests have ids -1, -2, ..."""
     arrival: float
