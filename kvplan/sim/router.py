@@ -26,8 +26,10 @@ policy to its flags):
 from __future__ import annotations
 
 from itertools import count
+from typing import Iterable
 
 from . import workload as wl
+from .clock import Environment
 
 CACHE_THRESHOLD = 0.3
 """vllm-router's --cache-threshold default: the prefix match rate above which cache_aware follows the cache."""
@@ -44,6 +46,18 @@ class Router:
         self._sessions: dict[int, int] = {}                  # session -> instance
         self._session_counts = [0] * len(engines)
         self._routed: list[set] = [set() for _ in engines]   # prefix_aware: block keys routed to each instance
+
+    def deliver(self, env: Environment, requests: Iterable[wl.Request], offset: float):
+        """The arrivals, as one process: each request, at its time (`offset` seconds after the start),
+        to the instance `pick` chooses. One process for all of them, not one per request, which
+        would hold a generator and a pending event for each of a million; the stream builds each
+        request when it is reached, so a long run holds only the requests in flight."""
+        engines = self.engines
+        for req in requests:
+            delay = req.arrival + offset - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            engines[self.pick(req)].submit(req)
 
     def _least_loaded(self) -> int:
         return min(range(len(self.engines)), key=lambda i: (self.engines[i].load, i))

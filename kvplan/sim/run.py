@@ -97,17 +97,6 @@ class Simulation:
         self.done = False
 
     # ---- requests
-    def arrivals(self, reqs: wl.RequestStream):
-        """One process delivers every request at its time (one process per request would hold a
-        generator and a pending event for each of a million requests). The stream builds each
-        request as it is reached, so a long run's memory is the requests in flight, not every request."""
-        env, offset = self.env, self.offset
-        for req in reqs:
-            delay = req.arrival + offset - env.now
-            if delay > 0:
-                yield env.timeout(delay)
-            self.engines[self.router.pick(req)].submit(req)
-
     def finished(self, instance: int, seq: Seq, now: float) -> None:
         """Called by an engine when a request has emitted its last token."""
         if not seq.record:
@@ -177,7 +166,7 @@ class Simulation:
             self.watch = SloWatch(self.stop_at_miss, len(reqs), reqs.decoding)
         self.finished_event = env.event()
         last = reqs.last_arrival
-        env.process(self.arrivals(reqs))
+        env.process(self.router.deliver(env, reqs, offset))
         self.sim_limit = self.bounds.sim_limit(last)
         env.process(self.sample(max(last / 100, 1e-3), last + offset))
         if self.expected:
