@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from . import metrics, steady
