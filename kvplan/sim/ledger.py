@@ -78,5 +78,8 @@ class Ledger:
 
     def columns(self) -> dict[str, np.ndarray]:
         """RequestTable's columns, over the same memory (row i is request i)."""
-        return {name: np.frombuffer(getattr(self, name), dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
-                for name in RequestRow._fields}
+        out = {}
+        for name in RequestRow._fields:
+            column = getattr(self, name)
+            out[name] = np.frombuffer(column, dtype=column.typecode)   # numpy reads "d" as float64, "q" as int64
+        return out
