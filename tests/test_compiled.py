@@ -70,3 +70,19 @@ def test_compiled_and_interpreted_modules_predict_the_same_bit_for_bit(tmp_path)
     assert all(f.startswith(str(tmp_path)) and f.endswith(".py") for f in interpreted["files"].values())
     assert len(compiled["fingerprints"]) >= 10                    # 5 examples, each also with preemption
     assert compiled["fingerprints"] == interpreted["fingerprints"]
+
+
+def test_every_function_of_the_compiled_core_is_typed():
+    """mypy skips a function without any annotation, and mypyc then compiles it as untyped Python:
+    every attribute and method through the generic lookup. The engine's step loop ran that way,
+    at 1.27x the time of its typed form, until it was annotated."""
+    import ast
+
+    untyped = []
+    for path in COMPILED:
+        for node in ast.walk(ast.parse((REPO / path).read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is None:
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                if not any(a.annotation is not None for a in args):
+                    untyped.append(f"{path}:{node.lineno} {node.name}")
+    assert not untyped, f"annotate these (a return type is enough): {untyped}"

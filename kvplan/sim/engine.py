@@ -43,7 +43,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 from operator import itemgetter
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Generator
 
 
 from .clock import AllOf, Event, Process, sooner, succeed_at
@@ -94,6 +94,12 @@ class Seq:
     def length(self) -> int:
         """Tokens in the sequence so far (prompt and emitted output)."""
         return self.prompt + self.generated
+
+
+Steps = Generator[Event, object, None]
+"""What an engine's process runs: the events it waits for, in order."""
+Batch = tuple[list[tuple[Seq, int]], int, list[Process]]
+"""One step's batch: prefills as (seq, new tokens), the decoding members that take a token, the loads to wait for."""
 
 
 class Engine:
@@ -169,7 +175,7 @@ class Engine:
         return len(self.waiting) + len(self.running)
 
     # ---- the loop
-    def loop(self):
+    def loop(self) -> Steps:
         env = self.env
         while True:
             if not self.running and not self.waiting:
@@ -208,7 +214,7 @@ class Engine:
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.bs)
 
-    def _schedule(self, admit: bool):
+    def _schedule(self, admit: bool) -> Batch:
         """One step's batch: (prefills as (seq, new tokens), how many members of `decoding` decode, loads).
 
         vLLM's loop visits the running requests in order; here only those that do something
@@ -269,7 +275,7 @@ class Engine:
         loads = self._admit_waiting(admit, budget, prefills)
         return prefills, decoding.members, loads
 
-    def _cache_scheduled(self, prefills) -> None:
+    def _cache_scheduled(self, prefills: list[tuple[Seq, int]]) -> None:
         """vLLM caches a block when the step that computes it is scheduled (allocate_slots caches every
         token scheduled in the step), so a request admitted later in the same step already hits it."""
         if self.prefix_caching:
@@ -289,7 +295,7 @@ class Engine:
                 return False, True
         return True, preempted
 
-    def _schedule_each(self, admit: bool):
+    def _schedule_each(self, admit: bool) -> Batch:
         """vLLM's loop over every running request, for steps whose budget runs out inside the batch."""
         decoding = self.decoding
         for seq in self.running:                 # every decoding request's counters written out
@@ -393,7 +399,7 @@ class Engine:
                         seq.tiers[tier] += tokens
                 seq.pending_load = self.env.process(self.lm.retrieve(self.index, seq.chunks, spans, local, external))
         self.hbm.commit(holding, seq.blocks, computed // bs)
-        self._cache_scheduled(((seq, new),))
+        self._cache_scheduled([(seq, new)])
         return new
 
     def _preempt(self, seq: Seq) -> None:
@@ -422,7 +428,7 @@ class Engine:
         return len(self.running) >= self.max_seqs
 
     # ---- one step
-    def _step(self, prefills, loads):
+    def _step(self, prefills: list[tuple[Seq, int]], loads: list[Process]) -> Steps:
         env, decoding = self.env, self.decoding
         start = env.now
         if loads:
@@ -478,7 +484,7 @@ class Engine:
         return keys
 
     # ---- many decode steps at once
-    def _fast_forward(self):
+    def _fast_forward(self) -> Steps:
         env, bs, decoding = self.env, self.bs, self.decoding
         decodes = [s for s in self.running if s.since >= 0]      # the members, in running order
         for seq in decodes:
