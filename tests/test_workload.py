@@ -333,6 +333,31 @@ def test_a_turn_built_after_its_predecessor_finished_still_hashes_only_its_new_t
     assert started_from[0] == len(turn0) // 16      # the new tokens only (the check above hashed all of them)
     assert turn0._keys == {}
 
+def test_sessions_that_open_with_the_same_shared_prefix_hash_its_keys_once(monkeypatch):
+    """Every session opening with a shared prefix has the same keys for the units inside it: the
+    first one to need them hashes them, the others start after them."""
+    content = source_content()
+    Segments = content.Segments
+    system = ((content.SHARED_PREFIX, 7), 500)
+    first = Segments((system, ((content.USER_TEXT, 1), 90)))
+    first_keys = first.keys(16, len(first))
+    started_from = []
+    extend = content._extend_keys
+    monkeypatch.setattr(content, "_extend_keys", lambda parts, n, unit, base: started_from.append(len(base))
+                        or extend(parts, n, unit, base))
+    second = Segments((system, ((content.USER_TEXT, 2), 90)))
+    keys = second.keys(16, len(second))
+    assert started_from == [500 // 16]              # only the tokens after the prefix's last full unit
+    prev, inside = content.SEGMENTS_ROOT, []        # the documented chain, from the conversation's start
+    for i in range(500 // 16):
+        prev = hash((prev, (((content.SHARED_PREFIX, 7), 16 * i, 16 * i + 16),)))
+        inside.append(prev)
+    assert keys[:31] == first_keys[:31] == inside
+    assert keys[31:] != first_keys[31:]             # the unit that crosses into the user's text differs
+    Segments((((content.USER_TEXT, 3), 500),)).keys(16, 500)
+    assert all(ident[0] == content.SHARED_PREFIX for ident, _ in content._SHARED_KEYS)   # unique text is not kept
+
+
 # ------------------------------------------------------------------ chat
 
 @pytest.fixture(scope="module")

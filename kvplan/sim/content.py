@@ -125,7 +125,7 @@ class Segments:
         while node is not None and unit not in node._keys:
             chain.append(node)
             node = node._parent
-        base: list[int] = node._keys[unit] if node is not None else []
+        base: list[int] = node._keys[unit] if node is not None else _opening_keys(chain[-1]._tail, unit)
         for turn in reversed(chain):                 # only this content keeps them (see forget)
             base = _extend_keys(turn.parts, turn.length // unit, unit, base)
         if self._keys is _NO_KEYS:
@@ -147,6 +147,27 @@ class Segments:
         kept = {unit: keys for unit, keys in self._keys.items() if self._heir and unit not in self._handed}
         self._keys = kept or _NO_KEYS
         self._handed = ()
+
+
+_SHARED_KEYS: dict[tuple[tuple[int, ...], int], list[int]] = {}
+"""(identity, unit) -> the keys of the units inside a shared segment (a shared prefix, a warm-up
+template) that begins a conversation. Every session that opens with it has the same ones (a
+token depends only on its segment and offset), so they are hashed once per process, not once
+per session: a third of a chat's keys."""
+
+
+def _opening_keys(parts: tuple, unit: int) -> list[int]:
+    """The keys of the units inside `parts`' first part, when it is a shared segment; [] otherwise."""
+    if not parts:
+        return []
+    ident, length = parts[0]
+    if ident[0] != SHARED_PREFIX and ident[0] != TEMPLATE:
+        return []
+    n = length // unit
+    known = _SHARED_KEYS.get((ident, unit), [])
+    if len(known) < n:
+        known = _SHARED_KEYS[(ident, unit)] = _extend_keys(((ident, length),), n, unit, known)
+    return known[:n]
 
 
 def _nonempty(parts) -> tuple:
