@@ -56,6 +56,9 @@ def _check_length(content: Any, unit: int, length: int) -> None:
         raise ValueError(f"length {length} is outside this content's 0..{content.length} tokens")
 
 
+Parts = tuple[tuple[tuple[int, ...], int], ...]
+"""A Segments content's parts: (segment identity, tokens) runs, in order."""
+
 _NO_KEYS: dict[int, list[int]] = {}
 """The keys of a content that holds none (shared, never written: most of a long run's contents)."""
 
@@ -76,7 +79,7 @@ class Segments:
 
     __slots__ = ("_tail", "length", "_parent", "_keys", "_heir", "_handed", "_done")
 
-    def __init__(self, parts: tuple[tuple[tuple[int, ...], int], ...], parent: "Segments | None" = None,
+    def __init__(self, parts: Parts, parent: "Segments | None" = None,
                  heir: bool = False, *, after: bool = False):
         if parent is not None and not after:         # only the parts after the parent's are new
             before = parent.parts
@@ -90,7 +93,7 @@ class Segments:
         """The content that is `parent`'s parts then `parts` (the next turn of a session)."""
         return cls(parts, parent, heir, after=True)
 
-    def _init(self, tail: tuple, parent: "Segments | None", heir: bool) -> None:
+    def _init(self, tail: Parts, parent: "Segments | None", heir: bool) -> None:
         self._tail = tail                            # a turn holds only its own parts: a million turns, not
         self.length: int = (parent.length if parent is not None else 0) + sum(n for _, n in tail)
         self._parent = parent                        # a million copies of their conversations
@@ -102,7 +105,7 @@ class Segments:
             parent._heir = True
 
     @property
-    def parts(self) -> tuple[tuple[tuple[int, ...], int], ...]:
+    def parts(self) -> Parts:
         """Every part, from the conversation's start."""
         return self._tail if self._parent is None else self._parent.parts + self._tail
 
@@ -156,7 +159,7 @@ token depends only on its segment and offset), so they are hashed once per proce
 per session: a third of a chat's keys."""
 
 
-def _opening_keys(parts: tuple, unit: int) -> list[int]:
+def _opening_keys(parts: Parts, unit: int) -> list[int]:
     """The keys of the units inside `parts`' first part, when it is a shared segment; [] otherwise."""
     if not parts:
         return []
@@ -170,12 +173,12 @@ def _opening_keys(parts: tuple, unit: int) -> list[int]:
     return known[:n]
 
 
-def _nonempty(parts) -> tuple:
+def _nonempty(parts) -> Parts:
     """The parts with tokens, each an (identity, int length) pair (the pair given, when it already is one)."""
     return tuple(p if type(p[1]) is int else (p[0], int(p[1])) for p in parts if p[1] > 0)
 
 
-def _extend_keys(parts, n_keys: int, unit: int, base: list[int]) -> list[int]:
+def _extend_keys(parts: Parts, n_keys: int, unit: int, base: list[int]) -> list[int]:
     keys = list(base)
     if len(keys) >= n_keys:
         return keys
