@@ -12,7 +12,7 @@ from kvplan.sim.workload import Request, Segments
 def member(prompt: int, generated: int, output: int, blocks: int, computed: int) -> Seq:
     """An engine's request with the fields DecodeSet reads and writes set as given."""
     seq = Seq(Request(id=0, arrival=0.0, prompt_tokens=prompt, output_tokens=output, content=Segments((((0,), prompt + output),))), True)
-    seq.generated, seq.computed, seq.holding = generated, computed, Holding((), blocks, 0)
+    seq.generated, seq.computed, seq.holding = generated, computed, Holding([], blocks, 0)
     return seq
 
 

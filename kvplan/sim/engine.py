@@ -69,7 +69,7 @@ class Seq:
         self.target = req.prompt_tokens          # tokens to prefill (prompt, plus regenerated output after preemption)
         self.computed = 0                        # tokens whose KV is in HBM
         self.generated = 0                       # output tokens emitted
-        self.holding = Holding((), 0, 0)         # nothing held (not admitted, preempted or finished)
+        self.holding = Holding([], 0, 0)         # nothing held (not admitted, preempted or finished)
         self.blocks: list[int] = []              # block keys of prompt + output
         self.chunks: list[int] = []              # LMCache chunk keys of the prompt
         self.saved = 0                           # chunks LMCache holds or was given
@@ -116,6 +116,9 @@ class Engine:
         self.keyed = r.prefix_caching or r.lmcache is not None   # HBM blocks need their keys (Seq.blocks): the prefix
                                                  # cache looks them up, blocks loaded from LMCache are committed under them
         self.lm = sim.lmcache
+        lmc = r.lmcache                          # request merging (_merge_hold): resolve sets both or neither
+        self.merge_window = (lmc.merging_window_s or 0.0) if lmc is not None else 0.0
+        self.merge_tokens = (lmc.merging_max_tokens or 0) if lmc is not None else 0
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.prefilling: list[Seq] = []          # the running requests still prefilling, in running order
@@ -200,13 +203,11 @@ class Engine:
 
     def _merge_hold(self) -> float:
         """Seconds to keep holding waiting requests for the design note's request merging (0 = go)."""
-        lmc = self.sim.r.lmcache
-        window = lmc.merging_window_s if lmc is not None else None
+        window = self.merge_window
         if not window or not self.waiting:
             return 0.0
-        assert lmc is not None and lmc.merging_max_tokens is not None   # resolve sets both or neither
         tokens = sum(s.target for s in self.waiting)
-        if tokens >= lmc.merging_max_tokens:
+        if tokens >= self.merge_tokens:
             return 0.0
         return self.waiting[0].req.arrival + self.sim.offset + window - self.env.now
 
@@ -415,7 +416,7 @@ class Engine:
         elif seq in self.idle:
             self.idle.remove(seq)
         self.hbm.release(seq.holding)
-        seq.holding = Holding((), 0, 0)
+        seq.holding = Holding([], 0, 0)
         seq.preemptions += 1
         self.preemptions += 1
         seq.target = seq.length                 # prompt and what was generated so far are recomputed
@@ -546,7 +547,7 @@ class Engine:
         if self.prefix_caching:
             self.hbm.commit(seq.holding, seq.blocks, min(seq.length, len(seq.blocks) * self.bs) // self.bs)
         self.hbm.release(seq.holding)
-        seq.holding = Holding((), 0, 0)
+        seq.holding = Holding([], 0, 0)
         seq.req.content.forget()
         self.sim.finished(self.index, seq, env.now)
         self._wake()

@@ -72,7 +72,7 @@ class LMCacheModel:
     r: Resolved
     fabric: Fabric
     caches: dict = field(default_factory=dict)       # tier -> list of caches
-    counters: dict = field(default_factory=dict)     # tier -> TierCounters
+    counters: dict[str, TierCounters] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         lm = self.r.lmcache

@@ -32,7 +32,6 @@ takes whole or partial runs from the head of the queue.
 from __future__ import annotations
 
 from operator import eq
-from typing import Sequence
 
 
 class _Entry:
@@ -100,7 +99,7 @@ class PrefixCache:
         self.evictions = 0                        # cached blocks reused for other content
 
     # ---- queries
-    def match(self, keys: Sequence[int]) -> int:
+    def match(self, keys: list[int]) -> int:
         """Leading blocks of `keys` that are cached (free or in use)."""
         node, p, n = self._root, 0, len(keys)
         while p < n:
@@ -128,7 +127,7 @@ class PrefixCache:
         return self.num_blocks - self.free_blocks
 
     # ---- a request's life
-    def allocate(self, keys: Sequence[int], hit: int, total_blocks: int) -> "Holding | None":
+    def allocate(self, keys: list[int], hit: int, total_blocks: int) -> "Holding | None":
         """Give a request `total_blocks` blocks: the first `hit` are the cached `keys[:hit]` (as `match` found
         them just before), the rest new.
 
@@ -194,7 +193,7 @@ class PrefixCache:
             self._free_count -= used
             n -= used
 
-    def commit(self, holding: "Holding", keys: Sequence[int], upto: int) -> None:
+    def commit(self, holding: "Holding", keys: list[int], upto: int) -> None:
         """The request has computed its full blocks up to `upto`: they become cached (hashed).
 
         A block whose hash another block already carries stays anonymous (vLLM keeps one copy
@@ -245,7 +244,7 @@ class PrefixCache:
         holding.ranges, holding.blocks, holding.anon = [], 0, 0
 
     # ---- the tree and the queue
-    def _path(self, keys: Sequence[int], start: int, end: int, known: int = 0) -> list[_Node]:
+    def _path(self, keys: list[int], start: int, end: int, known: int = 0) -> list[_Node]:
         """The nodes holding blocks [start, end) of chain `keys`, split at start and end; absent
         blocks on the way get ghost nodes. The caller may vouch that the first `known` blocks are
         in the tree as `keys` has them (cached, or held by the caller: neither can have been
@@ -310,7 +309,7 @@ class Holding:
 
     __slots__ = ("chain", "ranges", "blocks", "anon", "next")
 
-    def __init__(self, chain: Sequence[int], anon: int, next_index: int):
+    def __init__(self, chain: list[int], anon: int, next_index: int):
         self.chain = chain                     # the request's block keys
         self.ranges: list[list[int]] = []      # [start, end) positions it holds hashed, in order
         self.blocks = next_index + anon        # all it holds, hashed and anonymous
