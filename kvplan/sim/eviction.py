@@ -66,8 +66,8 @@ class TTL:
         self.name = f"{inner.name}+TTL"
         self.expired = 0
         self.expired_bytes = 0
-        self._queue: deque = deque()     # (expiry time, sequence, key), in expiry order
-        self._live: dict = {}            # key -> sequence of its current queue entry
+        self._queue: deque[tuple[float, int, Hashable]] = deque()   # (expiry time, sequence, key), in expiry order
+        self._live: dict[Hashable, int] = {}   # key -> sequence of its current queue entry
         self._seq = 0
 
     # ---- the inner cache's state

@@ -37,7 +37,8 @@ from functools import partial
 
 from ..resolve import Resolved, ResolvedLMCache
 from .clock import AllOf, Environment
-from .eviction import make
+from .eviction import TTL, make
+from .policies import Cache
 from .fabric import Fabric
 
 TIERS = ("ddr", "nvme", "ceph")
@@ -71,7 +72,7 @@ class LMCacheModel:
     env: Environment
     r: Resolved
     fabric: Fabric
-    caches: dict = field(default_factory=dict)       # tier -> list of caches
+    caches: dict[str, list[Cache | TTL]] = field(default_factory=dict)   # tier -> its caches
     counters: dict[str, TierCounters] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,7 +93,7 @@ class LMCacheModel:
         self.relookup_hit_tokens = 0
 
     # ---- where an instance's caches are
-    def cache(self, tier: str, instance: int):
+    def cache(self, tier: str, instance: int) -> Cache | TTL:
         scope = self.scope[tier]
         if scope == "instance":
             return self.caches[tier][instance]
