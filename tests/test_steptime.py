@@ -171,6 +171,16 @@ def test_decode_run_equals_stepping_one_at_a_time(gpu, model, tp, seqs, context,
     np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("gpu, model, tp, seqs, context, steps", REGIMES)
+def test_a_run_timed_in_pieces_is_the_run_timed_at_once_bit_for_bit(gpu, model, tp, seqs, context, steps):
+    """The engine times a decode run's steps as it reaches them (16, then as many again)."""
+    st_ = StepTime(on(gpu, model, tp))
+    ends = st_.decode_run(seqs, context, min(16, steps))
+    while len(ends) < steps:
+        st_.extend_run(ends, seqs, context, min(steps - len(ends), len(ends)))
+    assert ends == st_.decode_run(seqs, context, steps)
+
+
 def test_the_fast_path_is_tested_across_the_ridge(h100_8b):
     st_ = StepTime(h100_8b)
     first, last = st_.breakdown((), 1024, 16 * 1024), st_.breakdown((), 1024, 16 * 1024 + 999 * 1024)

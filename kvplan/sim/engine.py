@@ -96,6 +96,9 @@ class Seq:
         return self.prompt + self.generated
 
 
+PLAN_FIRST = 16
+"""Decode steps a run times before it starts (engine._fast_forward); it times more as it reaches them."""
+
 Steps = Generator[Event, object, None]
 """What an engine's process runs: the events it waits for, in order."""
 Batch = tuple[list[tuple[Seq, int]], int, list[Process]]
@@ -158,8 +161,8 @@ class Engine:
         when = now
         if ends:
             start = self.run_start
-            steps = bisect_right(ends, now - start) + 1    # the step under way is the `steps`-th
-            if steps == len(ends):               # the last: the timer rings at its end
+            steps = min(bisect_right(ends, now - start) + 1, len(ends))   # the step under way is the `steps`-th
+            if steps == len(ends):               # the last timed: the timer rings at its end
                 return
             self.run_steps = steps
             when = max(now, start + ends[steps - 1])
@@ -167,9 +170,13 @@ class Engine:
 
     def _sleep(self, seconds: float) -> Event:
         """An event `seconds` from now that the next arrival or completion brings forward (`_wake`)."""
-        env = self.env
-        wakeup = self.wakeup = env.event()
-        succeed_at(env, wakeup, env.now + seconds)         # where env.timeout(seconds) lands
+        return self._sleep_until(self.env.now + seconds)   # where env.timeout(seconds) lands
+
+    def _sleep_until(self, when: float) -> Event:
+        """An event at simulated time `when` that the next arrival or completion brings forward (`_wake`);
+        `asleep` stays True until one does."""
+        wakeup = self.wakeup = self.env.event()
+        succeed_at(self.env, wakeup, when)
         self.asleep = True
         return wakeup
 
@@ -496,16 +503,23 @@ class Engine:
         if horizon < 1:                      # the next step needs a block that is not free: step it
             yield from self._step([], [])
             return
-        ends = self.steptime.decode_run(len(decodes), decoding.context, horizon)
-        start = env.now
-        steps = horizon
+        start, seqs, context = env.now, len(decodes), decoding.context
         if len(self.running) < self.max_seqs:      # an arrival may join at the next step boundary (_wake)
-            self.run_start, self.run_ends, self.run_steps = start, ends, horizon
-            yield self._sleep(ends[-1])
+            # Steps are timed as the run reaches them, PLAN_FIRST then as many again each time: an
+            # arrival cuts most runs short, and the steps after it would have been timed for nothing.
+            ends = self.steptime.decode_run(seqs, context, min(horizon, PLAN_FIRST))
+            self.run_start, self.run_ends, self.run_steps = start, ends, len(ends)
+            yield self._sleep_until(start + ends[-1])
+            while self.asleep and len(ends) < horizon:     # nobody came: time the next steps
+                self.steptime.extend_run(ends, seqs, context, min(horizon - len(ends), len(ends)))
+                self.run_steps = len(ends)
+                yield self._sleep_until(start + ends[-1])
             steps = self.run_steps
             self.run_ends = []
         else:
+            ends = self.steptime.decode_run(seqs, context, horizon)
             yield env.timeout(ends[-1])
+            steps = horizon
         grown = decoding.due(decoding.clock + steps - 1)        # exactly those that need blocks
         for seq, r in zip(decodes, room):
             extra = -(-(steps - r) // bs)

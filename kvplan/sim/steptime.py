@@ -212,27 +212,34 @@ class StepTime:
     def decode_run(self, seqs: int, context: int, steps: int) -> list[float]:
         """Cumulative end times (seconds from now) of `steps` consecutive pure-decode steps of `seqs` sequences
         whose contexts sum to `context` at the first step and grow by `seqs` per step. Equal, to floating-point
-        tolerance, to summing step((), seqs, context + i*seqs) for i in range(steps).
+        tolerance, to summing step((), seqs, context + i*seqs) for i in range(steps)."""
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, not {steps}")
+        ends: list[float] = []
+        self.extend_run(ends, seqs, context, steps)
+        return ends
+
+    def extend_run(self, ends: list[float], seqs: int, context: int, steps: int) -> None:
+        """Append the next `steps` end times to a decode run's `ends` (what decode_run(seqs, context, n)
+        returned, or extend_run made of it): the same numbers, bit for bit, as one decode_run of them all.
 
         A plain loop over the steps (with the step's constants hoisted): a run is a few dozen steps
         on most calls, where numpy's per-call cost outweighs its per-element speed."""
-        if steps < 0:
-            raise ValueError(f"steps must be >= 0, not {steps}")
         if seqs <= 0:
-            return [0.0] * steps
+            ends += [0.0] * steps
+            return
         rows_flops = (self.linear_flops + self.head_cost) * seqs
         attention, flops_rate = self.attention_cost, self.flops_rate
         weights, kv, tokens_bytes, bytes_rate = self.weight_bytes, self.kv_bytes, self.token_bytes * seqs, self.bytes_rate
         fixed, per_step, overhead = self.allreduce_fixed, self.allreduce_per_token * seqs, self.overhead
-        ends: list[float] = []
-        end = 0.0
-        for i in range(steps):
+        first = len(ends)
+        end = ends[-1] if ends else 0.0
+        for i in range(first, first + steps):
             ctx = float(context + seqs * i)
             compute = (rows_flops + attention * ctx) / flops_rate
             memory = (weights + kv * ctx + tokens_bytes) / bytes_rate
             end += math.pow(math.pow(compute, _P) + math.pow(memory, _P), _INVERSE) + fixed + per_step + overhead
             ends.append(end)
-        return ends
 
     def prefill_seconds(self, tokens: int, context: int = 0) -> float:
         """One lone prefill chunk of `tokens` new tokens after `context` cached ones."""
