@@ -34,8 +34,9 @@ Decode fast-forward: while every running request is decoding and nothing can be 
 batch does not change until a request finishes, a block boundary needs memory that is not there,
 or (with a free slot) a new request arrives. The engine then advances many decode steps in one
 event, their times summed by `StepTime.decode_run` (no scheduling per step); an arrival
-brings its wake-up forward to the end of the step under way, where the request can join. A test
-holds this to stepping one iteration at a time.
+brings its wake-up forward to the end of the step under way, where the request can join. With a
+free slot the steps are timed as the run reaches them (PLAN_FIRST, then as many again), since an
+arrival cuts most such runs short. A test holds this to stepping one iteration at a time.
 """
 
 from __future__ import annotations
