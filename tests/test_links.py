@@ -139,6 +139,30 @@ def test_finish_times_match_a_step_by_step_processor_sharing_computation():
     assert link.work_done == pytest.approx(sum(w for _, w in arrivals))
 
 
+def test_on_a_saturated_link_every_waiter_wakes_exactly_when_its_last_part_is_served():
+    # 400 operations, each over a shared link loaded beyond its rate (its queue grows to dozens) and a
+    # link of its own: each wakes at the very instant its slower part is served, and the shared
+    # link serves them as processor sharing does, however deep in its queue they are asked about
+    rng = random.Random(11)
+    env = Environment()
+    shared = Link(env, "shared", 9.0)
+    arrivals = [(rng.uniform(0, 200), rng.uniform(0.1, 10)) for _ in range(400)]
+    woke = {}
+
+    def operation(i, start, work):
+        yield env.timeout(start)
+        parts = [shared.transfer(work), Link(env, f"own{i}", 50.0).transfer(work)]
+        yield from served(env, parts)
+        woke[i] = (env.now, max(p.end for p in parts), parts[0].end)
+
+    for i, (start, work) in enumerate(arrivals):
+        env.process(operation(i, start, work))
+    env.run()
+    assert all(now == last for now, last, _ in woke.values())
+    expected = reference_processor_sharing(arrivals, 9.0)
+    assert [woke[i][2] for i in range(len(arrivals))] == pytest.approx(expected, rel=1e-9)
+
+
 def test_rate_must_be_positive():
     with pytest.raises(ValueError):
         Link(Environment(), "bad", 0)

@@ -23,7 +23,7 @@ link and per re-plan.
 from __future__ import annotations
 
 from functools import partial
-from heapq import heappop, heappush
+from bisect import insort
 from typing import Callable, Iterator, Sequence
 
 from .clock import Environment, Event, at
@@ -32,20 +32,30 @@ _EPS = 1e-12
 
 
 class Transfer:
-    """Work on one link: `end` is the simulated time it was served, -1 while it is in flight."""
+    """Work on one link: `end` is the simulated time it was served, -1 while it is in flight.
 
-    __slots__ = ("link", "end")
+    `due` is when it will be served if nothing else arrives on the link, as the link planned it
+    after its `plan`-th arrival (valid while no later transfer has arrived)."""
+
+    __slots__ = ("link", "end", "due", "plan")
 
     def __init__(self, link: Link, end: float = -1.0):
         self.link = link
         self.end = end
+        self.due = -1.0
+        self.plan = -1
 
 
 class Link:
     """Processor sharing in O(log n): a virtual clock V advances at rate/n while n transfers are in
-    flight, so a transfer that arrives at V0 with work w finishes when V reaches V0 + w."""
+    flight, so a transfer that arrives at V0 with work w finishes when V reaches V0 + w.
 
-    __slots__ = ("env", "name", "rate", "_heap", "_virtual", "_last", "_seq", "busy_time", "work_done", "transfers")
+    The transfers in flight are `_queue[_head:]`, sorted by (virtual finish, arrival order): the order
+    they are served in. A sorted list rather than a heap, so that when each will be served can be read
+    off in order (`_Plan`) without sorting a copy."""
+
+    __slots__ = ("env", "name", "rate", "_queue", "_head", "_virtual", "_last", "_seq", "_planned", "busy_time",
+                 "work_done", "transfers")
 
     def __init__(self, env: Environment, name: str, rate: float):
         if rate <= 0:
@@ -53,10 +63,12 @@ class Link:
         self.env = env
         self.name = name
         self.rate = float(rate)
-        self._heap: list[tuple[float, int, Transfer]] = []   # (virtual finish, arrival order, transfer)
+        self._queue: list[tuple[float, int, Transfer]] = []   # (virtual finish, arrival order, transfer)
+        self._head = 0                            # the first in flight; those before it are served
         self._virtual = 0.0
         self._last = env.now                      # the time of the last arrival or completion
-        self._seq = 0
+        self._seq = 0                             # arrivals so far
+        self._planned: _Plan | None = None        # when those in flight are served, as far as asked
         self.busy_time = 0.0                      # seconds with at least one transfer in flight
         self.work_done = 0.0                      # total work served (bytes, or device-seconds)
         self.transfers = 0
@@ -68,16 +80,19 @@ class Link:
         if work <= 0:
             return Transfer(self, now)
         self._settle(now)
-        heap = self._heap
-        if heap:
+        queue, head = self._queue, self._head
+        if head > 64 and 2 * head > len(queue):  # drop the served ones (a plan's positions change: seq does too)
+            del queue[:head]
+            self._head = head = 0
+        if head < len(queue):
             elapsed = now - self._last
             if elapsed > 0:
-                self._virtual += elapsed * self.rate / len(heap)
+                self._virtual += elapsed * self.rate / (len(queue) - head)
                 self.busy_time += elapsed
         self._last = now
         self._seq += 1
         done = Transfer(self)
-        heappush(heap, (self._virtual + work, self._seq, done))
+        insort(queue, (self._virtual + work, self._seq, done))
         self.work_done += work
         return done
 
@@ -86,20 +101,15 @@ class Link:
         self._settle(now)
         if transfer.end >= 0:
             return transfer.end
-        heap = self._heap
-        if heap[0][2] is transfer:                # served first: the usual case, most links carry one transfer
-            return self._completion(heap[0][0], self._virtual, self._last, len(heap))[0]
-        pending = sorted(heap)                    # the order the heap would serve them in
-        virtual, last, i = self._virtual, self._last, 0
-        while True:
-            last, virtual = self._completion(pending[i][0], virtual, last, len(pending) - i)
-            slack = virtual + _EPS * max(1.0, abs(virtual))
-            while True:
-                if pending[i][2] is transfer:
-                    return last
-                i += 1
-                if i == len(pending) or pending[i][0] > slack:
-                    break
+        queue, head = self._queue, self._head
+        if queue[head][2] is transfer:           # served first: the usual case, most links carry one transfer
+            return self._completion(queue[head][0], self._virtual, self._last, len(queue) - head)[0]
+        plan = self._planned
+        if plan is None or plan.seq != self._seq:  # something arrived since the link last planned
+            plan = self._planned = _Plan(self)
+        while transfer.plan != plan.seq:
+            plan.next(self)
+        return transfer.due
 
     def _completion(self, finish: float, virtual: float, last: float, n: int) -> tuple[float, float]:
         """The time the first of n transfers in flight, with virtual finish `finish`, is served, and
@@ -112,20 +122,54 @@ class Link:
 
     def _settle(self, now: float) -> None:
         """Serve every transfer that finished by `now`, each at its own completion."""
-        heap = self._heap
-        while heap:
-            at, virtual = self._completion(heap[0][0], self._virtual, self._last, len(heap))
+        queue, head = self._queue, self._head
+        while head < len(queue):
+            at, virtual = self._completion(queue[head][0], self._virtual, self._last, len(queue) - head)
             if at > now:
-                return
+                break
             self.busy_time += at - self._last
             self._virtual, self._last = virtual, at
             slack = virtual + _EPS * max(1.0, abs(virtual))
-            heappop(heap)[2].end = at
-            while heap and heap[0][0] <= slack:
-                heappop(heap)[2].end = at
+            queue[head][2].end = at
+            head += 1
+            while head < len(queue) and queue[head][0] <= slack:
+                queue[head][2].end = at
+                head += 1
+        if head == len(queue) and head:          # all served: start the list again (no plan is asked after)
+            queue.clear()
+            head = 0
+        self._head = head
 
     def utilisation(self, duration: float) -> float:
         return self.busy_time / duration if duration > 0 else 0.0
+
+
+class _Plan:
+    """When each transfer in flight on a link will be served if nothing else arrives, worked out in the
+    order and with the arithmetic of `Link._settle`, as far as `Link.finish_time` has asked.
+
+    Completions since the plan began leave it as it was (they are the steps it took), so it holds until
+    the link's next arrival (`seq`): on a saturated link, where thousands wait and each is woken when
+    arrivals delayed it, they share one plan per arrival, where each sorted the link's queue.
+    """
+
+    __slots__ = ("seq", "start", "count", "virtual", "last", "visited", "slack")
+
+    def __init__(self, link: Link):
+        self.seq = link._seq
+        self.start, self.count = link._head, len(link._queue) - link._head   # the queue's positions then
+        self.virtual, self.last = link._virtual, link._last
+        self.visited = 0
+        self.slack = 0.0                          # a transfer finishing by this virtual time ends with the last one
+
+    def next(self, link: Link) -> None:
+        """Visit the next transfer in serving order: note when it is served."""
+        finish, _, transfer = link._queue[self.start + self.visited]
+        if not self.visited or finish > self.slack:     # not served together with the one before
+            self.last, self.virtual = link._completion(finish, self.virtual, self.last, self.count - self.visited)
+            self.slack = self.virtual + _EPS * max(1.0, abs(self.virtual))
+        transfer.due, transfer.plan = self.last, self.seq
+        self.visited += 1
 
 
 def served(env: Environment, transfers: Sequence[Transfer]) -> Iterator[Event]:
