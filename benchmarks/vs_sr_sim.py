@@ -8,6 +8,8 @@ its workload is the same one as far as it can take it: the same number of reques
 mean arrival rate, and an empirical CDF of the very requests kvplan draws (prompt + output tokens,
 the format vllm-sr-sim reads), served by one pool of as many A100s as kvplan has instances.
 `--no-caches` runs kvplan without what vllm-sr-sim does not model (prefix cache, LMCache, Ceph).
+`--instances 50` makes it a fleet of 50 A100s at 12.5 times the example's arrival rate (each GPU
+keeps the example's load): kvplan simulates every instance's scheduler, vllm-sr-sim one pool.
 
 Each pair runs kvplan then vllm-sr-sim as whole processes (start-up included); the speed ratio
 vllm-sr-sim seconds / kvplan seconds (above 1: kvplan is faster) is printed pair by pair, then its
@@ -16,6 +18,7 @@ median and range.
 Usage:
   python -m venv /opt/srsim && /opt/srsim/bin/pip install vllm-sr-sim
   python benchmarks/vs_sr_sim.py --sr-sim /opt/srsim/bin/vllm-sr-sim [--pairs 3] [--requests N] [--no-caches]
+      [--instances N]
 """
 
 from __future__ import annotations
@@ -36,9 +39,14 @@ SPEC = REPO / "examples" / "chat-llama2-13b.yaml"
 CDF_POINTS = 200                                  # as vllm-sr-sim's data/README.md builds a CDF
 
 
-def chat_spec(requests: int, no_caches: bool) -> dict:
+def chat_spec(requests: int, no_caches: bool, instances: int | None = None) -> dict:
     spec = yaml.safe_load(SPEC.read_text())
     spec["workload"]["requests"] = requests
+    if instances is not None:                     # a fleet: each GPU keeps the example's load
+        arrivals, serving = spec["workload"]["arrivals"], spec["serving"]
+        rate, unit = arrivals["rate"].split("/")
+        arrivals["rate"] = f"{float(rate) * instances / serving['instances']:g}/{unit}"
+        serving["instances"] = instances
     if no_caches:                                 # what vllm-sr-sim does not model
         spec["serving"]["prefix_caching"] = False
         spec.pop("lmcache", None)
@@ -70,8 +78,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--no-caches", action="store_true", help="kvplan without prefix cache and KV tiers")
+    parser.add_argument("--instances", type=int, help="a fleet of this many A100s (one per node), the arrival rate "
+                        "scaled with it so that each keeps the example's load (default: the example's 4)")
     args = parser.parse_args()
-    spec = chat_spec(args.requests, args.no_caches)
+    spec = chat_spec(args.requests, args.no_caches, args.instances)
     cdf, rate, n, instances = workload_of(spec)
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, cdf_path = Path(tmp) / "chat.yaml", Path(tmp) / "chat_cdf.json"
