@@ -107,9 +107,7 @@ class Link:
         plan = self._planned
         if plan is None or plan.seq != self._seq:  # something arrived since the link last planned
             plan = self._planned = _Plan(self)
-        while transfer.plan != plan.seq:
-            plan.next(self)
-        return transfer.due
+        return plan.until(self, transfer)
 
     def _completion(self, finish: float, virtual: float, last: float, n: int) -> tuple[float, float]:
         """The time the first of n transfers in flight, with virtual finish `finish`, is served, and
@@ -153,23 +151,34 @@ class _Plan:
     arrivals delayed it, they share one plan per arrival, where each sorted the link's queue.
     """
 
-    __slots__ = ("seq", "start", "count", "virtual", "last", "visited", "slack")
+    __slots__ = ("seq", "start", "end", "next", "virtual", "last", "slack")
 
     def __init__(self, link: Link):
         self.seq = link._seq
-        self.start, self.count = link._head, len(link._queue) - link._head   # the queue's positions then
+        self.start, self.end = link._head, len(link._queue)   # the transfers in flight: positions in the queue
+        self.next = self.start                    # the first not visited yet
         self.virtual, self.last = link._virtual, link._last
-        self.visited = 0
         self.slack = 0.0                          # a transfer finishing by this virtual time ends with the last one
 
-    def next(self, link: Link) -> None:
-        """Visit the next transfer in serving order: note when it is served."""
-        finish, _, transfer = link._queue[self.start + self.visited]
-        if not self.visited or finish > self.slack:     # not served together with the one before
-            self.last, self.virtual = link._completion(finish, self.virtual, self.last, self.count - self.visited)
-            self.slack = self.virtual + _EPS * max(1.0, abs(self.virtual))
-        transfer.due, transfer.plan = self.last, self.seq
-        self.visited += 1
+    def until(self, link: Link, transfer: Transfer) -> float:
+        """Visit transfers in serving order, noting when each is served, up to `transfer`; its time."""
+        queue, rate, seq, end = link._queue, link.rate, self.seq, self.end
+        i, virtual, last, slack = self.next, self.virtual, self.last, self.slack
+        while transfer.plan != seq:
+            finish = queue[i][0]
+            if i == self.start or finish > slack:   # not served with the one before: as Link._completion
+                n = end - i
+                at = last + max(finish - virtual, 0.0) * n / rate
+                elapsed = at - last
+                if elapsed > 0:
+                    virtual += elapsed * rate / n
+                last = at
+                slack = virtual + _EPS * max(1.0, abs(virtual))
+            served = queue[i][2]
+            served.due, served.plan = last, seq
+            i += 1
+        self.next, self.virtual, self.last, self.slack = i, virtual, last, slack
+        return transfer.due
 
 
 def served(env: Environment, transfers: Sequence[Transfer]) -> Iterator[Event]:
