@@ -47,8 +47,8 @@ class Transfer:
 
 
 class Link:
-    """Processor sharing in O(log n): a virtual clock V advances at rate/n while n transfers are in
-    flight, so a transfer that arrives at V0 with work w finishes when V reaches V0 + w.
+    """Processor sharing by a virtual clock: V advances at rate/n while n transfers are in flight, so
+    a transfer that arrives at V0 with work w finishes when V reaches V0 + w.
 
     The transfers in flight are `_queue[_head:]`, sorted by (virtual finish, arrival order): the order
     they are served in. A sorted list rather than a heap, so that when each will be served can be read
