@@ -162,17 +162,12 @@ class _Plan:
 
     def until(self, link: Link, transfer: Transfer) -> float:
         """Visit transfers in serving order, noting when each is served, up to `transfer`; its time."""
-        queue, rate, seq, end = link._queue, link.rate, self.seq, self.end
+        queue, seq, end = link._queue, self.seq, self.end
         i, virtual, last, slack = self.next, self.virtual, self.last, self.slack
         while transfer.plan != seq:
             finish = queue[i][0]
-            if i == self.start or finish > slack:   # not served with the one before: as Link._completion
-                n = end - i
-                at = last + max(finish - virtual, 0.0) * n / rate
-                elapsed = at - last
-                if elapsed > 0:
-                    virtual += elapsed * rate / n
-                last = at
+            if i == self.start or finish > slack:   # not served together with the one before
+                last, virtual = link._completion(finish, virtual, last, end - i)
                 slack = virtual + _EPS * max(1.0, abs(virtual))
             served = queue[i][2]
             served.due, served.plan = last, seq
