@@ -333,6 +333,7 @@ def test_a_turn_built_after_its_predecessor_finished_still_hashes_only_its_new_t
     assert started_from[0] == len(turn0) // 16      # the new tokens only (the check above hashed all of them)
     assert turn0._keys == {}
 
+
 def test_sessions_that_open_with_the_same_shared_prefix_hash_its_keys_once(monkeypatch):
     """Every session opening with a shared prefix has the same keys for the units inside it: the
     first one to need them hashes them, the others start after them."""

@@ -159,6 +159,8 @@ class AllOf(Event):
 
 
 Callback = Union[Callable[[Event], None], Process]
+Steps = Generator[Event, object, None]
+"""What a process runs (the body of a generator function): the events it waits for, in order."""
 
 
 def _failure(event: Event) -> BaseException:

@@ -44,10 +44,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 from operator import itemgetter
-from typing import TYPE_CHECKING, Callable, Generator
+from typing import TYPE_CHECKING, Callable
 
 
-from .clock import AllOf, Event, Process, sooner, succeed_at
+from .clock import AllOf, Event, Process, Steps, sooner, succeed_at
 from .decoding import DecodeSet
 from .prefix_cache import Holding, PrefixCache
 from .steptime import StepTime
@@ -100,8 +100,6 @@ class Seq:
 PLAN_FIRST = 16
 """Decode steps a run times before it starts (engine._fast_forward); it times more as it reaches them."""
 
-Steps = Generator[Event, object, None]
-"""What an engine's process runs: the events it waits for, in order."""
 Batch = tuple[list[tuple[Seq, int]], int, list[Process]]
 """One step's batch: prefills as (seq, new tokens), the decoding members that take a token, the loads to wait for."""
 

@@ -26,10 +26,10 @@ policy to its flags):
 from __future__ import annotations
 
 from itertools import count
-from typing import Generator, Iterable
+from typing import Iterable
 
 from . import workload as wl
-from .clock import Environment, Event
+from .clock import Environment, Steps
 
 CACHE_THRESHOLD = 0.3
 """vllm-router's --cache-threshold default: the prefix match rate above which cache_aware follows the cache."""
@@ -47,7 +47,7 @@ class Router:
         self._session_counts = [0] * len(engines)
         self._routed: list[set] = [set() for _ in engines]   # prefix_aware: block keys routed to each instance
 
-    def deliver(self, env: Environment, requests: Iterable[wl.Request], offset: float) -> Generator[Event, object, None]:
+    def deliver(self, env: Environment, requests: Iterable[wl.Request], offset: float) -> Steps:
         """The arrivals, as one process: each request, at its time (`offset` seconds after the start),
         to the instance `pick` chooses. One process for all of them, not one per request, which
         would hold a generator and a pending event for each of a million; the stream builds each
