@@ -6,6 +6,10 @@ extension module ahead of the .py beside it. The modules to compile are listed i
 (`compile` of this hook); their types are held by tests/test_sim_types.py and their results to the
 interpreted modules' by tests/test_compiled.py.
 
+A module may also have a C twin (`extensions` of this hook: kvplan/sim/keyhash.c beside keyhash.py),
+written by hand where what the Python builds for each result is the cost (keyhash.py says why);
+it is built with setuptools into the same package and held to its Python module by its own test.
+
 They are compiled from a copy of the package in a temporary folder, so the checkout keeps no build
 artefact (one left there would shadow an edited module for `python -m kvplan` run from the
 checkout). The build fails when a module cannot be compiled; it never falls back to the interpreted
@@ -24,8 +28,16 @@ from pathlib import Path
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-FIX = ("mypyc needs a C compiler and the Python headers: on Debian, `apt-get install gcc python3-dev` "
-       "(./install.sh installs them when they are missing)")
+FIX = ("mypyc and the C extensions need a C compiler and the Python headers: on Debian, "
+       "`apt-get install gcc python3-dev` (./install.sh installs them when they are missing)")
+
+
+BUILD_EXTENSIONS = """
+import sys
+from setuptools import Extension, setup
+setup(name="kvplan-extensions", script_args=["build_ext", "--inplace"],
+      ext_modules=[Extension(name, [name.replace(".", "/") + ".c"]) for name in sys.argv[1:]])
+"""
 
 
 class CompiledCore(BuildHookInterface):
@@ -45,10 +57,21 @@ class CompiledCore(BuildHookInterface):
                                f"{result.stdout[-4000:]}{result.stderr[-4000:]}")
         suffix = EXTENSION_SUFFIXES[0]
         built = {}
+        extensions = self.config.get("extensions", [])
+        if extensions:
+            for source in extensions:              # the copy above leaves out every .c (mypyc's, stale ones)
+                shutil.copy2(Path(self.root) / source, self._work / source)
+            names = [source.removesuffix(".c").replace("/", ".") for source in extensions]
+            result = subprocess.run([sys.executable, "-c", BUILD_EXTENSIONS, *names], cwd=self._work,
+                                    capture_output=True, text=True)
+            if result.returncode:
+                raise RuntimeError(f"could not build {', '.join(extensions)}; {FIX}.\n"
+                                   f"{result.stdout[-4000:]}{result.stderr[-4000:]}")
+            modules = [*modules, *extensions]
         for module in modules:
-            path = self._work / (module.removesuffix(".py") + suffix)
+            path = self._work / (module.removesuffix(".py").removesuffix(".c") + suffix)
             if not path.is_file():
-                raise RuntimeError(f"mypyc reported success but built no {path.name} for {module}")
+                raise RuntimeError(f"the build reported success but made no {path.name} for {module}")
             built[str(path)] = path.relative_to(self._work).as_posix()
         shared = list(self._work.glob(f"*__mypyc{suffix}"))    # the runtime the modules share, top level
         if len(shared) != 1:

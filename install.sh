@@ -17,9 +17,9 @@ if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
 fi
 
-# Installing kvplan compiles the simulator's hot modules with mypyc (hatch_build.py): that needs the C
-# compiler Python was built with and Python's headers (gcc and python3-dev on Debian), installed with
-# apt when missing.
+# Installing kvplan compiles the simulator's hot modules with mypyc and builds a C extension
+# (hatch_build.py): that needs the C compiler Python was built with and Python's headers (gcc and
+# python3-dev on Debian), installed with apt when missing.
 cc_cmd=$(python3 -c 'import sysconfig; print((sysconfig.get_config_var("CC") or "cc").split()[0])')
 if ! command -v "$cc_cmd" >/dev/null 2>&1 || ! python3 -c 'import os, sys, sysconfig
 sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from conftest import REPO
 
-COMPILED = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"][
-    "hooks"]["custom"]["compile"]
+HOOK = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"][
+    "custom"]
+COMPILED = HOOK["compile"] + HOOK["extensions"]     # mypyc's modules and the C twins of Python ones
 
 FINGERPRINTS = """
 import importlib, json, runpy, sys
@@ -39,7 +40,7 @@ print(json.dumps({"files": files, "fingerprints": found}))
 
 
 def _modules() -> list[str]:
-    return [path.removesuffix(".py").replace("/", ".") for path in COMPILED]
+    return [path.removesuffix(".py").removesuffix(".c").replace("/", ".") for path in COMPILED]
 
 
 def fingerprints(pythonpath: Path | None) -> dict:
@@ -79,7 +80,7 @@ def test_every_function_of_the_compiled_core_is_typed():
     import ast
 
     untyped = []
-    for path in COMPILED:
+    for path in HOOK["compile"]:
         for node in ast.walk(ast.parse((REPO / path).read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is None:
                 args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs

@@ -291,7 +291,7 @@ def test_a_parent_only_speeds_things_up():
 def source_content():
     """kvplan/sim/content.py run from its source: the installed module is compiled (hatch_build.py), and a compiled
     module's calls to its own functions cannot be patched to watch them."""
-    spec = importlib.util.spec_from_file_location("kvplan_content_source", REPO / "kvplan" / "sim" / "content.py")
+    spec = importlib.util.spec_from_file_location("kvplan.sim.content_source", REPO / "kvplan" / "sim" / "content.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -306,9 +306,9 @@ def test_a_finished_turn_hands_its_keys_to_the_next_instead_of_rehashing_the_con
     turn0.keys(16, len(turn0))
     turn0.forget()                                  # finished before the next turn asked for its keys
     started_from = []
-    extend = content._extend_keys
-    monkeypatch.setattr(content, "_extend_keys", lambda parts, n, unit, base: started_from.append(len(base))
-                        or extend(parts, n, unit, base))
+    extend = content.extend_keys
+    monkeypatch.setattr(content, "extend_keys", lambda parts, n, unit, base, root: started_from.append(len(base))
+                        or extend(parts, n, unit, base, root))
     assert turn1.keys(16, len(turn1)) == expected
     assert started_from == [len(turn0) // 16]       # only the new tokens were hashed
     assert turn0._keys == {}                        # and the finished turn keeps nothing once handed on
@@ -326,9 +326,9 @@ def test_a_turn_built_after_its_predecessor_finished_still_hashes_only_its_new_t
     turn1 = Segments.after(turn0, (((3, 1), 90), ((4, 1), 300)))
     assert turn1.parts == turn0.parts + (((3, 1), 90), ((4, 1), 300))
     started_from = []
-    extend = content._extend_keys
-    monkeypatch.setattr(content, "_extend_keys", lambda parts, n, unit, base: started_from.append(len(base))
-                        or extend(parts, n, unit, base))
+    extend = content.extend_keys
+    monkeypatch.setattr(content, "extend_keys", lambda parts, n, unit, base, root: started_from.append(len(base))
+                        or extend(parts, n, unit, base, root))
     assert turn1.keys(16, len(turn1)) == Segments(turn1.parts).keys(16, len(turn1))
     assert started_from[0] == len(turn0) // 16      # the new tokens only (the check above hashed all of them)
     assert turn0._keys == {}
@@ -343,9 +343,9 @@ def test_sessions_that_open_with_the_same_shared_prefix_hash_its_keys_once(monke
     first = Segments((system, ((content.USER_TEXT, 1), 90)))
     first_keys = first.keys(16, len(first))
     started_from = []
-    extend = content._extend_keys
-    monkeypatch.setattr(content, "_extend_keys", lambda parts, n, unit, base: started_from.append(len(base))
-                        or extend(parts, n, unit, base))
+    extend = content.extend_keys
+    monkeypatch.setattr(content, "extend_keys", lambda parts, n, unit, base, root: started_from.append(len(base))
+                        or extend(parts, n, unit, base, root))
     second = Segments((system, ((content.USER_TEXT, 2), 90)))
     keys = second.keys(16, len(second))
     assert started_from == [500 // 16]              # only the tokens after the prefix's last full unit

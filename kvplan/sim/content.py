@@ -19,7 +19,7 @@ Protocol cannot be compiled):
 
 Keys are Python `hash()` of tuples of ints only (never str or bytes), so they are the same in
 every process whatever PYTHONHASHSEED is (they may differ between CPython versions, which never
-matters inside one run).
+matters inside one run). A Segments content's keys are hashed by `keyhash` (in C once installed).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from itertools import repeat
 from typing import Any
 
 import numpy as np
+
+from .keyhash import extend_keys
 
 
 # Segment kinds (the first int of a segment identity). Keep them positive: CPython hashes -1 and -2
@@ -66,8 +68,8 @@ _NO_KEYS: dict[int, list[int]] = {}
 class Segments:
     """Content made of named token runs: `parts` is a tuple of (segment identity, length).
 
-    Key i is hash((key i-1, pieces)) where pieces is the tuple of (identity, start, end) runs inside
-    unit i (start/end are offsets within the segment); key -1 is SEGMENTS_ROOT. `parent`, when
+    Its keys are `keyhash.extend_keys`' chain: key i is hash((key i-1, pieces)), pieces the
+    (identity, start, end) runs inside unit i, and key -1 is SEGMENTS_ROOT. `parent`, when
     given, must be a content whose parts begin ours (the previous turn of a session): its keys are
     reused instead of recomputed (a pure speed-up, the keys are the same either way).
 
@@ -130,7 +132,7 @@ class Segments:
             node = node._parent
         base: list[int] = node._keys[unit] if node is not None else _opening_keys(chain[-1]._tail, unit)
         for turn in reversed(chain):                 # only this content keeps them (see forget)
-            base = _extend_keys(turn.parts, turn.length // unit, unit, base)
+            base = extend_keys(turn.parts, turn.length // unit, unit, base, SEGMENTS_ROOT)
         if self._keys is _NO_KEYS:
             self._keys = {}
         self._keys[unit] = base
@@ -169,42 +171,13 @@ def _opening_keys(parts: Parts, unit: int) -> list[int]:
     n = length // unit
     known = _SHARED_KEYS.get((ident, unit), [])
     if len(known) < n:
-        known = _SHARED_KEYS[(ident, unit)] = _extend_keys(((ident, length),), n, unit, known)
+        known = _SHARED_KEYS[(ident, unit)] = extend_keys(((ident, length),), n, unit, known, SEGMENTS_ROOT)
     return known[:n]
 
 
 def _nonempty(parts) -> Parts:
     """The parts with tokens, each an (identity, int length) pair (the pair given, when it already is one)."""
     return tuple(p if type(p[1]) is int else (p[0], int(p[1])) for p in parts if p[1] > 0)
-
-
-def _extend_keys(parts: Parts, n_keys: int, unit: int, base: list[int]) -> list[int]:
-    keys = list(base)
-    if len(keys) >= n_keys:
-        return keys
-    pi, po = 0, len(keys) * unit                     # part index and offset inside it
-    while po >= parts[pi][1]:
-        po -= parts[pi][1]
-        pi += 1
-    prev = keys[-1] if keys else SEGMENTS_ROOT
-    for _ in range(n_keys - len(keys)):
-        ident, plen = parts[pi]
-        if plen - po > unit:                         # the common case: the unit lies inside one part
-            prev = hash((prev, ((ident, po, po + unit),)))
-            po += unit
-        else:
-            need, pieces = unit, []
-            while need:
-                ident, plen = parts[pi]
-                take = min(need, plen - po)
-                pieces.append((ident, po, po + take))
-                po += take
-                need -= take
-                if po == plen:
-                    pi, po = pi + 1, 0
-            prev = hash((prev, tuple(pieces)))
-        keys.append(prev)
-    return keys
 
 
 class TraceBlocks:

@@ -1,0 +1,45 @@
+"""Block keys of a Segments content: the prefix-chained hash of each full unit of tokens.
+
+Key i is hash((key i-1, pieces)), where pieces is the tuple of (segment identity, start, end) runs
+inside unit i (start and end are offsets within the segment) and key -1 is the chain's root. Each
+unit's key names everything before it, so two contents share key i exactly when their first
+(i + 1) x unit tokens are the same (content.py says why that makes a cache hit exact).
+
+This is the readable definition. The wheel ships a C twin of this module (keyhash.c, built by
+hatch_build.py) that computes the same keys with CPython's own tuple and int hash arithmetic
+instead of building three tuples per key: it shadows this file once installed, as the mypyc-compiled
+modules shadow theirs, and tests/test_keyhash.py holds the two to the same keys, key for key.
+"""
+
+from __future__ import annotations
+
+def extend_keys(parts: tuple[tuple[tuple[int, ...], int], ...], n_keys: int, unit: int, base: list[int], root: int) -> list[int]:
+    """The first `n_keys` keys of `parts` (a Segments content's (identity, tokens) runs) in `unit`-token units,
+    as a new list: `base` (the first keys, already known) followed by the ones computed here; `root` is the
+    key before key 0."""
+    keys = list(base)
+    if len(keys) >= n_keys:
+        return keys
+    pi, po = 0, len(keys) * unit                     # part index and offset inside it
+    while po >= parts[pi][1]:
+        po -= parts[pi][1]
+        pi += 1
+    prev = keys[-1] if keys else root
+    for _ in range(n_keys - len(keys)):
+        ident, plen = parts[pi]
+        if plen - po > unit:                         # the common case: the unit lies inside one part
+            prev = hash((prev, ((ident, po, po + unit),)))
+            po += unit
+        else:
+            need, pieces = unit, []
+            while need:
+                ident, plen = parts[pi]
+                take = min(need, plen - po)
+                pieces.append((ident, po, po + take))
+                po += take
+                need -= take
+                if po == plen:
+                    pi, po = pi + 1, 0
+            prev = hash((prev, tuple(pieces)))
+        keys.append(prev)
+    return keys

@@ -1,0 +1,63 @@
+"""The block keys the installed simulator hashes in C (kvplan/sim/keyhash.c) are keyhash.py's, key for key.
+
+keyhash.py is the definition: key i is hash((key i-1, pieces)) of Python tuples. The C twin computes
+the same numbers with CPython's tuple and int hash arithmetic, without building the tuples. Every
+cache hit, and every object's Ceph placement, follows from these keys, so they must be the same bits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from importlib.machinery import EXTENSION_SUFFIXES
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import REPO
+from kvplan.sim import keyhash as installed
+from kvplan.sim.content import SEGMENTS_ROOT
+
+
+def _source():
+    spec = importlib.util.spec_from_file_location("keyhash_source", REPO / "kvplan" / "sim" / "keyhash.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+source = _source()
+
+identities = st.tuples(st.integers(1, 4), st.integers(0, 2**40))
+parts_ = st.lists(st.tuples(identities, st.integers(1, 1200)), min_size=1, max_size=7).map(tuple)
+
+
+def test_the_installed_keys_are_hashed_in_c():
+    assert installed.__file__.endswith(tuple(EXTENSION_SUFFIXES)), installed.__file__
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=parts_, unit=st.sampled_from([1, 7, 16, 256, 384, 1000]), data=st.data())
+def test_c_and_python_give_the_same_keys_from_any_start(parts, unit, data):
+    """Units inside one part and units across several (a short part, a part boundary), from the root
+    or from keys already known (a turn continuing its conversation)."""
+    n = sum(length for _, length in parts) // unit
+    full = source.extend_keys(parts, n, unit, [], SEGMENTS_ROOT)
+    known = data.draw(st.integers(0, n))
+    assert installed.extend_keys(parts, n, unit, full[:known], SEGMENTS_ROOT) == full
+    assert installed.extend_keys(parts, known, unit, full, SEGMENTS_ROOT) == full    # enough known: a copy
+
+
+@pytest.mark.parametrize("prev", [0, -2, 1, 2**61 - 2, 2**61 - 1, 2**61, -(2**61) + 1, -(2**61), 2**63 - 1, -(2**63),
+                                  SEGMENTS_ROOT])
+def test_a_previous_key_anywhere_in_the_hash_range_chains_the_same(prev):
+    """Python hashes an int modulo 2**61 - 1 and never to -1: the C side must, for every 64-bit key."""
+    parts = (((3, 1), 40), ((4, 2), 9), ((3, 5), 30))
+    assert installed.extend_keys(parts, 4, 16, [prev], 0) == source.extend_keys(parts, 4, 16, [prev], 0)
+    assert installed.extend_keys(parts, 3, 16, [], prev) == source.extend_keys(parts, 3, 16, [], prev)
+
+
+def test_asking_for_more_keys_than_the_content_holds_fails_the_same_way():
+    parts = (((3, 1), 40),)
+    for module in (source, installed):
+        with pytest.raises(IndexError):
+            module.extend_keys(parts, 3, 16, [], SEGMENTS_ROOT)
