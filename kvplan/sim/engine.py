@@ -374,13 +374,13 @@ class Engine:
         spans: list[Span] = []
         counts: list[tuple[str, int, int]] = []
         if self.lm is not None:
-            lmc = self.lm.lmc
+            lm = self.lm
             if not seq.chunks:
-                seq.chunks = req.content.keys(lmc.chunk_size, req.prompt_tokens)
-            spans, counts = self.lm.probe(self.index, seq.chunks)
-            held = (spans[-1].end if spans else 0) * lmc.chunk_size
+                seq.chunks = req.content.keys(lm.chunk_size, req.prompt_tokens)
+            spans, counts = lm.probe(self.index, seq.chunks)
+            held = (spans[-1].end if spans else 0) * lm.chunk_size
             usable = min(held, seq.target - 1)
-            if usable > local and usable - local >= lmc.min_retrieve_tokens:
+            if usable > local and usable - local >= lm.min_retrieve_tokens:
                 external = usable
         computed = external
         new = seq.target - computed
@@ -449,7 +449,7 @@ class Engine:
         for seq, new in prefills:
             seq.computed += new
             if self.lm is not None:
-                full = min(seq.computed, seq.req.prompt_tokens) // self.lm.lmc.chunk_size
+                full = min(seq.computed, seq.req.prompt_tokens) // self.lm.chunk_size
                 if full > seq.saved:
                     stores += seq.chunks[seq.saved:full]
                     seq.saved = full
@@ -481,11 +481,11 @@ class Engine:
 
     def _decode_stores(self, finished: list[Seq]) -> list[int]:
         """save_decode_cache: at the end, the full chunks that include generated tokens."""
-        if self.lm is None or not self.lm.lmc.save_decode_cache:
+        if self.lm is None or not self.lm.save_decode_cache:
             return []
         keys: list[int] = []
         for seq in finished:
-            full = seq.req.content.keys(self.lm.lmc.chunk_size, seq.length)
+            full = seq.req.content.keys(self.lm.chunk_size, seq.length)
             keys += full[seq.saved:]
             seq.saved = len(full)
         return keys

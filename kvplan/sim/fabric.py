@@ -47,6 +47,17 @@ REQUEST_WINDOW_BYTES = 16 * 2**20   # rgw_put_obj_min_window_size = rgw_get_obj_
 CLIENT_INFLIGHT_BYTES = 100 * 2**20  # objecter_inflight_op_bytes, per client process
 
 
+class _IO:
+    """One direction of a device (an NVMe drive, a Ceph OSD): bytes/s, operations/s, seconds per operation.
+
+    Read once from the resolved spec, so a batch reads plain fields, not the spec's models."""
+
+    __slots__ = ("bandwidth", "iops", "latency")
+
+    def __init__(self, bandwidth: float, iops: int, latency: float):
+        self.bandwidth, self.iops, self.latency = bandwidth, iops, latency
+
+
 class Fabric:
     def __init__(self, env: Environment, r: Resolved):
         self.env = env
@@ -55,6 +66,10 @@ class Fabric:
         self.h2d = [Link(env, f"pcie-h2d/{i}", host_copy) for i in range(r.instances)]
         self.d2h = [Link(env, f"pcie-d2h/{i}", host_copy) for i in range(r.instances)]
         self.nvme = [Link(env, f"nvme/{n}", 1.0) for n in range(r.nodes)] if r.nvme else []
+        if r.nvme is not None:
+            d = r.nvme
+            self._nvme_read = _IO(d.read_bandwidth, d.read_iops, d.read_latency)
+            self._nvme_write = _IO(d.write_bandwidth, d.write_iops, d.write_latency)
         self.ceph = r.ceph
         self.ceph_batch_latencies: list[float] = []   # seconds from issue to completion of each batched read or write
         # one OSD op: (seconds, how many ops of a batch took that long, the host of their primary OSD)
@@ -71,6 +86,11 @@ class Fabric:
             self.osds = [Link(env, f"osds/ceph{h}", float(per_host)) for h in range(r.ceph.hosts)]
             # placement depends only on key % osds: the hosts of each primary OSD's replicas, primary first
             self.replica_hosts = [tuple(osd // per_host for osd in self.placement(p)) for p in range(r.ceph.osds)]
+            dev = r.ceph.device_class
+            self._osd_read = _IO(dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency)
+            self._osd_write = _IO(dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency)
+            self._osd_count, self._pool_size = r.ceph.osds, r.ceph.pool_size
+            self._net_latency, self._net_bandwidth = r.ceph.network.latency, nic
 
     def links(self) -> list[Link]:
         out = [*self.h2d, *self.d2h, *self.nvme]
@@ -104,11 +124,8 @@ class Fabric:
 
     def _nvme(self, nbytes: float, objects: int, write: bool) -> tuple[float, float]:
         """(the device's per-operation latency, device-seconds of work) of one batched read or write."""
-        d = self.r.nvme
-        assert d is not None                      # only a spec with an nvme tier does NVMe I/O
-        bandwidth, iops, latency = ((d.write_bandwidth, d.write_iops, d.write_latency) if write
-                                    else (d.read_bandwidth, d.read_iops, d.read_latency))
-        return latency, max(nbytes / bandwidth, objects / iops)
+        io = self._nvme_write if write else self._nvme_read     # only a spec with an nvme tier does NVMe I/O
+        return io.latency, max(nbytes / io.bandwidth, objects / io.iops)
 
     # ---- Ceph
     def placement(self, key: int) -> list[int]:
@@ -146,10 +163,7 @@ class Fabric:
         """Start moving the objects of `keys`, each `object_bytes` (whole bytes) per key, as `objects_per_key`
         S3 objects (one per TP rank): (the transfers on the links, the per-op and network latency to wait
         before them, the RADOS ops the batch wants in flight: `_ceph_done` takes them back)."""
-        c = self.ceph
-        assert c is not None                      # only a spec with a ceph tier does Ceph I/O
-        dev = c.device_class
-        table, n_osds = self.replica_hosts, c.osds
+        table, n_osds = self.replica_hosts, self._osd_count     # only a spec with a ceph tier does Ceph I/O
         primaries: dict[int, int] = {}            # host -> objects whose primary it holds, first seen first
         objects: dict[int, int] = {}              # host -> objects it writes, in the order the keys first name them
         for key in keys:
@@ -161,15 +175,14 @@ class Fabric:
         if not write:
             objects = primaries                   # a read is served by the primaries
         total = len(keys) * object_bytes
-        bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
-                                    else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))
+        io = self._osd_write if write else self._osd_read
         parts = [(self.node_tx if write else self.node_rx)[node].transfer(total)]
         for host, count in objects.items():
             nbytes = count * object_bytes
-            parts.append(self.osds[host].transfer(max(nbytes / bandwidth, count * objects_per_key / iops)))
+            parts.append(self.osds[host].transfer(max(nbytes / io.bandwidth, count * objects_per_key / io.iops)))
             parts.append((self.host_rx if write else self.host_tx)[host].transfer(nbytes))
-        if write and c.pool_size > 1:   # primaries forward replicas over their hosts' NICs
-            each = float((c.pool_size - 1) * object_bytes)      # whole bytes: count * each is exact
+        if write and self._pool_size > 1:   # primaries forward replicas over their hosts' NICs
+            each = float((self._pool_size - 1) * object_bytes)  # whole bytes: count * each is exact
             for h, count in primaries.items():
                 parts.append(self.host_tx[h].transfer(count * each))
         op, ops_per_key, wanted = self._ceph_op(len(keys), object_bytes, objects_per_key, write)
@@ -177,7 +190,7 @@ class Fabric:
             self.ceph_op_latencies.append(op)
             self.ceph_op_counts.append(count * ops_per_key)
             self.ceph_op_hosts.append(host)
-        return parts, latency + 2 * c.network.latency, wanted
+        return parts, io.latency + 2 * self._net_latency, wanted
 
     def _ceph_done(self, write: bool, wanted: int, start: float, then: Callable[[], None] | None = None) -> None:
         """A batch issued at `start` has been served: its ops leave the clients' flight."""
@@ -189,14 +202,10 @@ class Fabric:
     def _ceph_op(self, keys: int, object_bytes: int, objects_per_key: int, write: bool) -> tuple[float, int, int]:
         """Issue a batch's RADOS ops: (seconds one of them takes at its OSD, RADOS ops per key, ops the
         batch wants in flight; the caller takes those back when the batch is done)."""
-        c = self.ceph
-        assert c is not None
-        dev = c.device_class
+        io = self._osd_write if write else self._osd_read
         s3_object = object_bytes // objects_per_key
         per_object = max(1, -(-s3_object // RADOS_OP_BYTES))
         op_bytes = s3_object / per_object
-        bandwidth, iops, latency = ((dev.osd_write_bandwidth, dev.osd_write_iops, dev.write_latency) if write
-                                    else (dev.osd_read_bandwidth, dev.osd_read_iops, dev.read_latency))
         window = max(1, REQUEST_WINDOW_BYTES // RADOS_OP_BYTES)
         wanted = min(keys * objects_per_key * per_object, keys * objects_per_key * window)
         flight = self._ceph_in_flight
@@ -204,7 +213,8 @@ class Fabric:
         reads, writes = flight
         allowed = self._ceph_clients * max(1.0, CLIENT_INFLIGHT_BYTES / op_bytes)
         throttle = min(1.0, allowed / (reads + writes))
-        queued = (reads + c.pool_size * writes) * throttle / c.osds      # ops at each OSD, replicas included
-        forward = (c.pool_size - 1) * op_bytes / c.network.bandwidth if write else 0.0
-        op = latency + forward + max(op_bytes / bandwidth, 1 / iops) * max(1.0, queued)
+        pool_size = self._pool_size
+        queued = (reads + pool_size * writes) * throttle / self._osd_count    # ops at each OSD, replicas included
+        forward = (pool_size - 1) * op_bytes / self._net_bandwidth if write else 0.0
+        op = io.latency + forward + max(op_bytes / io.bandwidth, 1 / io.iops) * max(1.0, queued)
         return op, objects_per_key * per_object, wanted

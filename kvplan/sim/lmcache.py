@@ -80,12 +80,20 @@ class LMCacheModel:
         if lm is None:
             raise ValueError("LMCacheModel needs a spec with an lmcache section")
         self.lmc: ResolvedLMCache = lm
+        # the settings each request reads, as plain fields (the spec's models are read by name)
+        self.chunk_size, self.chunk_bytes, self.storing_ranks = lm.chunk_size, lm.chunk_bytes, lm.storing_ranks
+        self.save_decode_cache: bool = lm.save_decode_cache
+        self.min_retrieve_tokens: int = lm.min_retrieve_tokens
+        self._per_node, self._kv_per_token = self.r.instances_per_node, self.r.kv_bytes_per_token_per_rank
+        self._promote = lm.mode == "inprocess"   # a chunk read from below ddr is written back into it
         batch = dict(watermark=MP_WATERMARK, ratio=MP_RATIO) if lm.mode == "mp" else {}
         for t in lm.tiers:
             self.caches[t.name] = [make(t.eviction, t.capacity_bytes, ttl=t.ttl_s, **batch) for _ in range(t.caches)]
             self.counters[t.name] = TierCounters()
         self.order = [t for t in TIERS if t in self.caches]
         self.scope: dict[str, str] = {t.name: t.scope for t in lm.tiers}
+        self._of_instance: dict[str, list[Cache | TTL]] = {       # tier -> the cache each instance uses
+            tier: [self._scoped(tier, i) for i in range(self.r.instances)] for tier in self.caches}
         self.requested_tokens = 0       # prompt tokens of first lookups
         self.hit_tokens = 0             # of those, the held prefix (whole chunks)
         self.relookups = 0              # lookups of preempted requests being re-admitted
@@ -94,6 +102,9 @@ class LMCacheModel:
 
     # ---- where an instance's caches are
     def cache(self, tier: str, instance: int) -> Cache | TTL:
+        return self._of_instance[tier][instance]
+
+    def _scoped(self, tier: str, instance: int) -> Cache | TTL:
         scope = self.scope[tier]
         if scope == "instance":
             return self.caches[tier][instance]
@@ -102,7 +113,7 @@ class LMCacheModel:
         return self.caches[tier][0]
 
     def node(self, instance: int) -> int:
-        return instance // self.r.instances_per_node
+        return instance // self._per_node
 
     # ---- lookup
     def probe(self, instance: int, keys: list[int]) -> tuple[list[Span], list[tuple[str, int, int]]]:
@@ -128,7 +139,7 @@ class LMCacheModel:
         request once however often it was preempted. The lookup a preempted request makes when it
         is admitted again (`relookup`) is counted apart, so a ratio means the same under load.
         """
-        size = self.lmc.chunk_size
+        size = self.chunk_size
         held = sum(h for _, _, h in counts) * size
         if relookup:
             self.relookups += 1
@@ -160,7 +171,7 @@ class LMCacheModel:
     def portions(self, spans: list[Span], first_token: int, last_token: int) -> list[tuple[str, int, int, int]]:
         """What loading tokens [first_token, last_token) takes from each span: (tier, first chunk,
         end chunk, tokens). Chunks that hold only tokens outside the range are not read."""
-        size, out = self.lmc.chunk_size, []
+        size, out = self.chunk_size, []
         for span in spans:
             a = max(span.start, first_token // size)
             b = min(span.end, -(-last_token // size))
@@ -170,25 +181,25 @@ class LMCacheModel:
 
     def retrieve(self, instance: int, keys: list[int], spans: list[Span], first_token: int, last_token: int):
         """A process: load tokens [first_token, last_token) from the spans into the GPU."""
-        lm, env = self.lmc, self.env
+        env = self.env
         loads = []
         for tier, a, b, tokens in self.portions(spans, first_token, last_token):
             c = self.counters[tier]
             c.served_chunks += b - a
             c.served_tokens += tokens
-            c.bytes_read += (b - a) * lm.chunk_bytes
+            c.bytes_read += (b - a) * self.chunk_bytes
             loads.append(env.process(self._load(instance, tier, keys[a:b], tokens)))
         if loads:
             yield AllOf(env, loads)
 
     def _load(self, instance: int, tier: str, keys: list[int], tokens: int):
-        lm, f = self.lmc, self.fabric
+        f = self.fabric
         if tier == "nvme":
-            yield from f.nvme_read(self.node(instance), len(keys) * lm.chunk_bytes, len(keys) * lm.storing_ranks)
+            yield from f.nvme_read(self.node(instance), len(keys) * self.chunk_bytes, len(keys) * self.storing_ranks)
         elif tier == "ceph":
-            yield from f.ceph_read(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks)
-        yield from f.to_gpu(instance, tokens * self.r.kv_bytes_per_token_per_rank)
-        if tier != "ddr" and lm.mode == "inprocess" and "ddr" in self.caches:
+            yield from f.ceph_read(self.node(instance), keys, self.chunk_bytes, self.storing_ranks)
+        yield from f.to_gpu(instance, tokens * self._kv_per_token)
+        if tier != "ddr" and self._promote and "ddr" in self.caches:
             self._insert("ddr", instance, keys, promoted=True)
 
     # ---- store
@@ -200,8 +211,7 @@ class LMCacheModel:
         """
         if not keys:
             return
-        lm = self.lmc
-        yield from self.fabric.from_gpu(instance, len(keys) * lm.chunk_size * self.r.kv_bytes_per_token_per_rank)
+        yield from self.fabric.from_gpu(instance, len(keys) * self.chunk_size * self._kv_per_token)
         if "ddr" in self.caches:
             self._insert("ddr", instance, keys)
         for tier in ("nvme", "ceph"):
@@ -213,15 +223,15 @@ class LMCacheModel:
 
     def _write(self, instance: int, tier: str, keys: list[int]) -> None:
         """Write chunks to nvme or ceph in the background; they are in the tier once the write is done."""
-        lm, f = self.lmc, self.fabric
+        f = self.fabric
         done = partial(self._insert, tier, instance, keys)
         if tier == "nvme":
-            f.nvme_write(self.node(instance), len(keys) * lm.chunk_bytes, len(keys) * lm.storing_ranks, done)
+            f.nvme_write(self.node(instance), len(keys) * self.chunk_bytes, len(keys) * self.storing_ranks, done)
         else:
-            f.ceph_write(self.node(instance), keys, lm.chunk_bytes, lm.storing_ranks, done)
+            f.ceph_write(self.node(instance), keys, self.chunk_bytes, self.storing_ranks, done)
 
     def _insert(self, tier: str, instance: int, keys: list[int], promoted: bool = False) -> None:
-        cache, c, size, now = self.cache(tier, instance), self.counters[tier], self.lmc.chunk_bytes, self.env.now
+        cache, c, size, now = self.cache(tier, instance), self.counters[tier], self.chunk_bytes, self.env.now
         cache.expire(now)
         stored, refused = cache.store(keys, size, now)
         c.stored_chunks += stored
