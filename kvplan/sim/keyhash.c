@@ -69,8 +69,10 @@ static inline Py_hash_t key_hash(long long prev, Py_hash_t pieces) {
     return tuple_end(&t);
 }
 
-/* Part `index` of `parts`: its length, and its identity's hash (computed when `index` is not `*known`). */
+/* Part `index` of `parts`: its identity's hash and its length, read unless `*known` says they are its already. */
 static int read_part(PyObject *parts, Py_ssize_t index, Py_ssize_t *known, Py_hash_t *ident, long long *length) {
+    if (*known == index)
+        return 0;
     if (index >= PyTuple_GET_SIZE(parts)) {
         PyErr_SetString(PyExc_IndexError, "tuple index out of range");
         return -1;
@@ -83,12 +85,10 @@ static int read_part(PyObject *parts, Py_ssize_t index, Py_ssize_t *known, Py_ha
     *length = PyLong_AsLongLong(PyTuple_GET_ITEM(part, 1));
     if (*length == -1 && PyErr_Occurred())
         return -1;
-    if (*known != index) {
-        *ident = PyObject_Hash(PyTuple_GET_ITEM(part, 0));
-        if (*ident == -1)
-            return -1;
-        *known = index;
-    }
+    *ident = PyObject_Hash(PyTuple_GET_ITEM(part, 0));
+    if (*ident == -1)
+        return -1;
+    *known = index;
     return 0;
 }
 
@@ -115,8 +115,8 @@ static PyObject *extend_keys(PyObject *module, PyObject *const *args, Py_ssize_t
         return keys;
 
     Py_ssize_t pi = 0, known = -1;
-    Py_hash_t ident;
-    long long po = have * unit, plen, prev = root;
+    Py_hash_t ident = 0;
+    long long po = have * unit, plen = 0, prev = root;
     if (have) {
         prev = PyLong_AsLongLong(PyList_GET_ITEM(keys, have - 1));
         if (prev == -1 && PyErr_Occurred())
