@@ -93,6 +93,7 @@ static int read_part(PyObject *parts, Py_ssize_t index, Py_ssize_t *known, Py_ha
 }
 
 static PyObject *extend_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "extend_keys(parts, n_keys, unit, base, root) takes 5 arguments");
         return NULL;
@@ -177,7 +178,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef keyhash_module = {
     PyModuleDef_HEAD_INIT, "kvplan.sim.keyhash",
-    "Block keys of a Segments content, computed in C (the twin of keyhash.py).", -1, methods,
+    "Block keys of a Segments content, computed in C (the twin of keyhash.py).", -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit_keyhash(void) {
