@@ -18,6 +18,7 @@ from pydantic_core import PydanticUndefined
 from .catalog import Catalog, load_catalog
 from .resolve import kv_bytes_per_token
 from .spec import Topology
+from .spec.base import field_doc
 from .spec.deployment import LEDGER
 from .spec.rules import REAL_POLICIES, TTL_TIERS
 from .units import UNIT_KINDS, fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
@@ -81,7 +82,7 @@ def spec_reference() -> str:
             lines += [" ".join(model.__doc__.split()), ""]
         lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
         for key, field in model.model_fields.items():
-            desc = " ".join((field.description or "").split())
+            desc = " ".join((field_doc(model, key) or "").split())
             lines.append(f"| `{key}` | {_type_name(field.annotation)} | {_default(field)} | {desc} |")
         lines.append("")
     lines += ["## Eviction policies by LMCache mode", "",

@@ -87,6 +87,8 @@ def test_missing_required_keys():
         spec(serving__gpu=None, name=None)
     assert {p.path for p in info.value.problems} == {"name", "serving.gpu"}
     assert all(p.fix.startswith("add ") for p in info.value.problems)
+    gpu = next(p for p in info.value.problems if p.path == "serving.gpu")
+    assert gpu.allowed == "Accelerator, by catalog name (`kvplan catalog` lists them), e.g. H100-SXM."  # its docstring
 
 
 def test_missing_trace_file():

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import Problem, SpecError, did_you_mean
 from . import bounds
+from .base import field_doc
 from .topology import Topology
 
 
@@ -172,7 +173,7 @@ def _field_help(root: type[BaseModel], loc: list) -> str | None:
     parent = _model_at(root, loc[:-1])
     if parent is None or loc[-1] not in parent.model_fields:
         return None
-    return parent.model_fields[loc[-1]].description
+    return field_doc(parent, loc[-1])
 
 
 def _problem(err: dict, loc: list, root: type[BaseModel]) -> Problem:
