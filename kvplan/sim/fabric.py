@@ -61,7 +61,6 @@ class _IO:
 class Fabric:
     def __init__(self, env: Environment, r: Resolved):
         self.env = env
-        self.r = r
         host_copy = r.pcie_bandwidth or r.hbm_bandwidth  # a CPU device copies within host memory
         self.h2d = [Link(env, f"pcie-h2d/{i}", host_copy) for i in range(r.instances)]
         self.d2h = [Link(env, f"pcie-d2h/{i}", host_copy) for i in range(r.instances)]

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
-from ..resolve import Resolved, ResolvedLMCache
+from ..resolve import Resolved
 from .clock import AllOf, Environment
 from .eviction import TTL, make
 from .policies import Cache
@@ -79,7 +79,6 @@ class LMCacheModel:
         lm = self.r.lmcache
         if lm is None:
             raise ValueError("LMCacheModel needs a spec with an lmcache section")
-        self.lmc: ResolvedLMCache = lm
         # the settings each request reads, as plain fields (the spec's models are read by name)
         self.chunk_size, self.chunk_bytes, self.storing_ranks = lm.chunk_size, lm.chunk_bytes, lm.storing_ranks
         self.save_decode_cache: bool = lm.save_decode_cache
@@ -87,13 +86,16 @@ class LMCacheModel:
         self._per_node, self._kv_per_token = self.r.instances_per_node, self.r.kv_bytes_per_token_per_rank
         self._promote = lm.mode == "inprocess"   # a chunk read from below ddr is written back into it
         batch = dict(watermark=MP_WATERMARK, ratio=MP_RATIO) if lm.mode == "mp" else {}
+        self._of_instance: dict[str, list[Cache | TTL]] = {}      # tier -> the cache each instance uses
         for t in lm.tiers:
-            self.caches[t.name] = [make(t.eviction, t.capacity_bytes, ttl=t.ttl_s, **batch) for _ in range(t.caches)]
+            caches = self.caches[t.name] = [make(t.eviction, t.capacity_bytes, ttl=t.ttl_s, **batch)
+                                            for _ in range(t.caches)]
             self.counters[t.name] = TierCounters()
+            # an instance's cache is its own, its node's or the cluster's one
+            owner = [i if t.scope == "instance" else self.node(i) if t.scope == "node" else 0
+                     for i in range(self.r.instances)]
+            self._of_instance[t.name] = [caches[o] for o in owner]
         self.order = [t for t in TIERS if t in self.caches]
-        self.scope: dict[str, str] = {t.name: t.scope for t in lm.tiers}
-        self._of_instance: dict[str, list[Cache | TTL]] = {       # tier -> the cache each instance uses
-            tier: [self._scoped(tier, i) for i in range(self.r.instances)] for tier in self.caches}
         self.requested_tokens = 0       # prompt tokens of first lookups
         self.hit_tokens = 0             # of those, the held prefix (whole chunks)
         self.relookups = 0              # lookups of preempted requests being re-admitted
@@ -103,14 +105,6 @@ class LMCacheModel:
     # ---- where an instance's caches are
     def cache(self, tier: str, instance: int) -> Cache | TTL:
         return self._of_instance[tier][instance]
-
-    def _scoped(self, tier: str, instance: int) -> Cache | TTL:
-        scope = self.scope[tier]
-        if scope == "instance":
-            return self.caches[tier][instance]
-        if scope == "node":
-            return self.caches[tier][self.node(instance)]
-        return self.caches[tier][0]
 
     def node(self, instance: int) -> int:
         return instance // self._per_node
