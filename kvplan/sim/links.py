@@ -54,8 +54,8 @@ class Link:
     they are served in. A sorted list rather than a heap, so that when each will be served can be read
     off in order (`_Plan`) without sorting a copy."""
 
-    __slots__ = ("env", "name", "rate", "_queue", "_head", "_virtual", "_last", "_seq", "_planned", "busy_time",
-                 "work_done", "transfers")
+    __slots__ = ("env", "name", "rate", "_queue", "_head", "_virtual", "_last", "_next", "_next_virtual", "_seq",
+                 "_planned", "busy_time", "work_done", "transfers")
 
     def __init__(self, env: Environment, name: str, rate: float):
         if rate <= 0:
@@ -67,6 +67,8 @@ class Link:
         self._head = 0                            # the first in flight; those before it are served
         self._virtual = 0.0
         self._last = env.now                      # the time of the last arrival or completion
+        self._next = -1.0                         # when the first in flight is served (-1: not worked out since
+        self._next_virtual = 0.0                  # the last arrival or completion), and the virtual clock then
         self._seq = 0                             # arrivals so far
         self._planned: _Plan | None = None        # when those in flight are served, as far as asked
         self.busy_time = 0.0                      # seconds with at least one transfer in flight
@@ -90,6 +92,7 @@ class Link:
                 self._virtual += elapsed * self.rate / (len(queue) - head)
                 self.busy_time += elapsed
         self._last = now
+        self._next = -1.0
         self._seq += 1
         done = Transfer(self)
         insort(queue, (self._virtual + work, self._seq, done))
@@ -103,7 +106,7 @@ class Link:
             return transfer.end
         queue, head = self._queue, self._head
         if queue[head][2] is transfer:           # served first: the usual case, most links carry one transfer
-            return self._completion(queue[head][0], self._virtual, self._last, len(queue) - head)[0]
+            return self._next                    # _settle worked it out
         plan = self._planned
         if plan is None or plan.seq != self._seq:  # something arrived since the link last planned
             plan = self._planned = _Plan(self)
@@ -122,9 +125,13 @@ class Link:
         """Serve every transfer that finished by `now`, each at its own completion."""
         queue, head = self._queue, self._head
         while head < len(queue):
-            at, virtual = self._completion(queue[head][0], self._virtual, self._last, len(queue) - head)
+            at = self._next
+            if at < 0:
+                at, self._next_virtual = self._completion(queue[head][0], self._virtual, self._last, len(queue) - head)
+                self._next = at
             if at > now:
                 break
+            virtual, self._next = self._next_virtual, -1.0
             self.busy_time += at - self._last
             self._virtual, self._last = virtual, at
             slack = virtual + _EPS * max(1.0, abs(virtual))
