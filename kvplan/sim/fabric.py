@@ -163,14 +163,23 @@ class Fabric:
         S3 objects (one per TP rank): (the transfers on the links, the per-op and network latency to wait
         before them, the RADOS ops the batch wants in flight: `_ceph_done` takes them back)."""
         table, n_osds = self.replica_hosts, self._osd_count     # only a spec with a ceph tier does Ceph I/O
-        primaries: dict[int, int] = {}            # host -> objects whose primary it holds, first seen first
-        objects: dict[int, int] = {}              # host -> objects it writes, in the order the keys first name them
+        per_osd = [0] * n_osds                    # objects whose primary is each OSD
+        seen: list[int] = []                      # those OSDs, first named first
         for key in keys:
-            hosts = table[key % n_osds]
-            primaries[hosts[0]] = primaries.get(hosts[0], 0) + 1
+            osd = key % n_osds
+            if not per_osd[osd]:
+                seen.append(osd)
+            per_osd[osd] += 1
+        # host -> objects whose primary it holds / it writes, in the order the keys first name them (an
+        # OSD's first key names its hosts no later than any other key of it does)
+        primaries: dict[int, int] = {}
+        objects: dict[int, int] = {}
+        for osd in seen:
+            count, hosts = per_osd[osd], table[osd]
+            primaries[hosts[0]] = primaries.get(hosts[0], 0) + count
             if write:
                 for host in hosts:
-                    objects[host] = objects.get(host, 0) + 1
+                    objects[host] = objects.get(host, 0) + count
         if not write:
             objects = primaries                   # a read is served by the primaries
         total = len(keys) * object_bytes
