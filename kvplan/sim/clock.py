@@ -3,11 +3,11 @@
 This is SimPy's model (simpy 4.1, which the simulator ran on until this module took over), kept
 rule for rule, compiled with the rest of the core. An `Event` happens at one instant; whoever
 waits for it puts a callback on it. A `Process` is a generator that yields the events it waits
-for and is resumed with each one's value. The `Environment` keeps triggered events in a heap
-ordered by (time, priority, insertion order) and processes them one at a time: the clock jumps to
-the event's time, and its callbacks run in the order they were added. The order is SimPy's, so a
-run gives the same result, bit for bit, as it did on SimPy (tests/test_clock.py holds the two
-together on random programs).
+for and is resumed with each one's value. The `Environment` keeps triggered events in a queue
+ordered by (time, priority, insertion order) (eventqueue.py; installed, its C twin) and processes
+them one at a time: the clock jumps to the event's time, and its callbacks run in the order they
+were added. The order is SimPy's, so a run gives the same result, bit for bit, as it did on SimPy
+(tests/test_clock.py holds the two together on random programs).
 
 Why not SimPy itself: its loop is interpreted Python, and every event the compiled core waits on
 went through it (a Timeout, a heap push, a bound method per wait, `env.now` as a property run as a
@@ -22,8 +22,9 @@ a step boundary drift.
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
-from typing import Callable, Final, Generator, Iterable, Optional, Union
+from typing import Callable, Final, Generator, Iterable, Optional, Union, cast
+
+from .eventqueue import EventQueue
 
 URGENT: Final = 0
 """Priority of a process's start: before anything else at the same instant."""
@@ -175,15 +176,13 @@ class Environment:
 
     def __init__(self) -> None:
         self.now = 0.0
-        self.queue: list[tuple[float, int, int, Event]] = []   # (time, priority, insertion order, event)
-        self.eid = 0                             # insertions so far: ties go first come, first served
+        self.queue = EventQueue()                # by (time, priority, insertion order)
 
     def schedule(self, event: Event, priority: int, delay: float) -> None:
         self.schedule_at(event, self.now + delay, priority)
 
     def schedule_at(self, event: Event, when: float, priority: int) -> None:
-        self.eid += 1
-        heappush(self.queue, (when, priority, self.eid, event))
+        self.queue.push(when, priority, event)
 
     def event(self) -> Event:
         return Event(self)
@@ -196,7 +195,8 @@ class Environment:
 
     def step(self) -> None:
         """Process the next event: the clock moves to its time and its callbacks run in order."""
-        self.now, _, _, event = heappop(self.queue)
+        self.now, first = self.queue.pop()
+        event = cast(Event, first)
         callbacks = event.callbacks
         event.callbacks = None
         assert callbacks is not None
@@ -225,7 +225,7 @@ class Environment:
         if when < self.now:
             raise ValueError(f"{when} is in the past (now is {self.now})")
         queue = self.queue
-        while queue and queue[0][0] < when:
+        while queue and queue.next_time() < when:
             self.step()
         self.now = when
 
