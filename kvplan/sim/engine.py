@@ -97,7 +97,7 @@ class Seq:
         return self.prompt + self.generated
 
 
-PLAN_FIRST = 16
+PLAN_FIRST = 32
 """Decode steps a run times before it starts (engine._fast_forward); it times more as it reaches them."""
 
 Batch = tuple[list[tuple[Seq, int]], int, list[Process]]
