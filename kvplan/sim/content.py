@@ -93,11 +93,14 @@ class Segments:
     @classmethod
     def after(cls, parent: "Segments", parts: tuple, heir: bool = False) -> "Segments":
         """The content that is `parent`'s parts then `parts` (the next turn of a session)."""
-        return cls(parts, parent, heir, after=True)
+        return Segments(parts, parent, heir, after=True)
 
     def _init(self, tail: Parts, parent: "Segments | None", heir: bool) -> None:
         self._tail = tail                            # a turn holds only its own parts: a million turns, not
-        self.length: int = (parent.length if parent is not None else 0) + sum(n for _, n in tail)
+        length = parent.length if parent is not None else 0
+        for _, n in tail:
+            length += n
+        self.length: int = length
         self._parent = parent                        # a million copies of their conversations
         self._keys: dict[int, list[int]] = _NO_KEYS
         self._heir = heir                            # a next turn builds on this one (no reference to it:
@@ -176,7 +179,10 @@ def _opening_keys(parts: Parts, unit: int) -> list[int]:
 
 
 def _nonempty(parts) -> Parts:
-    """The parts with tokens, each an (identity, int length) pair (the pair given, when it already is one)."""
+    """The parts with tokens, each an (identity, int length) pair (the pair given, when it already is one;
+    the tuple given, when every part already is one)."""
+    if type(parts) is tuple and all(type(p[1]) is int and p[1] > 0 for p in parts):
+        return parts
     return tuple(p if type(p[1]) is int else (p[0], int(p[1])) for p in parts if p[1] > 0)
 
 
