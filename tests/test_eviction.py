@@ -180,7 +180,7 @@ def test_prefix_counts_consecutive_present_keys_without_side_effects(policy):
     assert cache.prefix(keys, 3) == 0
     assert cache.prefix(keys, 4) == 2
     assert cache.prefix(keys, 10) == 0 and cache.prefix([]) == 0
-    assert cache.prefix(iter(keys), 4) == 2            # any iterable
+    assert cache.prefix(tuple(keys), 4) == 2           # any sequence
     if policy not in ("none", "ARC"):                  # lookups did not count as uses
         assert cache.insert(6, 1) == ([5] if policy == "MRU" else [1])
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from itertools import islice
 from typing import Hashable, Iterable, Sequence
 
 __all__ = ["Cache", "LRU", "LFU", "FIFO", "MRU", "ARC", "IsolatedLRU", "NoEviction"]
@@ -86,12 +85,10 @@ class Cache:
     def prefix(self, keys: Sequence, start: int = 0) -> int:
         """Number of consecutive keys from keys[start] that are present (no side effects). HOT PATH."""
         d = self._sizes
-        n = 0
-        for k in (islice(keys, start, None) if start else keys):
-            if k not in d:
-                break
+        n, end = start, len(keys)
+        while n < end and keys[n] in d:
             n += 1
-        return n
+        return n - start
 
     def absent(self, keys: Iterable) -> list:
         """The keys that are not present, in order (no side effects)."""
