@@ -88,7 +88,7 @@ def main() -> None:
         spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
         cdf_path.write_text(json.dumps(cdf))
         longest = cdf[-1][0]
-        ours = [sys.executable, "-m", "kvplan", "simulate", str(spec_path)]
+        ours = [sys.executable, "-P", "-m", "kvplan", "simulate", str(spec_path)]
         theirs = [args.sr_sim, "simulate", "--cdf", str(cdf_path), "--lam", f"{rate:.6f}", "--n-s", str(instances),
                   "--n-l", "0", "--b-short", str(longest), "--gpu-short", "a100", "--n-req", str(n)]
         print(f"chat: {n:,} requests at {rate:.3f}/s on {instances} A100s, prompt + output tokens up to {longest:,}; "

@@ -76,7 +76,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         csv = Path(tmp) / "mooncake_conversation_vidur.csv"
         n = vidur_trace(args.trace, csv)
-        ours = [sys.executable, "-c", KVPLAN_RUN, str(REPO), str(args.trace), "1" if args.like_vidur else "0"]
+        ours = [sys.executable, "-P", "-c", KVPLAN_RUN, str(REPO), str(args.trace), "1" if args.like_vidur else "0"]
         theirs = shlex.split(args.vidur.replace("{trace}", str(csv)))
         print(f"trace: {n:,} requests; kvplan {'like Vidur (no caches)' if args.like_vidur else 'full model'}")
         alternate(ours, theirs, "Vidur", args.pairs)
