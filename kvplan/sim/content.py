@@ -90,8 +90,8 @@ class Segments:
             parts = parts[len(before):]
         self._init(_nonempty(parts), parent, heir)
 
-    @classmethod
-    def after(cls, parent: "Segments", parts: tuple, heir: bool = False) -> "Segments":
+    @staticmethod
+    def after(parent: "Segments", parts: tuple, heir: bool = False) -> "Segments":
         """The content that is `parent`'s parts then `parts` (the next turn of a session)."""
         return Segments(parts, parent, heir, after=True)
 
