@@ -6,9 +6,10 @@ extension module ahead of the .py beside it. The modules to compile are listed i
 (`compile` of this hook); their types are held by tests/test_sim_types.py and their results to the
 interpreted modules' by tests/test_compiled.py.
 
-A module may also have a C twin (`extensions` of this hook: kvplan/sim/keyhash.c beside keyhash.py),
-written by hand where what the Python builds for each result is the cost (keyhash.py says why);
-it is built with setuptools into the same package and held to its Python module by its own test.
+A module may also have a C twin (`extensions` of this hook: kvplan/sim/keyhash.c beside keyhash.py,
+eventqueue.c beside eventqueue.py), written by hand where what the Python builds for each result is
+the cost (each .py says why); it is built with setuptools into the same package and held to its
+Python module by its own test.
 
 They are compiled from a copy of the package in a temporary folder, so the checkout keeps no build
 artefact (one left there would shadow an edited module for `python -m kvplan` run from the
