@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -18,6 +19,15 @@ EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 # Every kvplan a test starts keeps its runs, keys and cache here, never in the user's directories.
 os.environ["KVPLAN_STATE_DIR"] = tempfile.mkdtemp(prefix="kvplan-tests-state-")
+
+
+def source_module(relative: str, name: str):
+    """The module at `relative` (a path under the repository) run from its source file, as `name`: beside the
+    installed one, which is compiled (hatch_build.py), to hold the two together or to watch its calls."""
+    spec = importlib.util.spec_from_file_location(name, REPO / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

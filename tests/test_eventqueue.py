@@ -8,7 +8,6 @@ every result, so on any sequence of pushes and pops the two must hand out the sa
 from __future__ import annotations
 
 import gc
-import importlib.util
 import math
 import weakref
 from importlib.machinery import EXTENSION_SUFFIXES
@@ -16,18 +15,11 @@ from importlib.machinery import EXTENSION_SUFFIXES
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import REPO
+from conftest import source_module
 from kvplan.sim import eventqueue as installed
 
 
-def _source():
-    spec = importlib.util.spec_from_file_location("eventqueue_source", REPO / "kvplan" / "sim" / "eventqueue.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-source = _source()
+source = source_module("kvplan/sim/eventqueue.py", "eventqueue_source")
 QUEUES = [installed.EventQueue, source.EventQueue]
 
 # few distinct times and priorities, so that ties (broken by priority, then by push order) are common

@@ -7,25 +7,17 @@ cache hit, and every object's Ceph placement, follows from these keys, so they m
 
 from __future__ import annotations
 
-import importlib.util
 from importlib.machinery import EXTENSION_SUFFIXES
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import REPO
+from conftest import source_module
 from kvplan.sim import keyhash as installed
 from kvplan.sim.content import SEGMENTS_ROOT
 
 
-def _source():
-    spec = importlib.util.spec_from_file_location("keyhash_source", REPO / "kvplan" / "sim" / "keyhash.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-source = _source()
+source = source_module("kvplan/sim/keyhash.py", "keyhash_source")
 
 identities = st.tuples(st.integers(1, 4), st.integers(0, 2**40))
 parts_ = st.lists(st.tuples(identities, st.integers(1, 1200)), min_size=1, max_size=7).map(tuple)

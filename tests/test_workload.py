@@ -8,7 +8,6 @@ exact. These tests pin down that mapping for Mooncake traces and for the synthet
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -27,7 +26,7 @@ from kvplan.sim.workload import (SHARED_PREFIX, Content, Request, RequestList, S
 from kvplan.spec import from_mapping
 from kvplan.spec.workload import Dist
 
-from conftest import REPO, spec
+from conftest import REPO, source_module, spec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "workload"
 TINY = FIXTURES / "tiny_trace.jsonl"
@@ -291,10 +290,7 @@ def test_a_parent_only_speeds_things_up():
 def source_content():
     """kvplan/sim/content.py run from its source: the installed module is compiled (hatch_build.py), and a compiled
     module's calls to its own functions cannot be patched to watch them."""
-    spec = importlib.util.spec_from_file_location("kvplan.sim.content_source", REPO / "kvplan" / "sim" / "content.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return source_module("kvplan/sim/content.py", "kvplan.sim.content_source")
 
 
 def test_a_finished_turn_hands_its_keys_to_the_next_instead_of_rehashing_the_conversation(monkeypatch):
