@@ -11,7 +11,7 @@ only there.
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -59,22 +59,23 @@ class Ledger:
         ddr, nvme, ceph = tiers["ddr"], tiers["nvme"], tiers["ceph"]
         arrival = req.arrival + self.offset
         overhead = self.request_overhead
-        self.id[i] = i
-        self.instance[i] = instance
-        self.arrival[i] = req.arrival
-        self.prompt_tokens[i] = prompt
-        self.output_tokens[i] = output
-        self.hbm_tokens[i] = seq.hbm_tokens
-        self.ddr_tokens[i] = ddr
-        self.nvme_tokens[i] = nvme
-        self.ceph_tokens[i] = ceph
-        self.recomputed_tokens[i] = prompt - (seq.hbm_tokens + (ddr + nvme + ceph))
-        self.queue[i] = seq.admitted - arrival
-        self.load[i] = seq.load_wait
-        self.ttft[i] = seq.first_token - arrival + overhead
-        self.tpot[i] = (now - seq.first_token) / (output - 1) if output > 1 else 0.0
-        self.e2e[i] = now - arrival + overhead
-        self.preemptions[i] = seq.preemptions
+        row: Any = i                              # the index, boxed once for the 16 stores
+        self.id[row] = i
+        self.instance[row] = instance
+        self.arrival[row] = req.arrival
+        self.prompt_tokens[row] = prompt
+        self.output_tokens[row] = output
+        self.hbm_tokens[row] = seq.hbm_tokens
+        self.ddr_tokens[row] = ddr
+        self.nvme_tokens[row] = nvme
+        self.ceph_tokens[row] = ceph
+        self.recomputed_tokens[row] = prompt - (seq.hbm_tokens + (ddr + nvme + ceph))
+        self.queue[row] = seq.admitted - arrival
+        self.load[row] = seq.load_wait
+        self.ttft[row] = seq.first_token - arrival + overhead
+        self.tpot[row] = (now - seq.first_token) / (output - 1) if output > 1 else 0.0
+        self.e2e[row] = now - arrival + overhead
+        self.preemptions[row] = seq.preemptions
 
     def columns(self) -> dict[str, np.ndarray]:
         """RequestTable's columns, over the same memory (row i is request i)."""
