@@ -188,7 +188,7 @@ def served(env: Environment, transfers: Sequence[Transfer]) -> Iterator[Event]:
     process (`yield from`): one event for the time they will be served unless something else
     arrives on their links first, and another whenever something did."""
     while True:
-        end = _end(env, transfers)
+        end = planned_end(env, transfers)
         if end <= env.now:
             return
         yield at(env, end)
@@ -197,7 +197,7 @@ def served(env: Environment, transfers: Sequence[Transfer]) -> Iterator[Event]:
 def when_served(env: Environment, transfers: Sequence[Transfer], then: Callable[[], None]) -> None:
     """Call `then()` once every one of `transfers` has been served, as `served` waits but without a
     process: for work nothing waits for (a write in the background)."""
-    end = _end(env, transfers)
+    end = planned_end(env, transfers)
     if end <= env.now:
         then()
     else:
@@ -208,7 +208,7 @@ def _again(env: Environment, transfers: Sequence[Transfer], then: Callable[[], N
     when_served(env, transfers, then)
 
 
-def _end(env: Environment, transfers: Sequence[Transfer]) -> float:
+def planned_end(env: Environment, transfers: Sequence[Transfer]) -> float:
     """When the last of `transfers` will be served if nothing else arrives on their links first (env.now
     when every one of them already has been)."""
     now = env.now
