@@ -213,6 +213,21 @@ def test_a_bad_line_is_a_spec_error_naming_file_and_line(tmp_path, line, says):
     assert problem.fix
 
 
+def test_hash_ids_must_be_prefix_chained(tmp_path):
+    """An id names its block and every block before it: the same id after a different one is refused, as is
+    an id that starts one request and follows another id in the next. Sharing a prefix is what ids are for."""
+    line = '{{"timestamp": 0, "input_length": 1500, "output_length": 10, "hash_ids": {}}}'.format
+    read_trace(write(tmp_path, line([1, 2, 3]), line([1, 2, 4]), line([1, 5, 6])))
+    for second, says in (([1, 9, 3], "hash id 3 follows 9 here but follows 2"),
+                         ([2, 7, 8], "hash id 2 starts the request here but follows 1"),
+                         ([7, 1, 8], "hash id 1 follows 7 here but starts a request")):
+        with pytest.raises(SpecError) as err:
+            read_trace(write(tmp_path, line([1, 2, 3]), line(second)))
+        [problem] = err.value.problems
+        assert problem.path.endswith(":2") and says in problem.message and "prefix-chained" in problem.message
+        assert problem.fix
+
+
 def test_every_bad_line_is_reported_at_once_up_to_ten(tmp_path):
     path = write(tmp_path, GOOD, "oops", GOOD, "{}", *["nope"] * 20)
     with pytest.raises(SpecError) as err:

@@ -25,13 +25,14 @@ held by the same number of requests, or free (then the whole run is one entry of
 its deepest block first), or a ghost (not cached: evicted blocks that still have cached blocks
 deeper in their chain, which later requests can find again once the gap is recomputed). Nodes
 split where states diverge and are never merged. A request touching 750 blocks thus costs a
-walk over a few nodes plus C-level list comparisons, not 750 dictionary operations; eviction
-takes whole or partial runs from the head of the queue.
+walk over a few nodes, not 750 dictionary operations; eviction takes whole or partial runs from
+the head of the queue. Where a request's chain meets a run, comparing the last key they share
+tells whether it follows the whole run: chained keys that differ once differ from there on, so
+where they part is found by a binary search (`_parting`), not by comparing every key. Trace
+replay holds a trace's hash_ids to that rule (workload.read_trace).
 """
 
 from __future__ import annotations
-
-from operator import eq
 
 
 class _Entry:
@@ -108,8 +109,8 @@ class PrefixCache:
                 return p
             run = child.keys
             stop = min(p + len(run), n)
-            if run[: stop - p] != keys[p:stop]:
-                return p + list(map(eq, run, keys[p:stop])).index(False)
+            if run[stop - 1 - p] != keys[stop - 1]:
+                return _parting(run, p, keys, p, stop - 1)
             node, p = child, stop
         return p
 
@@ -258,8 +259,8 @@ class PrefixCache:
             run = child.keys
             stop = min(p + len(run), end)
             lo = known if known > p else p         # compared from here
-            if lo < stop and run[lo - p: stop - p] != keys[lo:stop]:    # the chains part inside this run
-                self._split(child, lo + list(map(eq, run[lo - p:], keys[lo:stop])).index(False))
+            if lo < stop and run[stop - 1 - p] != keys[stop - 1]:    # the chains part inside this run
+                self._split(child, _parting(run, p, keys, lo, stop - 1))
             elif stop < p + len(run):
                 self._split(child, stop)
             if p < start < p + len(child.keys):
@@ -296,6 +297,21 @@ class PrefixCache:
         tail = self._queue.prev
         entry.prev, entry.next = tail, self._queue
         tail.next = self._queue.prev = entry
+
+
+def _parting(run: list[int], p: int, keys: list[int], lo: int, hi: int) -> int:
+    """Where chain `keys` parts from `run` (a node's keys, the first of them at block position `p`): the first
+    position in [lo, hi] whose key differs, given that keys before `lo` agree and key `hi` differs.
+
+    Keys are prefix-chained (a key names every token before it), so two chains that differ once differ from
+    there on: the agreeing positions are a prefix, and a binary search finds where it ends."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if run[mid - p] == keys[mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _unlink(entry: _Entry) -> None:

@@ -458,6 +458,7 @@ def _parse_trace(text: str, file: Path, block_size: int) -> list[tuple[int, int,
     rows: list[tuple[int, int, int, list[int]]] = []
     problems: list[Problem] = []
     bad = 0
+    follows: dict[int, int] = {}                 # hash id -> the id before it (_check_chain)
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -469,7 +470,7 @@ def _parse_trace(text: str, file: Path, block_size: int) -> list[tuple[int, int,
         except (ValueError, RecursionError) as exc:    # an integer past Python's digit limit, nesting past its stack
             error = (f"not a trace line: {str(exc)[:120]}", "write one flat JSON object of integers per line")
         else:
-            error = _check_row(row, block_size)
+            error = _check_row(row, block_size) or _check_chain(row["hash_ids"], follows)
         if error is None:
             rows.append((row["timestamp"], row["input_length"], row["output_length"], row["hash_ids"]))
             continue
@@ -509,6 +510,21 @@ def _check_row(row: Any, block_size: int) -> tuple[str, str] | None:
         return (f"{len(ids)} hash_ids for input_length {row['input_length']}, but {block_size}-token blocks need {need}",
                 "check workload.trace.block_size (512 for the Mooncake traces)")
     return None
+
+
+def _check_chain(ids: list[int], follows: dict[int, int]) -> tuple[str, str] | None:
+    """What is wrong with a line's hash_ids as prefix-chained ids, or None: an id names its block and every
+    block before it, so it always follows the same id (or always starts a request). The prefix cache relies
+    on it: two chains that part never meet again. Records the line's ids in `follows` (id -> the id before
+    it, -1 first in a request)."""
+    before = [-1, *ids[:-1]]
+    if list(map(follows.setdefault, ids, before)) == before:
+        return None
+    h, here = next((h, b) for h, b in zip(ids, before) if follows[h] != b)
+    where = f"follows {here}" if here >= 0 else "starts the request"
+    then = f"follows {follows[h]}" if follows[h] >= 0 else "starts a request"
+    return (f"hash id {h} {where} here but {then} on an earlier line: hash_ids must be prefix-chained",
+            "give each block an id of its whole prefix, as Mooncake's traces do")
 
 
 def _replay(resolved) -> RequestList:
