@@ -27,16 +27,35 @@ def test_the_installed_keys_are_hashed_in_c():
     assert installed.__file__.endswith(tuple(EXTENSION_SUFFIXES)), installed.__file__
 
 
+def chain(module, parts, n, unit, known, root):
+    """`known` followed by the keys after it, up to the first n (extend_keys appends in place)."""
+    keys = list(known)
+    assert module.extend_keys(parts, n, unit, keys, root) is None
+    return keys
+
+
 @settings(max_examples=400, deadline=None)
 @given(parts=parts_, unit=st.sampled_from([1, 7, 16, 256, 384, 1000]), data=st.data())
 def test_c_and_python_give_the_same_keys_from_any_start(parts, unit, data):
     """Units inside one part and units across several (a short part, a part boundary), from the root
     or from keys already known (a turn continuing its conversation)."""
     n = sum(length for _, length in parts) // unit
-    full = source.extend_keys(parts, n, unit, [], SEGMENTS_ROOT)
+    full = chain(source, parts, n, unit, [], SEGMENTS_ROOT)
     known = data.draw(st.integers(0, n))
-    assert installed.extend_keys(parts, n, unit, full[:known], SEGMENTS_ROOT) == full
-    assert installed.extend_keys(parts, known, unit, full, SEGMENTS_ROOT) == full    # enough known: a copy
+    assert chain(installed, parts, n, unit, full[:known], SEGMENTS_ROOT) == full
+    assert chain(installed, parts, known, unit, full, SEGMENTS_ROOT) == full    # enough known: nothing added
+
+
+def test_the_keys_are_appended_to_the_list_given():
+    """A turn takes over the keys of the finished turn it follows: the list itself grows, nothing is copied."""
+    parts = (((3, 1), 40), ((4, 2), 9), ((3, 5), 30))
+    for module in (source, installed):
+        keys = chain(module, parts, 2, 16, [], SEGMENTS_ROOT)
+        first = keys[:]
+        module.extend_keys(parts, 4, 16, keys, SEGMENTS_ROOT)
+        assert len(keys) == 4 and keys[:2] == first and keys == chain(source, parts, 4, 16, [], SEGMENTS_ROOT)
+    with pytest.raises(TypeError, match="keys must be a list"):
+        installed.extend_keys(parts, 4, 16, (), SEGMENTS_ROOT)
 
 
 @pytest.mark.parametrize("prev", [0, -2, 1, 2**61 - 2, 2**61 - 1, 2**61, -(2**61) + 1, -(2**61), 2**63 - 1, -(2**63),
@@ -44,8 +63,8 @@ def test_c_and_python_give_the_same_keys_from_any_start(parts, unit, data):
 def test_a_previous_key_anywhere_in_the_hash_range_chains_the_same(prev):
     """Python hashes an int modulo 2**61 - 1 and never to -1: the C side must, for every 64-bit key."""
     parts = (((3, 1), 40), ((4, 2), 9), ((3, 5), 30))
-    assert installed.extend_keys(parts, 4, 16, [prev], 0) == source.extend_keys(parts, 4, 16, [prev], 0)
-    assert installed.extend_keys(parts, 3, 16, [], prev) == source.extend_keys(parts, 3, 16, [], prev)
+    assert chain(installed, parts, 4, 16, [prev], 0) == chain(source, parts, 4, 16, [prev], 0)
+    assert chain(installed, parts, 3, 16, [], prev) == chain(source, parts, 3, 16, [], prev)
 
 
 def test_asking_for_more_keys_than_the_content_holds_fails_the_same_way():

@@ -325,6 +325,21 @@ def test_a_finished_turn_hands_its_keys_to_the_next_instead_of_rehashing_the_con
     assert turn0._keys == {}                        # and the finished turn keeps nothing once handed on
 
 
+def test_the_next_turn_takes_over_the_finished_turns_keys_without_copying_them():
+    """Copying a conversation's keys touches every key object of it, on every turn; a finished turn's list
+    is extended instead. A turn still running keeps its own (the next one copies it)."""
+    Segments = source_content().Segments
+    turn0 = Segments((((1, 0), 500), ((3, 0), 77), ((4, 0), 200)))
+    turn1 = Segments(turn0.parts + (((3, 1), 90), ((4, 1), 300)), turn0)
+    turn2 = Segments(turn1.parts + (((3, 2), 60), ((4, 2), 100)), turn1)
+    own = turn0.keys(16, len(turn0))                # all of a content's keys: its own list
+    turn0.forget()
+    assert turn1.keys(16, len(turn1)) is own
+    assert turn2.keys(16, len(turn2)) is not own    # turn1 has not finished: it keeps its list
+    assert turn1.keys(16, len(turn1)) is own and own == Segments(turn1.parts).keys(16, len(turn1))
+    assert turn2.keys(16, len(turn2)) == Segments(turn2.parts).keys(16, len(turn2))
+
+
 def test_a_turn_built_after_its_predecessor_finished_still_hashes_only_its_new_tokens(monkeypatch):
     """The workload stream builds a turn when it arrives, which may be after the previous turn has
     finished: that turn was built as an heir's parent (`heir=True`), so it kept its keys for it."""

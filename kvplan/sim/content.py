@@ -122,7 +122,9 @@ class Segments:
 
     def keys(self, unit: int, length: int) -> list[int]:
         _check_length(self, unit, length)
-        return self._all_keys(unit)[: length // unit]
+        keys = self._all_keys(unit)
+        n = length // unit
+        return keys if n == len(keys) else keys[:n]   # all of them: this content's own list (read, never change)
 
     def _all_keys(self, unit: int) -> list[int]:
         done = self._keys.get(unit)
@@ -133,19 +135,24 @@ class Segments:
         while node is not None and unit not in node._keys:
             chain.append(node)
             node = node._parent
-        base: list[int] = node._keys[unit] if node is not None else _opening_keys(chain[-1]._tail, unit)
+        parent = self._parent
+        if node is None:
+            keys = _opening_keys(chain[-1]._tail, unit)
+        elif node is parent and node._done:          # the finished turn's keys, handed on as they are: not
+            keys = node._keys.pop(unit)              # copied (touching every key object of the conversation)
+        else:
+            keys = list(node._keys[unit])
         for turn in reversed(chain):                 # only this content keeps them (see forget)
-            base = extend_keys(turn.parts, turn.length // unit, unit, base, SEGMENTS_ROOT)
+            extend_keys(turn.parts, turn.length // unit, unit, keys, SEGMENTS_ROOT)
         if self._keys is _NO_KEYS:
             self._keys = {}
-        self._keys[unit] = base
-        parent = self._parent
+        self._keys[unit] = keys
         if parent is not None:
             if parent._done:                         # handed on: the finished turn needs them no more
                 parent._keys.pop(unit, None)
             else:
                 parent._handed += (unit,)
-        return base
+        return keys
 
     def forget(self) -> None:
         """Drop the cached keys (they are recomputed if asked for again): a finished request's
@@ -165,16 +172,16 @@ per session: a third of a chat's keys."""
 
 
 def _opening_keys(parts: Parts, unit: int) -> list[int]:
-    """The keys of the units inside `parts`' first part, when it is a shared segment; [] otherwise."""
+    """The keys of the units inside `parts`' first part, when it is a shared segment, as a new list; [] otherwise."""
     if not parts:
         return []
     ident, length = parts[0]
     if ident[0] != SHARED_PREFIX and ident[0] != TEMPLATE:
         return []
     n = length // unit
-    known = _SHARED_KEYS.get((ident, unit), [])
+    known = _SHARED_KEYS.setdefault((ident, unit), [])
     if len(known) < n:
-        known = _SHARED_KEYS[(ident, unit)] = extend_keys(((ident, length),), n, unit, known, SEGMENTS_ROOT)
+        extend_keys(((ident, length),), n, unit, known, SEGMENTS_ROOT)
     return known[:n]
 
 

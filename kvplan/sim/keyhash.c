@@ -95,7 +95,7 @@ static int read_part(PyObject *parts, Py_ssize_t index, Py_ssize_t *known, Py_ha
 static PyObject *extend_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "extend_keys(parts, n_keys, unit, base, root) takes 5 arguments");
+        PyErr_SetString(PyExc_TypeError, "extend_keys(parts, n_keys, unit, keys, root) takes 5 arguments");
         return NULL;
     }
     PyObject *parts = args[0];
@@ -108,12 +108,14 @@ static PyObject *extend_keys(PyObject *module, PyObject *const *args, Py_ssize_t
     long long root = PyLong_AsLongLong(args[4]);
     if (PyErr_Occurred())
         return NULL;
-    PyObject *keys = PySequence_List(args[3]);
-    if (keys == NULL)
+    PyObject *keys = args[3];
+    if (!PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "keys must be a list");
         return NULL;
+    }
     Py_ssize_t have = PyList_GET_SIZE(keys);
     if (have >= n_keys)
-        return keys;
+        Py_RETURN_NONE;
 
     Py_ssize_t pi = 0, known = -1;
     Py_hash_t ident = 0;
@@ -121,11 +123,11 @@ static PyObject *extend_keys(PyObject *module, PyObject *const *args, Py_ssize_t
     if (have) {
         prev = PyLong_AsLongLong(PyList_GET_ITEM(keys, have - 1));
         if (prev == -1 && PyErr_Occurred())
-            goto fail;
+            return NULL;
     }
     for (;;) {                                      /* the part holding token `have * unit` */
         if (read_part(parts, pi, &known, &ident, &plen) < 0)
-            goto fail;
+            return NULL;
         if (po < plen)
             break;
         po -= plen;
@@ -133,7 +135,7 @@ static PyObject *extend_keys(PyObject *module, PyObject *const *args, Py_ssize_t
     }
     for (Py_ssize_t k = have; k < n_keys; k++) {
         if (read_part(parts, pi, &known, &ident, &plen) < 0)
-            goto fail;
+            return NULL;
         if (plen - po > unit) {                     /* the common case: the unit lies inside one part */
             tuple_hash pieces;
             tuple_start(&pieces);
@@ -145,7 +147,7 @@ static PyObject *extend_keys(PyObject *module, PyObject *const *args, Py_ssize_t
             tuple_start(&pieces);
             for (long long need = unit; need;) {
                 if (read_part(parts, pi, &known, &ident, &plen) < 0)
-                    goto fail;
+                    return NULL;
                 long long take = need < plen - po ? need : plen - po;
                 tuple_item(&pieces, piece_hash(ident, po, po + take));
                 po += take;
@@ -160,19 +162,16 @@ static PyObject *extend_keys(PyObject *module, PyObject *const *args, Py_ssize_t
         PyObject *key = PyLong_FromLongLong(prev);
         if (key == NULL || PyList_Append(keys, key) < 0) {
             Py_XDECREF(key);
-            goto fail;
+            return NULL;
         }
         Py_DECREF(key);
     }
-    return keys;
-fail:
-    Py_DECREF(keys);
-    return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"extend_keys", (PyCFunction)(void (*)(void))extend_keys, METH_FASTCALL,
-     "extend_keys(parts, n_keys, unit, base, root): the first n_keys keys of parts (keyhash.py)"},
+     "extend_keys(parts, n_keys, unit, keys, root): append to keys the next of parts' first n_keys keys (keyhash.py)"},
     {NULL, NULL, 0, NULL},
 };
 

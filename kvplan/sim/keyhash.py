@@ -13,13 +13,12 @@ modules shadow theirs, and tests/test_keyhash.py holds the two to the same keys,
 
 from __future__ import annotations
 
-def extend_keys(parts: tuple[tuple[tuple[int, ...], int], ...], n_keys: int, unit: int, base: list[int], root: int) -> list[int]:
-    """The first `n_keys` keys of `parts` (a Segments content's (identity, tokens) runs) in `unit`-token units,
-    as a new list: `base` (the first keys, already known) followed by the ones computed here; `root` is the
-    key before key 0."""
-    keys = list(base)
+def extend_keys(parts: tuple[tuple[tuple[int, ...], int], ...], n_keys: int, unit: int, keys: list[int], root: int) -> None:
+    """Append to `keys` (the first keys of `parts`, a Segments content's (identity, tokens) runs, in `unit`-token
+    units, already known) the ones after them, up to the first `n_keys`; `root` is the key before key 0. In place:
+    a conversation's next turn takes over the keys of the turn it follows rather than copying them."""
     if len(keys) >= n_keys:
-        return keys
+        return
     pi, po = 0, len(keys) * unit                     # part index and offset inside it
     while po >= parts[pi][1]:
         po -= parts[pi][1]
@@ -42,4 +41,3 @@ def extend_keys(parts: tuple[tuple[tuple[int, ...], int], ...], n_keys: int, uni
                     pi, po = pi + 1, 0
             prev = hash((prev, tuple(pieces)))
         keys.append(prev)
-    return keys
