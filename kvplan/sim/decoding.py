@@ -8,7 +8,10 @@ are the stored ones plus `clock - since` (`sync` writes them). What does need a 
 attention is kept in two heaps keyed by clock:
 
 - growth: the clock at which the member's next token no longer fits its KV blocks (its
-  computed tokens fill them), so the scheduler must give it a block (or preempt) first;
+  computed tokens fill them), so the scheduler must give it a block (or preempt) first. An
+  entry may be early: a run of many steps at once gives each member the blocks its steps need
+  without telling the set, and `due` puts such a member back at the clock it now needs one.
+  The heap is touched when a member is due, not at every block of every run;
 - ends: the clock after whose step the member has emitted its last token.
 
 The sum of the members' lengths (prompt + output so far), which the step-time model needs, is
@@ -91,8 +94,21 @@ class DecodeSet:
 
     def due(self, last: int) -> list["Seq"]:
         """Members that need a new block at some step up to clock `last` (taken off the growth heap:
-        call `grew` for each once its blocks are given)."""
-        return self._pop(self._growth, last)
+        call `grew` for each once its blocks are given). One given blocks since its entry was pushed
+        (a run of steps at once) goes back on the heap at the clock it now needs one."""
+        heap, seqs, bs, out = self._growth, self._seqs, self.block_size, []
+        limit = (last + 1) << _SHIFT
+        while heap and heap[0] < limit:
+            ticket = heappop(heap) & _TICKET
+            seq = seqs.get(ticket)
+            if seq is None:                 # a former membership's
+                continue
+            needs = seq.since + seq.holding.blocks * bs - seq.computed
+            if needs > last:
+                heappush(heap, needs << _SHIFT | ticket)
+            else:
+                out.append(seq)
+        return out
 
     def _pop(self, heap: list[int], last: int) -> list["Seq"]:
         """The current members whose entries in `heap` are due by clock `last`, taken off it."""

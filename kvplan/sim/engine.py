@@ -519,13 +519,10 @@ class Engine:
             ends = self.steptime.decode_run(seqs, context, horizon)
             yield env.timeout(ends[-1])
             steps = horizon
-        grown = decoding.due(decoding.clock + steps - 1)        # exactly those that need blocks
-        for seq, r in zip(decodes, room):
+        for seq, r in zip(decodes, room):   # each the blocks its steps need (the decode set's `due` finds out)
             extra = -(-(steps - r) // bs)
             if extra > 0 and not self.hbm.grow(seq.holding, extra):
                 raise AssertionError("fast-forward planned blocks that are not free")
-        for seq in grown:
-            decoding.grew(seq)
         finished = decoding.advance(steps)
         if len(finished) > 1:
             finished.sort(key=self.running.index)
