@@ -68,9 +68,12 @@ def test_a_full_prompt_hit_still_recomputes_one_token(tmp_path):
 
 
 def test_lookup_stops_at_the_first_missing_chunk(tmp_path):
-    res = toy_run(tmp_path, [([1, 2, 3], 3 * CHUNK, 1), ([1, 9, 3], 3 * CHUNK, 1)], ddr={"size": chunks(8)})
-    # chunk 3 of the second request is a different chunk: its key chains on chunk 9
-    assert res.per_request[1].ddr_tokens == CHUNK
+    reqs = [([1, 2, 3], 3 * CHUNK, 1),   # stores 1, 2, 3: ddr (3 chunks) is full
+            ([1], CHUNK, 1),             # hits 1, which refreshes it: 2 is now the least recently used
+            ([4], CHUNK, 1),             # stores 4, evicting 2
+            ([1, 2, 3], 3 * CHUNK, 1)]   # 1 is held, 2 is not: 3, though held, is not reached
+    res = toy_run(tmp_path, reqs, ddr={"size": chunks(3)})
+    assert (res.per_request[3].ddr_tokens, res.per_request[3].recomputed_tokens) == (CHUNK, 2 * CHUNK)
 
 
 def test_a_prefix_is_split_across_tiers_and_inprocess_promotes_into_ddr(tmp_path):
