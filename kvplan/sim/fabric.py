@@ -158,12 +158,9 @@ class Fabric:
         env = self.env
         parts, delay, wanted = self._ceph_issue(node, keys, object_bytes, objects_per_key, write=True)
         done = partial(self._ceph_done, True, wanted, env.now, then)
-        ready = env.now + delay
         served_at = planned_end(env, parts)
-        if served_at > ready:
-            at(env, served_at).then(partial(self._ceph_written, parts, done))
-        else:
-            env.timeout(delay).then(partial(self._ceph_written, parts, done))
+        wake = at(env, served_at) if served_at > env.now + delay else env.timeout(delay)
+        wake.then(partial(self._ceph_written, parts, done))
 
     def _ceph_written(self, parts: list[Transfer], done: Callable[[], None], _: object) -> None:
         when_served(self.env, parts, done)
