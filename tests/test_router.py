@@ -173,3 +173,19 @@ def test_the_deployed_router_groups_requests_as_the_simulator_does(policy):
     sim = grouping(simulated(policy, requests))
     assert len(set(sim)) == 2, f"{policy}: the sequence should use both instances ({sim})"
     assert grouping(through_the_router(policy, requests)) == sim
+
+
+def test_prefix_aware_counts_the_routed_prefix_of_a_prompt():
+    """An instance is sent whole prompts and block keys chain their prefix, so the blocks routed to an
+    instance are a prefix of any prompt's keys; Router._match finds its length by a binary search,
+    which must agree with walking the keys one by one."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        prompts = [[rng.randrange(3) for _ in range(rng.randrange(1, 12))] for _ in range(rng.randrange(1, 6))]
+        chained = [[hash(tuple(p[:i + 1])) for i in range(len(p))] for p in prompts]
+        routed = set().union(*chained[:-1])
+        keys = chained[-1]
+        walked = next((i for i, key in enumerate(keys) if key not in routed), len(keys))
+        assert Router._match(routed, keys) == walked

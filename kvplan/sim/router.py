@@ -90,21 +90,33 @@ class Router:
         keys = req.content.keys(self.block_size, req.prompt_tokens)
         if max(loads) - min(loads) > BALANCE_ABS and max(loads) > BALANCE_REL * min(loads):
             choice = self._least_loaded()
+            known = self._match(self._routed[choice], keys)
         else:
             matched = [self._match(routed, keys) for routed in self._routed]
             best = max(range(len(self.engines)), key=lambda i: (matched[i], -loads[i], -i))
             rate = matched[best] * self.block_size / max(req.prompt_tokens, 1)
             choice = best if rate > CACHE_THRESHOLD else self._least_loaded()
-        self._routed[choice].update(keys)
+            known = matched[choice]
+        self._routed[choice].update(keys[known:])          # the keys before were routed there already
         return choice
 
+    def forget(self) -> None:
+        """Drop the routed keys (a run's end: run.run calls it). prefix_aware's sets hold every block key
+        routed, millions on a long trace; emptied here they are freed by reference count, where the cyclic
+        collector would walk each of them to free the run's objects (1.4 s of a 9 s Mooncake-trace run)."""
+        for routed in self._routed:
+            routed.clear()
+
     @staticmethod
-    def _match(routed: set, keys) -> int:
-        """Leading blocks of `keys` routed to this instance before (the keys chain the prefix, so a hit on
-        block k means the instance was sent blocks 0..k)."""
-        n = 0
-        for key in keys:
-            if key not in routed:
-                break
-            n += 1
-        return n
+    def _match(routed: set, keys: list[int]) -> int:
+        """Leading blocks of `keys` routed to this instance before. The keys chain the prefix and an instance
+        is sent whole prompts, so a hit on block k means the instance was sent blocks 0..k: the routed
+        blocks are a prefix of `keys`, found by a binary search."""
+        lo, hi = 0, len(keys)            # keys[:lo] were routed here, keys[hi:] were not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if keys[mid] in routed:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo

@@ -282,12 +282,17 @@ def run(r: Resolved, seed: int | None = None, progress: Progress | None = None, 
     missed one of those targets (kvplan.sim.slo_watch). The cyclic
     garbage collector is paused for the run: the workload's millions of small
     objects would otherwise be rescanned again and again, and the run creates no cycles
-    worth collecting before it ends.
+    worth collecting before it ends. When it ends the router forgets its routed keys, so that the
+    collector's first pass over the run's objects does not walk them.
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return Simulation(r, seed, progress, bounds, stop_at_miss, requests).run()
+        sim = Simulation(r, seed, progress, bounds, stop_at_miss, requests)
+        try:
+            return sim.run()
+        finally:
+            sim.router.forget()
     finally:
         if was_enabled:
             gc.enable()
