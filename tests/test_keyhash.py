@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import source_module
 from kvplan.sim import keyhash as installed
-from kvplan.sim.content import SEGMENTS_ROOT
+from kvplan.sim.content import OUTPUT_TAG, SEGMENTS_ROOT, TRACE_TAG
 
 
 source = source_module("kvplan/sim/keyhash.py", "keyhash_source")
@@ -72,3 +72,16 @@ def test_asking_for_more_keys_than_the_content_holds_fails_the_same_way():
     for module in (source, installed):
         with pytest.raises(IndexError):
             module.extend_keys(parts, 3, 16, [], SEGMENTS_ROOT)
+
+
+@settings(max_examples=400, deadline=None)
+@given(ids=st.lists(st.integers(-2**70, 2**70), min_size=1, max_size=12), block=st.sampled_from([1, 16, 64, 512]),
+       unit=st.sampled_from([1, 7, 16, 256, 512, 1000]), data=st.data())
+def test_c_and_python_give_the_same_trace_keys(ids, block, unit, data):
+    """A trace request's keys: its input's blocks named by hash ids of any size (CPython hashes each
+    one), units smaller, larger or not dividing the trace's blocks, and the output's chained keys."""
+    input_length = data.draw(st.integers(0, len(ids) * block))
+    length = input_length + data.draw(st.integers(0, 3000))
+    request = data.draw(st.integers(0, 2**40))
+    args = (ids, input_length, length, unit, block, request, TRACE_TAG, OUTPUT_TAG)
+    assert installed.trace_keys(*args) == source.trace_keys(*args)

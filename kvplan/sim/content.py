@@ -19,17 +19,14 @@ Protocol cannot be compiled):
 
 Keys are Python `hash()` of tuples of ints only (never str or bytes), so they are the same in
 every process whatever PYTHONHASHSEED is (they may differ between CPython versions, which never
-matters inside one run). A Segments content's keys are hashed by `keyhash` (in C once installed).
+matters inside one run). Both kinds' keys are hashed by `keyhash` (in C once installed).
 """
 
 from __future__ import annotations
 
-from itertools import repeat
 from typing import Any
 
-import numpy as np
-
-from .keyhash import extend_keys
+from .keyhash import extend_keys, trace_keys
 
 
 # Segment kinds (the first int of a segment identity). Keep them positive: CPython hashes -1 and -2
@@ -235,17 +232,5 @@ class TraceBlocks:
         self._keys = None
 
     def _compute(self, unit: int) -> list[int]:
-        ids, bs = self.hash_ids, self.block_size
-        n_in = self.input_length // unit
-        if unit == bs:
-            keys = [hash((TRACE_TAG, h, bs)) for h in ids[:n_in]]
-        else:                                  # the same keys as a per-unit loop, hashed by map/zip in C
-            ends = np.arange(unit, n_in * unit + 1, unit)
-            block = (ends - 1) // bs
-            keys = list(map(hash, zip(repeat(TRACE_TAG), np.asarray(ids)[block].tolist(),
-                                      (ends - block * bs).tolist())))
-        prev = keys[-1] if keys else TRACE_TAG
-        for e in range((n_in + 1) * unit, self.length + 1, unit):
-            prev = hash((prev, OUTPUT_TAG, self.request, e))
-            keys.append(prev)
-        return keys
+        return trace_keys(self.hash_ids, self.input_length, self.length, unit, self.block_size, self.request,
+                          TRACE_TAG, OUTPUT_TAG)

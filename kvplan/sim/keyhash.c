@@ -1,5 +1,5 @@
-/* The C twin of keyhash.py: the same `extend_keys`, the same keys, without a Python object per key
- * but the key itself.
+/* The C twin of keyhash.py: the same `extend_keys` and `trace_keys`, the same keys, without a Python
+ * object per key but the key itself.
  *
  * keyhash.py defines key i as hash((key i-1, pieces)), pieces a tuple of (identity, start, end)
  * tuples. Hashing that builds three tuples and two ints for every key and drops them again; here
@@ -7,7 +7,9 @@
  * tuple (Objects/tupleobject.c, CPython 3.8 and later: an xxHash-style accumulation of the items'
  * hashes) and to an int (its value modulo 2**61 - 1, with its sign, -1 taken as -2: the numeric
  * hash of the Python reference, "Hashing of numeric types"). A segment identity is a tuple of ints
- * hashed by CPython itself, once per part. tests/test_keyhash.py holds this module to keyhash.py
+ * hashed by CPython itself, once per part, and so is a trace block's hash id, once per block (a
+ * trace key is hash((tag, hash id, offset)), an output key hash((prev, tag, request, end)): tuples
+ * of ints, the same arithmetic). tests/test_keyhash.py holds this module to keyhash.py
  * and to hash() on every kind of chain; a CPython whose hashes differ fails there, loudly.
  */
 #define PY_SSIZE_T_CLEAN
@@ -169,15 +171,87 @@ static PyObject *extend_keys(PyObject *module, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+static PyObject *trace_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "trace_keys(hash_ids, input_length, length, unit, block_size, request, trace_tag, output_tag) "
+                        "takes 8 arguments");
+        return NULL;
+    }
+    PyObject *ids = args[0];
+    if (!PyList_Check(ids)) {
+        PyErr_SetString(PyExc_TypeError, "hash_ids must be a list");
+        return NULL;
+    }
+    long long input_length = PyLong_AsLongLong(args[1]), length = PyLong_AsLongLong(args[2]);
+    long long unit = PyLong_AsLongLong(args[3]), block_size = PyLong_AsLongLong(args[4]);
+    long long request = PyLong_AsLongLong(args[5]), trace_tag = PyLong_AsLongLong(args[6]);
+    long long output_tag = PyLong_AsLongLong(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (unit <= 0 || block_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "unit and block_size must be positive");
+        return NULL;
+    }
+    long long n_in = input_length / unit, n = length / unit;
+    PyObject *keys = PyList_New(0);
+    if (keys == NULL)
+        return NULL;
+    long long prev = trace_tag;
+    Py_ssize_t known_block = -1;
+    Py_hash_t id_hash = 0;
+    for (long long k = 0; k < n; k++) {
+        long long e = (k + 1) * unit;
+        tuple_hash t;
+        tuple_start(&t);
+        if (k < n_in) {                             /* hash((trace_tag, hash_ids[b], e - b*block_size)) */
+            Py_ssize_t b = (Py_ssize_t)((e - 1) / block_size);
+            if (b != known_block) {
+                if (b >= PyList_GET_SIZE(ids)) {
+                    PyErr_SetString(PyExc_IndexError, "list index out of range");
+                    goto fail;
+                }
+                id_hash = PyObject_Hash(PyList_GET_ITEM(ids, b));
+                if (id_hash == -1)
+                    goto fail;
+                known_block = b;
+            }
+            tuple_item(&t, int_hash(trace_tag));
+            tuple_item(&t, id_hash);
+            tuple_item(&t, int_hash(e - (long long)b * block_size));
+        } else {                                    /* hash((prev, output_tag, request, e)) */
+            tuple_item(&t, int_hash(prev));
+            tuple_item(&t, int_hash(output_tag));
+            tuple_item(&t, int_hash(request));
+            tuple_item(&t, int_hash(e));
+        }
+        prev = tuple_end(&t);
+        PyObject *key = PyLong_FromLongLong(prev);
+        if (key == NULL || PyList_Append(keys, key) < 0) {
+            Py_XDECREF(key);
+            goto fail;
+        }
+        Py_DECREF(key);
+    }
+    return keys;
+fail:
+    Py_DECREF(keys);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"extend_keys", (PyCFunction)(void (*)(void))extend_keys, METH_FASTCALL,
      "extend_keys(parts, n_keys, unit, keys, root): append to keys the next of parts' first n_keys keys (keyhash.py)"},
+    {"trace_keys", (PyCFunction)(void (*)(void))trace_keys, METH_FASTCALL,
+     "trace_keys(hash_ids, input_length, length, unit, block_size, request, trace_tag, output_tag): a trace "
+     "request's keys (keyhash.py)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef keyhash_module = {
     PyModuleDef_HEAD_INIT, "kvplan.sim.keyhash",
-    "Block keys of a Segments content, computed in C (the twin of keyhash.py).", -1, methods, NULL, NULL, NULL, NULL,
+    "Block keys of a content, computed in C (the twin of keyhash.py).", -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit_keyhash(void) {

@@ -1,4 +1,6 @@
-"""Block keys of a Segments content: the prefix-chained hash of each full unit of tokens.
+"""Block keys of a content: the prefix-chained hash of each full unit of tokens.
+
+`extend_keys` is a Segments content's (synthetic workloads), `trace_keys` a trace request's.
 
 Key i is hash((key i-1, pieces)), where pieces is the tuple of (segment identity, start, end) runs
 inside unit i (start and end are offsets within the segment) and key -1 is the chain's root. Each
@@ -41,3 +43,21 @@ def extend_keys(parts: tuple[tuple[tuple[int, ...], int], ...], n_keys: int, uni
                     pi, po = pi + 1, 0
             prev = hash((prev, tuple(pieces)))
         keys.append(prev)
+
+
+def trace_keys(hash_ids: list[int], input_length: int, length: int, unit: int, block_size: int, request: int,
+               trace_tag: int, output_tag: int) -> list[int]:
+    """The keys of a trace request's `length` tokens in `unit`-token units (content.TraceBlocks says why
+    they are these). A unit ending at token e of the `input_length` input lies in trace block
+    b = (e-1) // block_size: its key is hash((trace_tag, hash_ids[b], e - b*block_size)). A unit ending
+    after the input chains on the key before it: hash((prev, output_tag, request, e))."""
+    n_in = input_length // unit
+    keys = []
+    for e in range(unit, n_in * unit + 1, unit):
+        b = (e - 1) // block_size
+        keys.append(hash((trace_tag, hash_ids[b], e - b * block_size)))
+    prev = keys[-1] if keys else trace_tag
+    for e in range((n_in + 1) * unit, length + 1, unit):
+        prev = hash((prev, output_tag, request, e))
+        keys.append(prev)
+    return keys
