@@ -32,13 +32,15 @@ import json
 import lzma
 from pathlib import Path
 
+import yaml
+
 PROFILES = Path(__file__).resolve().parent.parent / "models" / "profiles" / "vidur"
 COMPUTE_DATASET = "project-vajra/dev-staging-meta-llama-llama-3-8b-h100"    # Vidur's defaults
 NETWORK_DATASET = "project-vajra/dev-staging-h100-dgx"
 MODEL, DEVICE, NETWORK = "meta-llama/Llama-3-70B", "h100", "h100_dgx"
-LAYER = {"n_head": 64, "n_kv_head": 8, "n_embd": 8192, "n_expanded_embd": 28672,
-         "vocab_size": 128256, "use_gated_mlp": True}
-HEAD_DIM = 128
+LAYER = yaml.safe_load((PROFILES / "SOURCE.yaml").read_text())["models"]["Meta-Llama-3-70B"]
+"""Vidur's layer dimensions of Llama-3-70B (its A100 profile's; the H100 tables below are Llama-2-70B's)."""
+HEAD_DIM = LAYER["n_embd"] // LAYER["n_head"]
 OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "input_layernorm",
        "attn_rope", "post_attention_layernorm", "mlp_act", "add")
 FLOPS, BYTES_PER_S = 989e12, 3.35e12      # H100-SXM, NVIDIA's datasheet
