@@ -170,41 +170,39 @@ class Fabric:
         """Start moving the objects of `keys`, each `object_bytes` (whole bytes) per key, as `objects_per_key`
         S3 objects (one per TP rank): (the transfers on the links, the per-op and network latency to wait
         before them, the RADOS ops the batch wants in flight: `_ceph_done` takes them back)."""
-        table, n_osds = self.replica_hosts, self._osd_count     # only a spec with a ceph tier does Ceph I/O
-        per_osd = [0] * n_osds                    # objects whose primary is each OSD
-        seen: list[int] = []                      # those OSDs, first named first
+        table, n_osds, n_hosts = self.replica_hosts, self._osd_count, len(self.osds)
+        # per host: objects whose primary it holds, and those it writes (lists by host: a cluster has a handful);
+        # `named` the hosts in the order the keys first make them primaries (the order of the op records)
+        primaries, objects, named = [0] * n_hosts, [0] * n_hosts, []
         for key in keys:
-            osd = key % n_osds
-            if not per_osd[osd]:
-                seen.append(osd)
-            per_osd[osd] += 1
-        # host -> objects whose primary it holds / it writes, in the order the keys first name them (an
-        # OSD's first key names its hosts no later than any other key of it does)
-        primaries: dict[int, int] = {}
-        objects: dict[int, int] = {}
-        for osd in seen:
-            count, hosts = per_osd[osd], table[osd]
-            primaries[hosts[0]] = primaries.get(hosts[0], 0) + count
+            hosts = table[key % n_osds]
+            primary = hosts[0]
+            if not primaries[primary]:
+                named.append(primary)
+            primaries[primary] += 1
             if write:
                 for host in hosts:
-                    objects[host] = objects.get(host, 0) + count
+                    objects[host] += 1
         if not write:
             objects = primaries                   # a read is served by the primaries
         total = len(keys) * object_bytes
         io = self._osd_write if write else self._osd_read
         parts = [(self.node_tx if write else self.node_rx)[node].transfer(total)]
-        for host, count in objects.items():
-            nbytes = count * object_bytes
-            parts.append(self.osds[host].transfer(max(nbytes / io.bandwidth, count * objects_per_key / io.iops)))
-            parts.append((self.host_rx if write else self.host_tx)[host].transfer(nbytes))
+        nics = self.host_rx if write else self.host_tx
+        for host in range(n_hosts):
+            count = objects[host]
+            if count:
+                nbytes = count * object_bytes
+                parts.append(self.osds[host].transfer(max(nbytes / io.bandwidth, count * objects_per_key / io.iops)))
+                parts.append(nics[host].transfer(nbytes))
         if write and self._pool_size > 1:   # primaries forward replicas over their hosts' NICs
             each = float((self._pool_size - 1) * object_bytes)  # whole bytes: count * each is exact
-            for h, count in primaries.items():
-                parts.append(self.host_tx[h].transfer(count * each))
+            for host in named:
+                parts.append(self.host_tx[host].transfer(primaries[host] * each))
         op, ops_per_key, wanted = self._ceph_op(len(keys), object_bytes, objects_per_key, write)
-        for host, count in primaries.items():
+        for host in named:
             self.ceph_op_latencies.append(op)
-            self.ceph_op_counts.append(count * ops_per_key)
+            self.ceph_op_counts.append(primaries[host] * ops_per_key)
             self.ceph_op_hosts.append(host)
         return parts, io.latency + 2 * self._net_latency, wanted
 

@@ -60,11 +60,19 @@ class TierCounters:
     promoted_chunks: int = 0    # in-process: copies written back into ddr after a lower-tier hit
 
 
-@dataclass
 class Span:
-    tier: str
-    start: int                  # chunk index
-    end: int
+    """Chunks [start, end) of a lookup, held in `tier`. A plain class, not a dataclass: one is made for
+    every tier a lookup hits, and a compiled dataclass's __init__ is the interpreted one dataclasses writes."""
+
+    __slots__ = ("tier", "start", "end")
+
+    def __init__(self, tier: str, start: int, end: int):
+        self.tier = tier
+        self.start = start                      # chunk index
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"Span({self.tier!r}, {self.start}, {self.end})"
 
 
 @dataclass
