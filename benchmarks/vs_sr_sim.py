@@ -7,7 +7,10 @@ without prefix cache or KV tiers) runs as the command you give, in its own virtu
 its workload is the same one as far as it can take it: the same number of requests, the same
 mean arrival rate, and an empirical CDF of the very requests kvplan draws (prompt + output tokens,
 the format vllm-sr-sim reads), served by one pool of as many A100s as kvplan has instances.
-`--no-caches` runs kvplan without what vllm-sr-sim does not model (prefix cache, LMCache, Ceph).
+`--caches` says how much of the example's cache hierarchy kvplan keeps, one layer more at each level:
+none (what vllm-sr-sim models: no prefix cache, LMCache or Ceph; `--no-caches` is the same), prefix
+(vLLM's prefix cache), ddr, nvme, all (the example as it is, Ceph too); run at each level, it tells what
+each layer costs against the same peer.
 `--instances 50` makes it a fleet of 50 A100s at 12.5 times the example's arrival rate (each GPU
 keeps the example's load): kvplan simulates every instance's scheduler, vllm-sr-sim one pool.
 
@@ -17,8 +20,8 @@ median and range.
 
 Usage:
   python -m venv /opt/srsim && /opt/srsim/bin/pip install vllm-sr-sim
-  python benchmarks/vs_sr_sim.py --sr-sim /opt/srsim/bin/vllm-sr-sim [--pairs 3] [--requests N] [--no-caches]
-      [--instances N]
+  python benchmarks/vs_sr_sim.py --sr-sim /opt/srsim/bin/vllm-sr-sim [--pairs 3] [--requests N]
+      [--caches none|prefix|ddr|nvme|all | --no-caches] [--instances N]
 """
 
 from __future__ import annotations
@@ -37,9 +40,13 @@ from paired import alternate
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "examples" / "chat-llama2-13b.yaml"
 CDF_POINTS = 200                                  # as vllm-sr-sim's data/README.md builds a CDF
+CACHES = {"none": "without caches", "prefix": "with vLLM's prefix cache only", "ddr": "with the prefix cache and DDR",
+          "nvme": "with the prefix cache, DDR and NVMe", "all": "full model"}
+"""How much of the cache hierarchy kvplan keeps (--caches), each level one layer more than the one before."""
+LEVELS = tuple(CACHES)
 
 
-def chat_spec(requests: int, no_caches: bool, instances: int | None = None) -> dict:
+def chat_spec(requests: int, caches: str, instances: int | None = None) -> dict:
     spec = yaml.safe_load(SPEC.read_text())
     spec["workload"]["requests"] = requests
     if instances is not None:                     # a fleet: each GPU keeps the example's load
@@ -47,10 +54,19 @@ def chat_spec(requests: int, no_caches: bool, instances: int | None = None) -> d
         rate, unit = arrivals["rate"].split("/")
         arrivals["rate"] = f"{float(rate) * instances / serving['instances']:g}/{unit}"
         serving["instances"] = instances
-    if no_caches:                                 # what vllm-sr-sim does not model
-        spec["serving"]["prefix_caching"] = False
-        spec.pop("lmcache", None)
+
+    def without(level: str) -> bool:             # the layer `level` adds is not kept
+        return LEVELS.index(caches) < LEVELS.index(level)
+
+    if without("all"):                            # Ceph: its tier and its cluster
         spec.pop("ceph", None)
+        spec["lmcache"].pop("ceph", None)
+    if without("nvme"):
+        spec["lmcache"].pop("nvme", None)
+    if without("ddr"):                            # no LMCache at all
+        spec.pop("lmcache")
+    if without("prefix"):                         # what vllm-sr-sim models
+        spec["serving"]["prefix_caching"] = False
     return spec
 
 
@@ -77,11 +93,15 @@ def main() -> None:
     parser.add_argument("--sr-sim", required=True, help="the vllm-sr-sim executable (in its own venv)")
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--no-caches", action="store_true", help="kvplan without prefix cache and KV tiers")
+    parser.add_argument("--caches", choices=LEVELS, default="all",
+                        help="how much of the cache hierarchy kvplan keeps (default: all of the example's)")
+    parser.add_argument("--no-caches", action="store_true", help="kvplan without prefix cache and KV tiers "
+                        "(--caches none)")
     parser.add_argument("--instances", type=int, help="a fleet of this many A100s (one per node), the arrival rate "
                         "scaled with it so that each keeps the example's load (default: the example's 4)")
     args = parser.parse_args()
-    spec = chat_spec(args.requests, args.no_caches, args.instances)
+    caches = "none" if args.no_caches else args.caches
+    spec = chat_spec(args.requests, caches, args.instances)
     cdf, rate, n, instances = workload_of(spec)
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, cdf_path = Path(tmp) / "chat.yaml", Path(tmp) / "chat_cdf.json"
@@ -92,7 +112,7 @@ def main() -> None:
         theirs = [args.sr_sim, "simulate", "--cdf", str(cdf_path), "--lam", f"{rate:.6f}", "--n-s", str(instances),
                   "--n-l", "0", "--b-short", str(longest), "--gpu-short", "a100", "--n-req", str(n)]
         print(f"chat: {n:,} requests at {rate:.3f}/s on {instances} A100s, prompt + output tokens up to {longest:,}; "
-              f"kvplan {'without caches' if args.no_caches else 'full model'}\n"
+              f"kvplan {CACHES[caches]}\n"
               f"  kvplan: {shlex.join(ours)}\n  vllm-sr-sim: {shlex.join(theirs)}", flush=True)
         alternate(ours, theirs, "vllm-sr-sim", args.pairs)
 
