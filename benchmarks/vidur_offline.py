@@ -15,8 +15,8 @@ query and 8 KV heads, 8,192 wide, a 28,672-wide gated MLP; Llama-3.1-70B's layer
   of the kept operators involves the vocabulary), relabelled with Llama-3's vocabulary size.
 - all_reduce.csv: Vidur's own h100_dgx all-reduce measurements (models/profiles/vidur/network/).
 - attention.csv: a STAND-IN. Vidur keeps its attention tables in Git LFS, out of reach here, so
-  each row is a roofline of one attention layer on one rank (H100-SXM: 989 TFLOP/s dense BF16 and
-  3.35 TB/s, NVIDIA's datasheet) plus 10 us of launch, and 2 us to save the KV cache: prefill chunks of 32 to 4,096 tokens after
+  each row is a roofline of one attention layer on one rank (the fleet's GPU as kvplan resolved it:
+  H100-SXM's dense BF16 FLOP/s and HBM bandwidth from models/hardware/gpus.yaml) plus 10 us of launch, and 2 us to save the KV cache: prefill chunks of 32 to 4,096 tokens after
   0 to 131,072 cached ones, decode batches of 1 to 128 sequences. Vidur's run time depends on these
   numbers only through the schedule they produce (how many steps, how full), not through their
   values, which is why a timing comparison can use them; Vidur's predictions themselves are not
@@ -31,8 +31,12 @@ import io
 import json
 import lzma
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from kvplan.resolve import Resolved
 
 PROFILES = Path(__file__).resolve().parent.parent / "models" / "profiles" / "vidur"
 COMPUTE_DATASET = "project-vajra/dev-staging-meta-llama-llama-3-8b-h100"    # Vidur's defaults
@@ -43,7 +47,6 @@ LAYER = yaml.safe_load((PROFILES / "SOURCE.yaml").read_text())["models"]["Meta-L
 HEAD_DIM = LAYER["n_embd"] // LAYER["n_head"]
 OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "input_layernorm",
        "attn_rope", "post_attention_layernorm", "mlp_act", "add")
-FLOPS, BYTES_PER_S = 989e12, 3.35e12      # H100-SXM, NVIDIA's datasheet
 LAUNCH_MS, SAVE_MS = 0.01, 0.002           # the stand-in's kernel launch and KV-cache save
 SNAPSHOT = "0" * 40
 
@@ -67,30 +70,30 @@ def _write_xz(path: Path, header: list[str], rows: list[list]) -> None:
     path.write_bytes(lzma.compress(text.getvalue().encode()))
 
 
-def _attention_ms(tokens: int, cached: int, sequences: int, tp: int) -> float:
-    """Roofline of one attention layer on one rank: `sequences` rows of `tokens` new tokens each
-    attending `cached` earlier tokens (a prefill chunk: one sequence, tokens > 1; decode: tokens = 1)."""
+def _attention_ms(gpu: Resolved, tokens: int, cached: int, sequences: int, tp: int) -> float:
+    """Roofline of one attention layer on one rank of `gpu`'s accelerator: `sequences` rows of `tokens` new
+    tokens each attending `cached` earlier tokens (a prefill chunk: one sequence, tokens > 1; decode: tokens = 1)."""
     q_heads, kv_heads = LAYER["n_head"] // tp, max(1, LAYER["n_kv_head"] // tp)
     flops = 4 * sequences * tokens * (cached + tokens / 2) * HEAD_DIM * q_heads
     kv_bytes = 2 * 2 * sequences * (cached + tokens) * kv_heads * HEAD_DIM
-    return max(flops / FLOPS, kv_bytes / BYTES_PER_S) * 1e3 + LAUNCH_MS
+    return max(flops / gpu.peak_flops, kv_bytes / gpu.hbm_bandwidth) * 1e3 + LAUNCH_MS
 
 
-def attention_rows(block_size: int) -> list[list]:
+def attention_rows(fleet: Resolved) -> list[list]:
     rows = []
     for tp in (1, 2, 4, 8):
         for cached in [0] + [2 ** i for i in range(4, 18)]:
             for chunk in (2 ** i for i in range(5, 13)):
-                rows.append([LAYER["n_embd"], LAYER["n_head"], LAYER["n_kv_head"], block_size, tp,
-                             1, cached, chunk, _attention_ms(chunk, cached, 1, tp), "", SAVE_MS])
+                rows.append([LAYER["n_embd"], LAYER["n_head"], LAYER["n_kv_head"], fleet.block_size, tp,
+                             1, cached, chunk, _attention_ms(fleet, chunk, cached, 1, tp), "", SAVE_MS])
             for batch in (2 ** i for i in range(8)):
-                rows.append([LAYER["n_embd"], LAYER["n_head"], LAYER["n_kv_head"], block_size, tp,
-                             batch, cached, 0, "", _attention_ms(1, cached, batch, tp), SAVE_MS])
+                rows.append([LAYER["n_embd"], LAYER["n_head"], LAYER["n_kv_head"], fleet.block_size, tp,
+                             batch, cached, 0, "", _attention_ms(fleet, 1, cached, batch, tp), SAVE_MS])
     return rows
 
 
-def write(cache: Path, block_size: int) -> None:
-    """Both datasets, into Vidur's cache dir `cache` (its `..._config_cache_dir`)."""
+def write(cache: Path, fleet: Resolved) -> None:
+    """Both datasets for kvplan's `fleet` (an H100 one), into Vidur's cache dir `cache` (its `..._config_cache_dir`)."""
     compute = _dataset(cache, "compute", COMPUTE_DATASET)
     (compute / "config.json").write_text(json.dumps({"model": MODEL, "device_sku": DEVICE}))
     with (PROFILES / "compute" / "h100" / "Llama-2-70b-hf.csv").open() as f:
@@ -102,7 +105,7 @@ def write(cache: Path, block_size: int) -> None:
               ["n_embd", "n_q_head", "n_kv_head", "block_size", "num_tensor_parallel_workers", "batch_size",
                "kv_cache_size", "prefill_chunk_size", "time_stats.attn_prefill.median",
                "time_stats.attn_decode.median", "time_stats.attn_kv_cache_save.median"],
-              attention_rows(block_size))
+              attention_rows(fleet))
     network = _dataset(cache, "network", NETWORK_DATASET)
     (network / "config.json").write_text(json.dumps({"sku": NETWORK}))
     with (PROFILES / "network" / f"{NETWORK}.csv").open() as f:

@@ -135,7 +135,7 @@ def main() -> None:
             sys.exit(f"the trace's longest request has {longest:,} tokens; Vidur's tables here stop at {MAX_TOKENS:,}")
         fleet = resolve(from_mapping(read_yaml(EXAMPLE), base_dir=EXAMPLE.parent))
         if args.offline:
-            vidur_offline.write(cache, fleet.block_size)
+            vidur_offline.write(cache, fleet)
         ours = [sys.executable, "-P", "-c", KVPLAN_RUN, str(EXAMPLE), str(args.trace), "1" if args.like_vidur else "0"]
         theirs = vidur_command(args.vidur_python, fleet, csv, cache, Path(tmp) / "vidur-out", args.offline)
         print(f"trace: {n:,} requests; kvplan {'like Vidur (no caches)' if args.like_vidur else 'full model'}")

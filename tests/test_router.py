@@ -12,6 +12,7 @@ instance numbers are compared up to a renaming).
 from __future__ import annotations
 
 import json
+import random
 import socket
 import subprocess
 import threading
@@ -179,8 +180,6 @@ def test_prefix_aware_counts_the_routed_prefix_of_a_prompt():
     """An instance is sent whole prompts and block keys chain their prefix, so the blocks routed to an
     instance are a prefix of any prompt's keys; Router._match finds its length by a binary search,
     which must agree with walking the keys one by one."""
-    import random
-
     rng = random.Random(7)
     for _ in range(200):
         prompts = [[rng.randrange(3) for _ in range(rng.randrange(1, 12))] for _ in range(rng.randrange(1, 6))]
