@@ -26,8 +26,9 @@ def timed(command: list[str]) -> float:
 
 
 def machine() -> str:
-    """The processor's model name and the CPUs this process may use: a ratio holds for the machine it was
-    measured on (the same two programs, the 100k-request chat, gave 0.626 on a 2-vCPU EPYC and 0.554 on a 2-vCPU Xeon)."""
+    """The processor's model name and the CPUs this process may use. A ratio holds for the machine it was
+    measured on: the same two programs on the 100k-request chat gave 0.626 on a 2-vCPU EPYC, 0.554 on a
+    2-vCPU Xeon."""
     model = "unknown processor"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
