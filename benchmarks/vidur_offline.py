@@ -16,7 +16,8 @@ query and 8 KV heads, 8,192 wide, a 28,672-wide gated MLP; Llama-3.1-70B's layer
 - all_reduce.csv: Vidur's own h100_dgx all-reduce measurements (models/profiles/vidur/network/).
 - attention.csv: a STAND-IN. Vidur keeps its attention tables in Git LFS, out of reach here, so
   each row is a roofline of one attention layer on one rank (the fleet's GPU as kvplan resolved it:
-  H100-SXM's dense BF16 FLOP/s and HBM bandwidth from models/hardware/gpus.yaml) plus 10 us of launch, and 2 us to save the KV cache: prefill chunks of 32 to 4,096 tokens after
+  H100-SXM's dense BF16 FLOP/s and HBM bandwidth from models/hardware/gpus.yaml) plus 10 us of
+  launch, and 2 us to save the KV cache: prefill chunks of 32 to 4,096 tokens after
   0 to 131,072 cached ones, decode batches of 1 to 128 sequences. Vidur's run time depends on these
   numbers only through the schedule they produce (how many steps, how full), not through their
   values, which is why a timing comparison can use them; Vidur's predictions themselves are not
@@ -70,13 +71,13 @@ def _write_xz(path: Path, header: list[str], rows: list[list]) -> None:
     path.write_bytes(lzma.compress(text.getvalue().encode()))
 
 
-def _attention_ms(gpu: Resolved, tokens: int, cached: int, sequences: int, tp: int) -> float:
-    """Roofline of one attention layer on one rank of `gpu`'s accelerator: `sequences` rows of `tokens` new
-    tokens each attending `cached` earlier tokens (a prefill chunk: one sequence, tokens > 1; decode: tokens = 1)."""
+def _attention_ms(fleet: Resolved, tokens: int, cached: int, sequences: int, tp: int) -> float:
+    """Roofline of one attention layer on one rank of `fleet`'s GPU: `sequences` rows of `tokens` new tokens
+    each attending `cached` earlier tokens (a prefill chunk: one sequence, tokens > 1; decode: tokens = 1)."""
     q_heads, kv_heads = LAYER["n_head"] // tp, max(1, LAYER["n_kv_head"] // tp)
     flops = 4 * sequences * tokens * (cached + tokens / 2) * HEAD_DIM * q_heads
     kv_bytes = 2 * 2 * sequences * (cached + tokens) * kv_heads * HEAD_DIM
-    return max(flops / gpu.peak_flops, kv_bytes / gpu.hbm_bandwidth) * 1e3 + LAUNCH_MS
+    return max(flops / fleet.peak_flops, kv_bytes / fleet.hbm_bandwidth) * 1e3 + LAUNCH_MS
 
 
 def attention_rows(fleet: Resolved) -> list[list]:
@@ -93,7 +94,8 @@ def attention_rows(fleet: Resolved) -> list[list]:
 
 
 def write(cache: Path, fleet: Resolved) -> None:
-    """Both datasets for kvplan's `fleet` (an H100 one), into Vidur's cache dir `cache` (its `..._config_cache_dir`)."""
+    """Both datasets for kvplan's `fleet` (an H100 one), into Vidur's cache dir `cache` (its
+    `..._config_cache_dir`)."""
     compute = _dataset(cache, "compute", COMPUTE_DATASET)
     (compute / "config.json").write_text(json.dumps({"model": MODEL, "device_sku": DEVICE}))
     with (PROFILES / "compute" / "h100" / "Llama-2-70b-hf.csv").open() as f:
