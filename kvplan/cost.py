@@ -19,14 +19,13 @@ topologies with each other, not with a provider's price list.
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Literal, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from .catalog import Catalog, Price, load_catalog
 from .errors import Problem, SpecError
 from .resolve import Resolved
-from .sim.result import SimResult
 from .spec import Topology
 
 HOURS_PER_MONTH = 730.0
@@ -37,6 +36,16 @@ DDR_PRICE = "ddr5-4800"
 """The ddr_gb_month row used: a spec does not name its DRAM generation (both rows cost the same today)."""
 OWNED_CEPH = ("cephadm", "packages")
 """Ceph deploy modes in which kvplan builds, so the owner pays for, the whole cluster."""
+
+
+class Throughput(Protocol):
+    """What the per-token figures need of a run: a simulation result (kvplan.sim.result.SimResult) has it."""
+
+    @property
+    def prompt_tokens_per_s(self) -> float: ...
+
+    @property
+    def generated_tokens_per_s(self) -> float: ...
 
 
 class _Model(BaseModel):
@@ -85,7 +94,7 @@ class CostBreakdown(_Model):
         return next((t for t in self.tiers if t.tier == name), None)
 
 
-def cost_of(topo: Topology, resolved: Resolved, results: Sequence[SimResult] = (),
+def cost_of(topo: Topology, resolved: Resolved, results: Sequence[Throughput] = (),
             catalog: Catalog | None = None) -> CostBreakdown:
     """The hourly bill of `topo` (resolved as `resolved`), per tier; per 1M tokens when `results` are given.
 

@@ -246,3 +246,8 @@ def fmt_si(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n:.0f}"
+
+
+def pct(share: float) -> str:
+    """A share between 0 and 1 as a percentage: 0.1234 -> '12.3%'."""
+    return f"{100 * share:.1f}%"

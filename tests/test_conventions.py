@@ -34,7 +34,7 @@ def kvplan(*args, env: dict | None = None, cwd: Path = REPO, stdin: str | None =
 # ---- 1. user text is text
 
 def test_the_consoles_print_markup_emoji_and_escapes_as_visible_text():
-    from kvplan.console import TextConsole, styled
+    from kvplan.cli.console import TextConsole, styled
 
     console = TextConsole(file=io.StringIO())
     table = Table()

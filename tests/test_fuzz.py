@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from answering import Answering
 from fuzzing import EXAMPLES, REGRESSIONS, REPO, mutate, mutated_specs, odd_specs, trace_texts, yaml_texts
-from kvplan.console import TextConsole
+from kvplan.cli.console import TextConsole
 from kvplan.deploy import inventory
 from kvplan.errors import SpecError
 from kvplan.live.bench import Outcome, Target, check_target, stream_completion

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kvplan.errors import SpecError
-from kvplan.plan import parse_budget_arg, parse_rate_arg, plan, simulate_all, winner_yaml
+from kvplan.plan.search import parse_budget_arg, parse_rate_arg, plan, simulate_all, winner_yaml
 from kvplan.report.plan import search_verdict
 from kvplan.spec.slo import parse_slo_flags
 from kvplan.spec import from_mapping
@@ -252,9 +252,9 @@ def test_a_repeated_plan_takes_its_runs_from_the_cache(tmp_path, monkeypatch):
     assert len(simulated) == first.simulations == len(files)
     assert any("-miss-" in name for name in files), "a stopped run is kept as its miss"
     assert len(list(cache.folder.glob("workload-*.json"))) == 1, "what the bounds measured of the workload is kept"
-    import kvplan.plan_bounds
+    import kvplan.plan.bounds
 
-    monkeypatch.setattr(kvplan.plan_bounds, "workload_stats", lambda *a: pytest.fail("the workload was measured again"))
+    monkeypatch.setattr(kvplan.plan.bounds, "workload_stats", lambda *a: pytest.fail("the workload was measured again"))
     again = plan(local(), rate=32.0, slo=SLO, cache=cache)
     assert len(simulated) == first.simulations             # the repeat simulated nothing
     assert [(c.status, c.reason, c.measured) for c in again.candidates] == \
@@ -266,8 +266,8 @@ def test_hardware_too_dear_to_matter_is_never_validated_and_really_costs_more(pl
     the winner and its alternatives are left out unvalidated, and each of them, priced in full, does."""
     from kvplan.catalog import load_catalog
     from kvplan.cost import cost_of
-    from kvplan.plan_bounds import at_rate
-    from kvplan.plan_space import variants
+    from kvplan.plan.bounds import at_rate
+    from kvplan.plan.space import variants
     from kvplan.resolve import resolve
 
     result, _ = planned
@@ -290,8 +290,8 @@ def test_hardware_too_dear_to_matter_is_never_validated_and_really_costs_more(pl
 
 def _chat_groups(groups: int):
     from kvplan.catalog import load_catalog
-    from kvplan.plan_bounds import at_rate
-    from kvplan.plan_space import hardware_groups, variants
+    from kvplan.plan.bounds import at_rate
+    from kvplan.plan.space import hardware_groups, variants
 
     catalog, topo = load_catalog(), spec("chat-llama2-13b")
     base, _, _ = at_rate(topo, 4.0, topo.slo, topo.workload.seed)
@@ -299,9 +299,9 @@ def _chat_groups(groups: int):
 
 
 def test_combinations_validated_section_by_section_are_the_specs_validated_whole():
-    """The planner validates each distinct serving, LMCache and Ceph section once (kvplan.plan_space.Specs):
+    """The planner validates each distinct serving, LMCache and Ceph section once (kvplan.plan.space.Specs):
     every combination comes out as the very spec `from_mapping` makes of it, and an invalid one fails alike."""
-    from kvplan.plan_space import Specs
+    from kvplan.plan.space import Specs
 
     catalog, base, groups = _chat_groups(4)
     specs = Specs(from_mapping(base))

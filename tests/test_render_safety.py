@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from conftest import REPO, example_data, spec, with_changes
-from kvplan.cli_deploy import _run_dir
+from kvplan.cli.deploy import _run_dir
 from kvplan.deploy import inventory as inventory_mod
 from kvplan.deploy import output as output_mod
 from kvplan.deploy.output import MARKER

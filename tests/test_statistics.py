@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from conftest import example_data, spec, with_changes
 from kvplan.cli import app
-from kvplan.plan import plan
+from kvplan.plan.search import plan
 from kvplan.report.plan import plan_sections
 from kvplan.report.sections import ablation_section
 from kvplan.resolve import resolve

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from conftest import REPO, example_data, with_changes
 from kvplan.cli import app
 from kvplan.errors import SpecError
-from kvplan.report.sections import confidence
+from kvplan.sweep.confidence import confidence
 from kvplan.spec import from_mapping
 from kvplan.sweep.cache import RunCache, run_cached
 from kvplan.sweep.executor import Task, run_tasks

@@ -28,10 +28,9 @@ import math
 from typing import Sequence
 
 from ..errors import SpecError
-from ..report.sections import confidence
 from ..resolve import resolve
 from ..spec import from_mapping
-from ..sweep.confidence import compare
+from ..sweep.confidence import compare, confidence
 from ..sweep.variants import apply
 from .case import METRICS, Case
 from .finding import Change, Fix, Proof

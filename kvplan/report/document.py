@@ -16,7 +16,6 @@ A document is a title and a list of parts; each part has tables (`Section`s, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..sim.result import SimResult
@@ -24,31 +23,10 @@ from . import figures as fig
 from .figures import Figure, Ids
 from .inputs import ReportInput
 from .markdown import markdown
-from .sections import Section, ablation_section, result_sections, seeds_section
-
-
-@dataclass
-class Part:
-    title: str
-    intro: str = ""
-    tables: list[Section] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Document:
-    title: str
-    subtitle: str
-    parts: list[Part]
-
-    @property
-    def figures(self) -> list[Figure]:
-        return [f for p in self.parts for f in p.figures]
-
-    @property
-    def tables(self) -> list[Section]:
-        return [t for p in self.parts for t in p.tables]
+from .page import Document, Part
+from .sections import ablation_section, result_sections, seeds_section
+from .sizing import document as size_document
+from .sweep import sweep_section
 
 
 def build(data: ReportInput) -> Document:
@@ -57,8 +35,6 @@ def build(data: ReportInput) -> Document:
     if data.kind == "sweep":
         return _sweep_document(data, ids)
     if data.kind == "size":
-        from .sizing import document as size_document
-
         return size_document(data, ids)
     first = data.results[0]
     subtitle = f"spec {first.spec_hash[:12]}, {data.path.name}"
@@ -135,7 +111,7 @@ def _sweep_document(data: ReportInput, ids: Ids) -> Document:
     title = f"{sweep.name}: sweep of {len(sweep.points)} point(s) x {seeds} seed(s)"
     subtitle = f"spec {sweep.spec_hash[:12]}, {data.path.name}; varied: {', '.join(sweep.varied)}"
     table = Part("Points", "Every point of the sweep" + (", mean ± 95 % CI over seeds." if seeds > 1 else "."),
-                 tables=[sweep.section()])
+                 tables=[sweep_section(sweep)])
     grid = len(sweep.varied) == 2 and not sweep.zip and _is_grid(sweep)
     plots = Part("Heat maps" if grid else "Metrics per point",
                  "One cell per combination of the two varied paths." if grid else

@@ -14,7 +14,8 @@ from markupsafe import Markup
 
 from .. import __version__
 from ..resources import data_root
-from .document import Document, to_markdown
+from .document import to_markdown
+from .page import Document
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
 

@@ -6,7 +6,7 @@ import dataclasses
 
 from rich.table import Table
 
-from ..plan import Candidate, Plan, runner_up_within_noise, with_ci
+from ..plan.search import Candidate, Plan, runner_up_within_noise, with_ci
 from ..units import fmt_duration
 from .sections import Section
 from .terminal import tables

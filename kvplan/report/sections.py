@@ -6,14 +6,12 @@ sections hold the wording and the formatting of numbers, so both outputs say the
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from ..cost import HOURS_PER_MONTH, CostBreakdown
 from ..sim.result import SimResult
-from ..units import fmt_bytes, fmt_count, fmt_duration, fmt_si
+from ..sweep.confidence import compare, confidence
+from ..units import fmt_bytes, fmt_count, fmt_duration, fmt_si, pct
 
 
 @dataclass
@@ -21,10 +19,6 @@ class Section:
     title: str
     headers: list[str] | None                      # None: a key/value list
     rows: list[list[str]] = field(default_factory=list)
-
-
-def pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
 
 
 def result_sections(res: SimResult) -> list[Section]:
@@ -83,8 +77,6 @@ def ablation_section(results: list[tuple[str, SimResult | list[SimResult]]],
     same seeds for every setup); then each row shows mean ± 95 % CI, and its last column which metrics differ
     from the row above beyond the noise (paired over the seeds) and which are within noise. With one seed that
     column says the change is not tested."""
-    from ..sweep.confidence import compare
-
     runs = [(name, r if isinstance(r, list) else [r]) for name, r in results]
     n = len(runs[0][1]) if runs else 1
     priced = costs is not None
@@ -132,24 +124,6 @@ SEED_METRICS = [("req/s", lambda r: r.requests_per_s, lambda x: f"{x:.2f}"),
                 ("TPOT p50", lambda r: r.tpot.p50, fmt_duration), ("E2E p50", lambda r: r.e2e.p50, fmt_duration),
                 ("LMCache hit", lambda r: r.lmcache_hit_ratio or 0.0, pct),
                 ("recomputed", lambda r: r.recomputed_tokens / r.prompt_tokens if r.prompt_tokens else 0.0, pct)]
-
-
-def confidence(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % confidence interval (Student t)."""
-    a = np.asarray(values, dtype=float)
-    if a.size < 2:
-        return float(a.mean()), 0.0
-    return float(a.mean()), float(_t95(a.size - 1) * a.std(ddof=1) / math.sqrt(a.size))
-
-
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-       10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
-"""Two-sided 95 % quantiles of Student's t by degrees of freedom (standard tables)."""
-
-
-def _t95(df: int) -> float:
-    """t for `df`, rounding df down to the nearest tabulated value (a slightly wider interval)."""
-    return T95[max(k for k in T95 if k <= df)] if df < 120 else 1.96
 
 
 def seeds_section(results: list[SimResult]) -> Section:

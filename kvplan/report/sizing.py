@@ -16,10 +16,11 @@ from rich.text import Text
 
 from ..cost import HOURS_PER_MONTH
 from ..sizing.view import SizeResult, TierSize
-from ..units import fmt_bytes, fmt_count, fmt_duration, fmt_si
+from ..units import fmt_bytes, fmt_count, fmt_duration, fmt_si, pct
 from . import svg
 from .figures import TIER_COLOURS, Figure, Ids
-from .sections import Section, pct
+from .page import Document, Part
+from .sections import Section
 
 METHODS = {"stack": "exact (LRU stack distances)", "simulated": "simulated (its policy replayed)"}
 UNIT_PRICES = {"hbm": "GPU-hour", "ddr": "GB-month", "nvme": "GB-month", "ceph": "raw GB-month"}
@@ -189,8 +190,6 @@ def cost_figure(ids: Ids, res: SizeResult) -> Figure | None:
 
 def document(data, ids: Ids):
     """The report for a size result file."""
-    from .document import Document, Part
-
     res: SizeResult = data.size
     summary = Part("Tier sizing", "Each tier's hit ratio as a function of its capacity for this workload, with the "
                                   "tier as the only cache: the working set, the capacities that reach 50, 90 and "

@@ -8,7 +8,7 @@ an earlier one, simulates nothing it has simulated before.
 Layout: `<cache dir>/<kvplan fingerprint>/<spec hash>-<seed>.json`, each file one SimResult's
 JSON; a run the planner stopped at a certain SLO miss (kvplan.sim.slo_watch) is kept as
 `<spec hash>-<seed>-miss-<targets hash>.json`, the SloMiss, valid for those targets only; what the
-planner measures of a workload before simulating (kvplan.plan_bounds) as `workload-<hash>.json`. The
+planner measures of a workload before simulating (kvplan.plan.bounds) as `workload-<hash>.json`. The
 fingerprint is a hash of kvplan's version, the simulator, resolver and planner-bounds source and
 the catalog files, so editing any of them (or upgrading kvplan) starts a fresh folder instead of serving
 stale results. Deleting the cache folder is always safe.
@@ -37,7 +37,7 @@ def fingerprint() -> str:
 
     package = Path(__file__).resolve().parent.parent
     files = sorted([*(package / "sim").glob("*.py"), package / "resolve.py", package / "catalog.py",
-                    package / "plan_bounds.py", *(data_root() / "models").rglob("*.yaml")])
+                    package / "plan" / "bounds.py", *(data_root() / "models").rglob("*.yaml")])
     digest = hashlib.sha256(__version__.encode())
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")

@@ -2,7 +2,7 @@
 
 A run is one seed of a random workload, so a latency percentile from it is one draw of a noisy
 number. Over n seeds, the mean and its 95 % Student-t confidence interval (half-width
-t(0.975, n-1) * s / sqrt(n); `kvplan.report.sections.confidence`, the same code as
+t(0.975, n-1) * s / sqrt(n); `confidence` below, the same code as
 `kvplan simulate --seeds N` and sweeps) say how far that number can be trusted. Two decisions
 rest on it:
 
@@ -24,7 +24,26 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-from ..report.sections import confidence
+import numpy as np
+
+
+def confidence(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % confidence interval (Student t)."""
+    a = np.asarray(values, dtype=float)
+    if a.size < 2:
+        return float(a.mean()), 0.0
+    return float(a.mean()), float(_t95(a.size - 1) * a.std(ddof=1) / math.sqrt(a.size))
+
+
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+       10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
+"""Two-sided 95 % quantiles of Student's t by degrees of freedom (standard tables)."""
+
+
+def _t95(df: int) -> float:
+    """t for `df`, rounding df down to the nearest tabulated value (a slightly wider interval)."""
+    return T95[max(k for k in T95 if k <= df)] if df < 120 else 1.96
+
 
 Outcome = Literal["met", "missed", "undecided"]
 

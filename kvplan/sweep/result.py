@@ -3,7 +3,7 @@
 A *point* is one variant of the spec (the values of the varied paths) run with each seed; its
 metrics are the headline numbers of those runs summarised as `Stat`s: the mean over seeds and
 the half-width of its 95 % Student-t confidence interval, computed by the same code as
-`kvplan simulate --seeds N` (`kvplan.report.sections.confidence`; 0 with one seed). A metric
+`kvplan simulate --seeds N` (`kvplan.sweep.confidence.confidence`; 0 with one seed). A metric
 a point cannot have (the hit ratio of a tier it does not have) is null.
 
 Metrics, by key (latencies in seconds, shares and ratios between 0 and 1):
@@ -30,9 +30,8 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict
 
 from ..cost import CostBreakdown
-from ..report.sections import Section, confidence, pct
 from ..sim.result import SimResult
-from ..units import fmt_duration
+from .confidence import confidence
 
 TIERS = ("hbm", "ddr", "nvme", "ceph")
 
@@ -149,48 +148,5 @@ class SweepResult(_Model):
                              "" if met is None else str(met).lower()])
         return buffer.getvalue()
 
-    def section(self) -> Section:
-        """The sweep as one table: a row per point, the headline metrics (± 95 % CI over several seeds)."""
-        seeds = len(self.points[0].seeds) if self.points else 1
-        title = f"Sweep of {self.name} over {' x '.join(self.varied)}: {len(self.points)} point(s) x {seeds} seed(s)"
-        if seeds > 1:
-            title += ", mean ± 95 % CI"
-        section = Section(title, [*short_names(self.varied), *(label for _, label, _ in TABLE_COLUMNS)])
-        for point in self.points:
-            row, ci = [point.values[p] for p in self.varied], ["± 95 % CI", *([""] * (len(self.varied) - 1))]
-            for key, _, fmt in TABLE_COLUMNS:
-                stat = point.metrics.get(key)
-                row.append("-" if stat is None else fmt(stat.mean))
-                ci.append("" if stat is None else fmt(stat.ci95))
-            section.rows.append(row)
-            if seeds > 1:                          # the interval on a row of its own, under the means
-                section.rows.append(ci)
-        return section
 
-
-def short_names(paths: list[str]) -> list[str]:
-    """Column headers for dotted paths: the path without its top-level section (`ddr.size`,
-    `instances`), longer where two would look alike."""
-    names = []
-    for path in paths:
-        parts = path.split(".")
-        k = max(1, len(parts) - 1)
-        while k < len(parts) and sum(p.split(".")[-k:] == parts[-k:] for p in paths) > 1:
-            k += 1
-        names.append(".".join(parts[-k:]))
-    return names
-
-
-TABLE_COLUMNS: list[tuple[str, str, Callable[[float], str]]] = [
-    ("requests_per_s", "req/s", lambda x: f"{x:.2f}"),
-    ("goodput_per_s", "goodput", lambda x: f"{x:.2f}"),
-    ("ttft_p50", "TTFT p50", fmt_duration),
-    ("ttft_p99", "TTFT p99", fmt_duration),
-    ("tpot_p50", "TPOT p50", fmt_duration),
-    ("e2e_p99", "E2E p99", fmt_duration),
-    ("recomputed", "recomp.", pct),
-]
-"""The metrics the terminal table shows (the JSON and CSV have all of METRICS)."""
-
-
-__all__ = ["METRICS", "Stat", "SweepPoint", "SweepResult", "TABLE_COLUMNS", "summarise"]
+__all__ = ["METRICS", "Stat", "SweepPoint", "SweepResult", "summarise"]

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .resolve import Resolved, resolve
-from .spec import Topology, from_mapping
-from .spec.slo import Slo
+from ..resolve import Resolved, resolve
+from ..spec import Topology, from_mapping
+from ..spec.slo import Slo
 
 if TYPE_CHECKING:
-    from .sweep.cache import RunCache
+    from ..sweep.cache import RunCache
 
 NO_EVICTION_FILL = 0.8
 """A cache whose whole working set is below this share of it never evicts (MP's L1 starts at 80 %)."""
@@ -45,7 +45,7 @@ class WorkloadStats:
 
 
 def workload_stats(r: Resolved, seed: int) -> WorkloadStats:
-    from .sim import workload as wl
+    from ..sim import workload as wl
 
     reqs = wl.requests(r, seed)
     seen: set[int] = set()
@@ -90,7 +90,7 @@ def at_rate(topo: Topology, rate: float, slo: Slo, seed: int,
         return base, offered, stats
     except (KeyError, TypeError, ValueError):  # none kept, or a file from elsewhere: measure it again
         pass
-    from .sim import workload as wl
+    from ..sim import workload as wl
 
     def offered_by(r: Resolved) -> float:
         reqs = wl.requests(r, seed)
@@ -125,7 +125,7 @@ class Floors:
 
 def floors(r: Resolved, stats: WorkloadStats, slo: Slo) -> Floors:
     """Roofline bounds (docs/planning.md, "Planner"): perfect balance over instances, full batches, no context."""
-    from .sim.steptime import StepTime
+    from ..sim.steptime import StepTime
 
     st = StepTime(r)
     per_token = st.linear_flops / st.flops_rate            # compute seconds per new token, attention left out

@@ -9,21 +9,22 @@ from typing import Optional
 
 import typer
 
-from . import paths
-from .cli_common import STATE_HELP, STDOUT
+from .. import paths
+from ..errors import SpecError
+from .common import STATE_HELP, STDOUT
 from .console import err, fail as _fail, out, styled, warn
-from .errors import SpecError
+
 
 def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | None):
     """Load, resolve and render a spec for an inventory (errors name the field and the fix); without
     `out_dir`, into a fresh run directory under the state directory."""
     from pathlib import Path
 
-    from .deploy import inventory as inventory_mod
-    from .deploy.render import check_deployable, render
-    from .deploy.secrets import load_or_create
-    from .resolve import resolve
-    from .spec import load
+    from ..deploy import inventory as inventory_mod
+    from ..deploy.render import check_deployable, render
+    from ..deploy.secrets import load_or_create
+    from ..resolve import resolve
+    from ..spec import load
 
     try:
         resolved = resolve(load(spec))
@@ -81,9 +82,9 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
 
     import yaml
 
-    from .deploy.helm import values
-    from .resolve import resolve
-    from .spec import load
+    from ..deploy.helm import values
+    from ..resolve import resolve
+    from ..spec import load
 
     missing = [flag for flag, v in (("--request-cpu", request_cpu), ("--request-memory", request_memory)) if v is None]
     if missing:
@@ -112,7 +113,7 @@ def _run_dir(state_dir, name: str):
     import time
     from pathlib import Path
 
-    from .deploy.secrets import private_dir
+    from ..deploy.secrets import private_dir
 
     base = private_dir(Path(state_dir) / "runs")
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -148,7 +149,7 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     """Render the spec into a fresh run directory and apply it with Ansible (ansible-runner)."""
     import sys
 
-    from .deploy import cephdiff, runner
+    from ..deploy import cephdiff, runner
 
     wanted = [t.strip() for t in tags.split(",") if t.strip()] if tags else []
     components = ("ceph", "lmcache", "vllm", "router", "warmup", "monitoring")

@@ -17,14 +17,14 @@ from typing import Sequence
 
 from pydantic import ValidationError
 
-from .catalog import Catalog
-from .cost import gpu_hour_usd
-from .errors import SpecError
-from .spec import Topology, from_mapping
-from .spec.ceph import Ceph
-from .spec.lmcache import LMCache
-from .spec.serving import Serving
-from .spec.rules import REAL_POLICIES
+from ..catalog import Catalog
+from ..cost import gpu_hour_usd
+from ..errors import SpecError
+from ..spec import Topology, from_mapping
+from ..spec.ceph import Ceph
+from ..spec.lmcache import LMCache
+from ..spec.rules import REAL_POLICIES
+from ..spec.serving import Serving
 
 TP_LADDER = (1, 2, 4, 8)
 SIZE_LADDER = (0.25, 1.0, 4.0)

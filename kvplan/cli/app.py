@@ -1,11 +1,11 @@
 """The `kvplan` command: the Typer app and its command table. Commands are thin wrappers that parse, call the
 library and print; validate, simulate, schema, catalog and `model build-tiny` are here, the others in the module
-of their concern (cli_deploy: render, deploy; cli_plan: plan, sweep, capacity, size, report; cli_import: import;
-cli_live: bench, observe, compare, calibrate; cli_doctor: doctor), which share cli_common and import nothing from here.
+of their concern (deploy.py: render, deploy; plan.py: plan, sweep, capacity, size, report; imports.py: import;
+live.py: bench, observe, compare, calibrate; doctor.py: doctor), which share common.py and import nothing from here.
 
 Exit codes: 0 success; 1 invalid input (a spec or catalog problem, printed with its field and
 fix); 2 usage error (unknown command or option, missing argument); 3 a deploy failed; 4 no plan
-meets the SLO; 5 the live stack misbehaved (cli_live.py); 6 doctor found a problem (cli_doctor.py); 70 an internal error (a bug in kvplan: crash.py).
+meets the SLO; 5 the live stack misbehaved (live.py); 6 doctor found a problem (doctor.py); 70 an internal error (a bug in kvplan: crash.py).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Optional
 
 import typer
 
-from . import cli_deploy, cli_doctor, cli_import, cli_live, cli_plan
-from .cli_common import HELP, JSON_HELP, STDOUT, ProgressBar, emit, print_warnings
+from ..errors import SpecError
+from . import deploy as cli_deploy, doctor as cli_doctor, imports as cli_import, live as cli_live, plan as cli_plan
+from .common import HELP, JSON_HELP, STDOUT, ProgressBar, emit, print_warnings
 from .console import EXIT_INVALID, err, fail as _fail, out, styled
-from .errors import SpecError
 from .usage import Conventional
 
 app = typer.Typer(cls=Conventional, context_settings=HELP, no_args_is_help=True, rich_markup_mode=None,
@@ -26,7 +26,7 @@ app = typer.Typer(cls=Conventional, context_settings=HELP, no_args_is_help=True,
 
 def _version(value: bool) -> None:
     if value:
-        from . import __version__
+        from .. import __version__
 
         out.print(f"kvplan {__version__}")
         raise typer.Exit()
@@ -41,11 +41,11 @@ def _main(version: Optional[bool] = typer.Option(None, "-V", "--version", callba
 def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              as_json: bool = typer.Option(False, "--json", help="Print the resolved numbers as JSON.")) -> None:
     """Check a spec against the rules of the real stack and the catalog, and print its resolved numbers."""
-    from .resolve import resolve
-    from .spec import load
+    from ..resolve import resolve
+    from ..spec import load
     from .summary import summary_tables
 
-    from .tier_checks import tier_warnings
+    from ..tier_checks import tier_warnings
 
     try:
         resolved = resolve(load(spec))
@@ -82,19 +82,19 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                           help="Simulated seconds one run may reach (default: 100x "
                                                                "the arrivals' span, at least an hour).")) -> None:
     """Simulate the spec: where each prompt's KV came from, and what users feel (TTFT, TPOT, throughput)."""
-    from .cost import cost_of
-    from .report import markdown, sections, terminal
-    from .resolve import resolve
-    from .sim.ablation import ablate_seeds
-    from .sim.run import Bounds, run
-    from .spec import load
+    from ..cost import cost_of
+    from ..report import markdown, sections, terminal
+    from ..resolve import resolve
+    from ..sim.ablation import ablate_seeds
+    from ..sim.run import Bounds, run
+    from ..spec import load
 
     if fmt not in ("table", "md"):
         raise typer.BadParameter(f"'{fmt}' is not a format; use table or md", param_hint="--format")
     try:
         topo = load(spec)
         if profile is not None:
-            from .spec.profile import apply_profile, read_profile
+            from ..spec.profile import apply_profile, read_profile
 
             topo = apply_profile(topo, read_profile(profile))
         resolved = resolve(topo)
@@ -116,21 +116,18 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         report.append(sections.ablation_section(ablation, _ablation_costs(topo, ablation)))
     data = ""
     if out_file or as_json:
-        import json
+        from pydantic_core import to_json
 
-        payload = {"results": [r.model_dump(mode="json") for r in results]}
-        if ablation:
-            # the first seed's runs: the shape `kvplan report` reads (the table above has every seed)
-            payload["ablation"] = [{"setup": name, "result": rs[0].model_dump(mode="json")} for name, rs in ablation]
-        if cost is not None:
-            payload["cost"] = cost.model_dump(mode="json")
         if seeds == 1 and not ablation:   # the SimResult's own keys, with "cost" beside them as the last key
-            data = results[0].model_dump_json(indent=1)
-            if cost is not None:
-                data = data[:data.rindex("}")].rstrip() + ',\n "cost": ' + cost.model_dump_json() + "\n}"
+            payload: dict = dict(results[0])
         else:
-            data = json.dumps(payload, indent=1)
-        data += "\n"
+            payload = {"results": results}
+            if ablation:
+                # the first seed's runs: the shape `kvplan report` reads (the table above has every seed)
+                payload["ablation"] = [{"setup": name, "result": rs[0]} for name, rs in ablation]
+        if cost is not None:
+            payload["cost"] = cost
+        data = to_json(payload, indent=1).decode() + "\n"
     if as_json or out_file == STDOUT:
         return emit(data, out_file, as_json, "result")
     if fmt == "md":
@@ -138,7 +135,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     else:
         for table in terminal.tables(report):
             out.print(table)
-    from .report.next_steps import cold_tiers, next_steps
+    from ..report.next_steps import cold_tiers, next_steps
 
     for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=resolved.workload.kind == "trace"):
         out.print(line)
@@ -152,9 +149,9 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
 def _ablation_costs(topo, ablation) -> list[float | None]:
     """Each ablation setup's bill, $/h (None where a price is missing)."""
-    from .cost import cost_of
-    from .resolve import resolve
-    from .sim.ablation import variants
+    from ..cost import cost_of
+    from ..resolve import resolve
+    from ..sim.ablation import variants
 
     setups = dict(variants(topo))
     costs = []
@@ -168,7 +165,7 @@ def _ablation_costs(topo, ablation) -> list[float | None]:
 
 def schema() -> None:
     """Print the JSON Schema of the spec (point your editor's YAML support at it)."""
-    from .reference import schema_json
+    from ..reference import schema_json
 
     typer.echo(schema_json(), nl=False)
 
@@ -176,7 +173,7 @@ def schema() -> None:
 def catalog(as_json: bool = typer.Option(False, "--json", help="Print every model, device, tier class and price with its "
                                                                 "numbers and sources as JSON.")) -> None:
     """List the catalog: models, accelerators, NVMe and NIC classes, Ceph device classes, and their prices."""
-    from .catalog import load_catalog
+    from ..catalog import load_catalog
     from .summary import catalog_tables
 
     try:
@@ -209,8 +206,8 @@ def build_tiny(out_dir: str = typer.Argument("/var/lib/kvplan/models/tiny-llama"
     import time
     from pathlib import Path
 
-    from . import tinymodel
-    from .catalog import load_catalog
+    from ..catalog import load_catalog
+    from ..live import tinymodel
 
     arch = load_catalog().llm(TINY_MODEL).model_dump(mode="json")
     if not force and (Path(out_dir) / "model.safetensors").is_file() and (Path(out_dir) / "config.json").is_file():

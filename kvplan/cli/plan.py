@@ -11,9 +11,9 @@ from typing import Optional
 
 import typer
 
-from .cli_common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, emit, run_cache
+from ..errors import SpecError
+from .common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, emit, run_cache
 from .console import err, fail as _fail, out
-from .errors import SpecError
 
 EXIT_NO_PLAN = 4
 
@@ -41,10 +41,10 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     """Find the cheapest topology that meets the SLO at the rate: enumerate, prune, simulate, explain."""
     from pathlib import Path
 
-    from .plan import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
-    from .report.plan import plan_json, plan_tables, search_verdict
-    from .spec import load
-    from .spec.slo import parse_slo_flags
+    from ..plan.search import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
+    from ..report.plan import plan_json, plan_tables, search_verdict
+    from ..spec import load
+    from ..spec.slo import parse_slo_flags
 
     try:
         wanted = parse_rate_arg(rate)
@@ -119,9 +119,10 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
               cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
               no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
     """Simulate variants of a spec (--vary PATH=V1,V2,...) and compare them in one table."""
-    from .report import terminal
-    from .sweep.sweep import sweep
-    from .sweep.variants import VaryUsageError, parse_vary
+    from ..report import terminal
+    from ..report.sweep import sweep_section
+    from ..sweep.sweep import sweep
+    from ..sweep.variants import VaryUsageError, parse_vary
 
     _executor_options(workers, ray)
     try:
@@ -138,7 +139,7 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     if not (as_json or STDOUT in (out_file, csv_file)):
-        for table in terminal.tables([result.section()]):
+        for table in terminal.tables([sweep_section(result)]):
             out.print(table)
     _runs_line(len(result.points) * seeds, simulated, cache)
     if out_file or as_json:
@@ -169,12 +170,12 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                  cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
                  no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
     """Find the highest arrival rate at which the spec still meets its SLO (bisection over simulations)."""
-    from .report import terminal
-    from .report.sections import Section
-    from .spec.slo import parse_slo_flags
-    from .sweep.capacity import SloUsageError, headline, search
-    from .sweep.result import TABLE_COLUMNS
-    from .units import fmt_duration
+    from ..report import terminal
+    from ..report.sections import Section
+    from ..report.sweep import TABLE_COLUMNS
+    from ..spec.slo import parse_slo_flags
+    from ..sweep.capacity import SloUsageError, headline, search
+    from ..units import fmt_duration
 
     _executor_options(workers, ray)
     cache = run_cache(cache_dir, no_cache)
@@ -194,8 +195,8 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
     try:
         targets = parse_slo_flags(slo or []).targets()
-        from .spec import load
-        from .sweep.capacity import Knob
+        from ..spec import load
+        from ..sweep.capacity import Knob
 
         topo = load(spec)
         knob, fmt = Knob.of(topo), Knob.of(topo).fmt
@@ -239,9 +240,9 @@ def size(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                         "(for kvplan report; - for stdout).")) -> None:
     """Hit ratio against capacity for every tier, from one pass over the workload: working set, the sizes
     reaching 50/90/99 % of the reuse, and their cost."""
-    from .report.sizing import terminal_tables
-    from .sizing import size
-    from .spec import load
+    from ..report.sizing import terminal_tables
+    from ..sizing import size
+    from ..spec import load
 
     try:
         result = size(load(spec), seed=seed)
@@ -261,8 +262,8 @@ def report(result_or_sweep: str = typer.Argument(..., help="JSON from `kvplan si
                out_file: str = typer.Option(..., "-o", "--out", help="The report: .html (one self-contained page "
                                                                       "with plots) or .md (the tables as Markdown).")) -> None:
     """Turn a simulation or sweep result into a report: plots and tables in one offline HTML page, or Markdown."""
-    from .errors import Problem
-    from .report import document, html, inputs
+    from ..errors import Problem
+    from ..report import document, html, inputs
 
     if html.output_format(out_file) is None:
         raise typer.BadParameter(f"'{out_file}' is neither .html nor .md; name the report report.html or report.md",

@@ -8,7 +8,7 @@ passes that entry here and checks the built config.json against it.
 This file is also a standalone script: it needs torch, tokenizers and transformers, which live in
 the vLLM virtual environment, not in kvplan's, so kvplan runs it with that environment's Python:
 
-    <vllm venv>/bin/python kvplan/tinymodel.py OUT_DIR '<architecture JSON>'
+    <vllm venv>/bin/python kvplan/live/tinymodel.py OUT_DIR '<architecture JSON>'
 
 Deterministic: the same seed gives the same tokenizer and weights.
 """

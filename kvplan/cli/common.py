@@ -34,9 +34,9 @@ def emit(data: str, out_file: str | None, as_json: bool, what: str) -> None:
 
 def run_cache(cache_dir: str | None, no_cache: bool):
     """The run cache the --cache-dir / --no-cache options ask for (None: off)."""
-    from . import paths
+    from .. import paths
+    from ..sweep.cache import RunCache
     from .console import warn
-    from .sweep.cache import RunCache
 
     return None if no_cache else RunCache(paths.cache_dir(cache_dir, warn=warn))
 

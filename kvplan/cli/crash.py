@@ -20,7 +20,7 @@ EXIT_INTERNAL = 70
 
 def save_report(exc: BaseException, argv: list[str], state_dir: Path) -> Path | None:
     """Write the traceback and command line to state_dir/crash/<time>.txt; None when it cannot be written."""
-    from . import __version__
+    from .. import __version__
 
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     path = state_dir / "crash" / f"{stamp}.txt"
@@ -35,8 +35,8 @@ def save_report(exc: BaseException, argv: list[str], state_dir: Path) -> Path | 
 
 def report(exc: BaseException) -> int:
     """Print the internal error in one line (and where its report is) and return EXIT_INTERNAL."""
+    from ..paths import state_dir
     from .console import err
-    from .paths import state_dir
 
     try:
         where = save_report(exc, sys.argv, state_dir())

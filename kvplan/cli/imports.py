@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from .cli_common import STDOUT
+from ..errors import Problem, SpecError
+from .common import STDOUT
 from .console import err, fail as _fail, warn
-from .errors import Problem, SpecError
 
 def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vllm serve MODEL --flag value ...` command "
                                                                         "line, quoted as one argument."),
@@ -32,9 +32,9 @@ def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vl
 
     import yaml
 
-    from .interop import add_lmcache_config, add_lmcache_server, from_helm_values, from_vllm_command
-    from .resolve import resolve
-    from .spec import from_mapping, read_yaml
+    from ..interop import add_lmcache_config, add_lmcache_server, from_helm_values, from_vllm_command
+    from ..resolve import resolve
+    from ..spec import from_mapping, read_yaml
 
     if (vllm is None) == (helm_values is None):
         raise typer.BadParameter("give one of --vllm \"vllm serve ...\" and --helm-values FILE", param_hint="--vllm")

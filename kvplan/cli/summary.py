@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .catalog import Catalog
-from .resolve import Resolved, kv_bytes_per_token
-from .units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
+from ..catalog import Catalog
+from ..resolve import Resolved, kv_bytes_per_token
+from ..units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
 
 
 def summary_tables(r: Resolved) -> list[Table]:

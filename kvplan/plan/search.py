@@ -26,8 +26,8 @@ in ascending cost, a few at a time, until the cheapest that meets the SLO and a 
 are known (a candidate that differs from one already meeting it only in its eviction policy costs
 the same and is not simulated); every other candidate gets the reason it lost.
 
-The search space is kvplan.plan_space; what is known before simulating (the workload at the rate,
-the bounds, dominance) is kvplan.plan_bounds; this module is the search and its verdicts.
+The search space is kvplan.plan.space; what is known before simulating (the workload at the rate,
+the bounds, dominance) is kvplan.plan.bounds; this module is the search and its verdicts.
 """
 
 from __future__ import annotations
@@ -37,20 +37,20 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .catalog import Catalog, load_catalog
-from .cost import CostBreakdown, cost_of
-from .errors import Problem, SpecError, did_you_mean
-from .plan_bounds import Floors, WorkloadStats, at_rate, behaviour as plan_behaviour, floors
-from .plan_space import HardwareGroup, Specs, hardware_groups, variants
-from .resolve import Resolved, accelerator_problems, resolve
-from .sim.result import SimResult
-from .sim.slo_watch import SloMiss
-from .spec import Topology, from_mapping
-from .spec.slo import Slo
-from .units import fmt_bytes, fmt_duration, parse_rate
+from ..catalog import Catalog, load_catalog
+from ..cost import CostBreakdown, cost_of
+from ..errors import Problem, SpecError, did_you_mean
+from ..resolve import Resolved, accelerator_problems, resolve
+from ..sim.result import SimResult
+from ..sim.slo_watch import SloMiss
+from ..spec import Topology, from_mapping
+from ..spec.slo import Slo
+from ..units import fmt_bytes, fmt_duration, parse_rate
+from .bounds import Floors, WorkloadStats, at_rate, behaviour as plan_behaviour, floors
+from .space import HardwareGroup, Specs, hardware_groups, variants
 
 if TYPE_CHECKING:
-    from .sweep.cache import RunCache
+    from ..sweep.cache import RunCache
 
 ALTERNATIVES = 3
 """Feasible candidates reported besides the winner."""
@@ -155,8 +155,8 @@ def simulate_all(topos: list[Topology], seeds: list[int], workers: int, cache: "
     """Every topology under every seed (kvplan.sweep.executor), results in topology order, then seed order;
     each looked up in `cache` first. With `stop_at_miss`, a run that certainly misses one of those targets
     stops there and gives its SloMiss (kvplan.sim.slo_watch)."""
-    from .sweep.cache import run_cached
-    from .sweep.executor import Task
+    from ..sweep.cache import run_cached
+    from ..sweep.executor import Task
 
     stop = tuple(sorted((stop_at_miss or {}).items()))
     flat, _ = run_cached([Task(spec=t, seed=s, stop_at_miss=stop) for t in topos for s in seeds], cache,
@@ -480,7 +480,7 @@ def _judge(c: Candidate, results: list[SimResult | SloMiss], targets: dict[str, 
     decides it (kvplan.sweep.confidence.classify): a candidate meets the SLO when every mean is
     within its target, and is marked not distinguishable when an interval straddles a target.
     A run stopped at a certain miss (one seed) missed: its percentile is at least the bound it found."""
-    from .sweep.confidence import classify, combine
+    from ..sweep.confidence import classify, combine
 
     if isinstance(results[0], SloMiss):
         miss = c.stopped = results[0]
@@ -523,7 +523,7 @@ def with_ci(c: Candidate, key: str) -> str:
 def runner_up_within_noise(winner: Candidate, runner_up: Candidate) -> list[str]:
     """The SLO keys on which the runner-up's per-seed values are not distinguishable from the
     winner's (paired over the same seeds); empty with one seed, where nothing is tested."""
-    from .sweep.confidence import compare
+    from ..sweep.confidence import compare
 
     return [k for k in winner.samples if len(winner.samples[k]) > 1 and k in runner_up.samples
             and not compare(winner.samples[k], runner_up.samples[k]).distinguishable]
@@ -539,7 +539,7 @@ def winner_yaml(c: Candidate, result: Plan | None = None, base: Topology | None 
     description that says what it is (kvplan.spec.written)."""
     import yaml
 
-    from .spec.written import human_mapping
+    from ..spec.written import human_mapping
 
     data = human_mapping(c.topo)
     measured = ", ".join(f"{_label(k)} {fmt_duration(v)}" for k, v in c.measured.items())

@@ -13,10 +13,10 @@ from typing import List, Optional
 
 import typer
 
-from .cli_common import CACHE_HELP, JSON_HELP, ProgressBar, run_cache
+from ..errors import Problem, SpecError
+from ..units import fmt_duration
+from .common import CACHE_HELP, JSON_HELP, ProgressBar, run_cache
 from .console import err, fail as _fail, out, styled
-from .errors import Problem, SpecError
-from .units import fmt_duration
 
 EXIT_FINDINGS = 6
 
@@ -41,10 +41,10 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
            cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
            no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
     """Diagnose a spec (simulated) or its live stack: symptoms, causes with evidence, and spec changes proven by simulation."""
-    from .doctor import diagnose, diagnose_live, fixed_mapping, simulated_case
-    from .doctor.case import Case
-    from .resolve import resolve
-    from .spec.load import from_mapping, read_yaml
+    from ..doctor import diagnose, diagnose_live, fixed_mapping, simulated_case
+    from ..doctor.case import Case
+    from ..resolve import resolve
+    from ..spec.load import from_mapping, read_yaml
 
     if result and target:
         raise typer.BadParameter("give --result or --target, not both", param_hint="--result")
@@ -59,8 +59,8 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         with ProgressBar() as progress:
             tick = (lambda done, total: progress(done / total)) if progress else None
             if target:
-                from .cli_live import _targets
-                from .live.observe import snapshot
+                from ..live.observe import snapshot
+                from .live import _targets
 
                 snap = snapshot(resolved, _targets(target), lmcache=_targets(lmcache_url) if lmcache_url else None,
                                 ceph=not no_ceph, timeout=timeout)
@@ -95,7 +95,7 @@ def _results(path: str, resolved) -> list:
     """SimResults from a `kvplan simulate --out` file (one run, or several seeds), checked against the spec."""
     from pydantic import ValidationError
 
-    from .sim.result import SimResult
+    from ..sim.result import SimResult
 
     try:
         raw = json.loads(Path(path).read_text())

@@ -11,25 +11,25 @@ from typing import List, Optional
 
 import typer
 
-from . import paths
+from .. import paths
+from ..errors import Problem, SpecError
+from ..units import fmt_duration
 from .console import err, fail as _fail, out, styled, warn
-from .errors import Problem, SpecError
-from .units import fmt_duration
 
 EXIT_LIVE = 5
 
 
 def _spec(spec: str, profile: str | None = None):
     """(topology, resolved, resolved with the profile applied) of a spec file; exits on bad input."""
-    from .resolve import resolve
-    from .spec import load
+    from ..resolve import resolve
+    from ..spec import load
 
     try:
         topo = load(spec)
         base = resolve(topo)
         if profile is None:
             return topo, base, base
-        from .spec.profile import apply_profile, read_profile
+        from ..spec.profile import apply_profile, read_profile
 
         return topo, base, resolve(apply_profile(topo, read_profile(profile)))
     except SpecError as exc:
@@ -41,7 +41,7 @@ API_KEY_HELP = ("The key vLLM was started with (--api-key), sent as a bearer tok
 
 
 def _targets(urls: list[str], api_key: str | None = None):
-    from .live.bench import Target
+    from ..live.bench import Target
 
     try:
         return [Target.parse(u, api_key) for u in urls]
@@ -71,9 +71,9 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
           api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
                                                 help=API_KEY_HELP)) -> None:
     """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""
-    from .live.bench import BenchError, new_salt
-    from .live.runner import bench as run_bench, default_run_dir
-    from .spec.load import read_text
+    from ..live.bench import BenchError, new_salt
+    from ..live.runner import bench as run_bench, default_run_dir
+    from ..spec.load import read_text
 
     topo, resolved, _ = _spec(spec)
     targets = _targets(target, api_key)
@@ -140,7 +140,7 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
                                                   help=API_KEY_HELP),
             as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:
     """Read the live stack once: which components are up, and their counters since they started."""
-    from .live.observe import snapshot
+    from ..live.observe import snapshot
 
     _, resolved, _ = _spec(spec)
     lmcache = _targets(lmcache_url) if lmcache_url else None
@@ -166,8 +166,8 @@ def compare(spec: str = typer.Argument(..., help="The spec the run benched."),
     """Predicted against observed, metric by metric, with the error."""
     from rich.table import Table
 
-    from .live.compare import check_same_spec, predict, rows
-    from .live.observed import read_run
+    from ..live.compare import check_same_spec, predict, rows
+    from ..live.observed import read_run
 
     _, base, resolved = _spec(spec, profile)
     try:
@@ -209,11 +209,11 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
                                                     "file of the same deployment (repeat to fit several)."),
               out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML).")) -> None:
     """Fit the step-time coefficients to benchmarks and write them as a device profile."""
-    from .gpufit.calibrate import fit_vllm_results
-    from .live.calibrate import fit
-    from .spec.profile import write_profile
-    from .live.compare import check_same_spec, predict
-    from .live.observed import read_run
+    from ..gpufit.calibrate import fit_vllm_results
+    from ..live.calibrate import fit
+    from ..live.compare import check_same_spec, predict
+    from ..live.observed import read_run
+    from ..spec.profile import write_profile
 
     if bool(observed) == bool(vllm_result):
         _fail(SpecError([Problem("--observed / --vllm-result", "give the benchmarks to fit: kvplan bench runs "
