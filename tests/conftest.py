@@ -11,14 +11,47 @@ from typing import Any
 
 import pytest
 
+import kvplan
 from kvplan.catalog import load_catalog
 from kvplan.spec import from_mapping, read_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
+FROM_SOURCE = Path(kvplan.__file__).resolve().parent == REPO / "kvplan"
+"""True when the tests import kvplan from this checkout (`PYTHONPATH=$PWD .venv/bin/pytest -m unit`, README.md
+"Tests"), not from the installed wheel: an edit is seen at once, with no reinstall, and the simulator runs
+interpreted. Every kvplan a test starts as a process then runs from the checkout too."""
+if FROM_SOURCE:
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+
 # Every kvplan a test starts keeps its runs, keys and cache here, never in the user's directories.
 os.environ["KVPLAN_STATE_DIR"] = tempfile.mkdtemp(prefix="kvplan-tests-state-")
+
+
+LEVELS = ("unit", "stack", "cluster")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test without `stack` or `cluster` is a unit test. Run from the source tree, the tests of the installed
+    build (`compiled`) are left out, and said to be; in CI that is an error, since CI tests what it installs."""
+    for item in items:
+        if not any(item.get_closest_marker(level) for level in LEVELS[1:]):
+            item.add_marker(pytest.mark.unit)
+    if not FROM_SOURCE:
+        return
+    if os.environ.get("CI") == "true":
+        raise pytest.UsageError(f"CI imports kvplan from the checkout ({kvplan.__file__}), not from the installed "
+                                "wheel: run `.venv/bin/pytest` without PYTHONPATH")
+    left_out = [item for item in items if item.get_closest_marker("compiled")]
+    if left_out:
+        items[:] = [item for item in items if not item.get_closest_marker("compiled")]
+        config.hook.pytest_deselected(items=left_out)
+
+
+def pytest_report_header(config):
+    where = "the source tree (interpreted; the compiled build's tests are left out)" if FROM_SOURCE else "the installed wheel"
+    return f"kvplan from {where}: {Path(kvplan.__file__).parent}"
 
 
 def source_module(relative: str, name: str):

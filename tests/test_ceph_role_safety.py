@@ -27,6 +27,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kvplan.deploy import cephdiff
@@ -35,6 +36,8 @@ from kvplan.resolve import resolve
 
 from conftest import REPO, spec
 from test_roles_run import LOCALHOST, run_play
+
+pytestmark = pytest.mark.stack
 
 ROLE = REPO / "templates" / "roles" / "ceph"
 CEPH_HOST = {"all": {"children": {"ceph": {"hosts": {"localhost": LOCALHOST["all"]["hosts"]["localhost"]}}}}}

@@ -48,6 +48,8 @@ from kvplan.spec import from_mapping
 
 from conftest import REPO
 
+pytestmark = pytest.mark.cluster
+
 KVPLAN = str(Path(sys.executable).parent / "kvplan")
 SCRIPT = REPO / "scripts" / "test-cluster.sh"
 SPEC = REPO / "examples" / "cluster.yaml"

@@ -21,6 +21,10 @@ from pathlib import Path
 
 from conftest import REPO
 
+import pytest
+
+pytestmark = pytest.mark.compiled
+
 HOOK = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"][
     "custom"]
 COMPILED = HOOK["compile"] + HOOK["extensions"]     # mypyc's modules and the C twins of Python ones

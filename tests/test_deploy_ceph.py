@@ -30,6 +30,8 @@ import yaml
 import ceph_local
 from conftest import REPO, example_data, with_changes
 
+pytestmark = pytest.mark.stack
+
 KVPLAN = str(Path(sys.executable).parent / "kvplan")
 INVENTORY = str(REPO / "inventories" / "local")
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import REPO
@@ -16,6 +17,8 @@ from kvplan.deploy.render import render
 from kvplan.deploy.secrets import Secrets
 from kvplan.resolve import resolve
 from kvplan.spec import load
+
+pytestmark = pytest.mark.stack
 
 KVPLAN = str(Path(sys.executable).parent / "kvplan")
 

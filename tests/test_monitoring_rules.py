@@ -24,6 +24,8 @@ from kvplan.spec import load
 
 from conftest import REPO
 
+pytestmark = pytest.mark.stack
+
 ROLES = REPO / "templates" / "roles"
 PROMTOOL = "/usr/bin/promtool"
 BIN = Path(sys.executable).parent

@@ -8,6 +8,10 @@ import zipfile
 
 from conftest import REPO
 
+import pytest
+
+pytestmark = pytest.mark.compiled
+
 
 def test_wheel_ships_the_data_folders_inside_the_package(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",

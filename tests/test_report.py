@@ -358,6 +358,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("which", ["ablation", "grid", "size"])
 def test_chromium_draws_every_plot_without_errors(files, tmp_path, which):
     page = tmp_path / "report.html"

@@ -45,6 +45,8 @@ from kvplan.spec import load
 
 from conftest import REPO, spec
 
+pytestmark = pytest.mark.stack
+
 ROLES = REPO / "templates" / "roles"
 BIN = Path(sys.executable).parent
 LOCALHOST = {"all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}

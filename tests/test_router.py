@@ -30,6 +30,8 @@ from kvplan.sim import workload as wl
 from kvplan.sim.router import Router
 from kvplan.sim.workload import SHARED_PREFIX, USER_TEXT, Segments
 
+pytestmark = pytest.mark.stack
+
 ROUTER_BIN = Path("/opt/kvplan/router-venv/bin/vllm-router")
 DELAY = 2.5
 """Seconds a test-double server takes per request: longer than the whole sequence takes to send."""

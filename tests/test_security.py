@@ -31,6 +31,8 @@ from kvplan.errors import SpecError
 from kvplan.resolve import resolve
 from kvplan.spec import from_mapping
 
+pytestmark = pytest.mark.stack
+
 KEYS = Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE00", ceph_rgw_secret_key="example-secret")
 LOCAL = inventory_mod.load(REPO / "inventories" / "local")
 BIN = Path(sys.executable).parent

@@ -36,6 +36,8 @@ import pytest
 import ceph_local
 from conftest import REPO
 
+pytestmark = pytest.mark.stack
+
 KVPLAN = str(Path(sys.executable).parent / "kvplan")
 INVENTORY = str(REPO / "inventories" / "local")
 VENV = Path("/opt/kvplan/vllm-venv")
