@@ -26,6 +26,7 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))                     # the source tree, interpreted: its methods can be wrapped
+sys.path.insert(0, str(REPO / "benchmarks"))      # its sibling modules, also under `python -P`
 
 from vs_sr_sim import LEVELS, SPEC, chat_spec     # noqa: E402  (after the path is set)
 

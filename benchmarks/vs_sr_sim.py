@@ -35,7 +35,8 @@ from pathlib import Path
 
 import yaml
 
-from paired import alternate
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # its sibling modules, also under `python -P`
+from paired import alternate  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "examples" / "chat-llama2-13b.yaml"

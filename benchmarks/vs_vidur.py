@@ -33,11 +33,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import vidur_offline
-from paired import alternate, timed
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # its sibling modules, also under `python -P`
+import vidur_offline  # noqa: E402
+from paired import alternate, timed  # noqa: E402
 
-from kvplan.resolve import Resolved, resolve
-from kvplan.spec import from_mapping, read_yaml
+from kvplan.resolve import Resolved, resolve  # noqa: E402
+from kvplan.spec import from_mapping, read_yaml  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "mooncake_fast25" / "conversation_trace.jsonl"
