@@ -93,17 +93,21 @@ class Segments:
         return Segments(parts, parent, heir, after=True)
 
     def _init(self, tail: Parts, parent: "Segments | None", heir: bool) -> None:
-        self._tail = tail                            # a turn holds only its own parts: a million turns, not
+        # A turn holds only its own parts and its parent: a million turns, not a million copies of their
+        # conversations.
+        self._tail = tail
         length = parent.length if parent is not None else 0
         for _, n in tail:
             length += n
         self.length: int = length
-        self._parent = parent                        # a million copies of their conversations
+        self._parent = parent
         self._keys: dict[int, list[int]] = _NO_KEYS
-        self._heir = heir                            # a next turn builds on this one (no reference to it:
-        self._handed: tuple[int, ...] = ()           # a cycle would outlive a run, which pauses the collector)
-        self._done = False                           # units the next turn has built on, and whether this
-        if parent is not None:                       # turn has finished
+        # Whether a next turn builds on this one (a flag, not a reference to it: a cycle would outlive a run,
+        # which pauses the collector), the units that next turn has built on, and whether this turn has finished.
+        self._heir = heir
+        self._handed: tuple[int, ...] = ()
+        self._done = False
+        if parent is not None:
             parent._heir = True
 
     @property
