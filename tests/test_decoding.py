@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 from kvplan.sim.decoding import DecodeSet
-from kvplan.sim.engine import Seq
 from kvplan.sim.prefix_cache import Holding
+from kvplan.sim.seq import Seq
 from kvplan.sim.workload import Request, Segments
 
 

@@ -32,7 +32,7 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from .engine import Seq
+    from .seq import Seq
 
 _SHIFT: Final = 32
 _TICKET: Final = (1 << _SHIFT) - 1

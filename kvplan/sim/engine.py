@@ -50,51 +50,13 @@ from typing import TYPE_CHECKING, Callable
 from .clock import AllOf, Event, Process, Steps, sooner, succeed_at
 from .decoding import DecodeSet
 from .prefix_cache import Holding, PrefixCache
+from .seq import Seq
 from .steptime import StepTime
 
 if TYPE_CHECKING:
     from .lmcache import Span
     from .run import Simulation
     from .workload import Request
-
-
-class Seq:
-    """One request inside an engine."""
-
-    __slots__ = ("req", "target", "computed", "generated", "holding", "blocks", "chunks", "saved",
-                 "tiers", "hbm_tokens", "admitted", "first_token", "preemptions", "pending_load", "load_wait", "record",
-                 "prompt", "output", "since", "ticket")
-
-    def __init__(self, req: "Request", record: bool):
-        self.req = req
-        self.target = req.prompt_tokens          # tokens to prefill (prompt, plus regenerated output after preemption)
-        self.computed = 0                        # tokens whose KV is in HBM
-        self.generated = 0                       # output tokens emitted
-        self.holding = Holding([], 0, 0)         # nothing held (not admitted, preempted or finished)
-        self.blocks: list[int] = []              # block keys of prompt + output
-        self.chunks: list[int] = []              # LMCache chunk keys of the prompt
-        self.saved = 0                           # chunks LMCache holds or was given
-        self.tiers = {"ddr": 0, "nvme": 0, "ceph": 0}
-        self.hbm_tokens = 0
-        self.admitted = -1.0
-        self.first_token = -1.0
-        self.preemptions = 0
-        self.pending_load: Process | None = None  # a retrieve process to wait for before the forward pass
-        self.load_wait = 0.0                     # seconds its prefill steps waited for retrieves
-        self.record = record
-        self.prompt = req.prompt_tokens          # copies of the request's lengths, read every step
-        self.output = req.output_tokens
-        self.since = -1                          # DecodeSet clock its counters were written at; -1: not decoding there
-        self.ticket = 0                          # its DecodeSet membership (heap entries of older ones are stale)
-
-    @property
-    def prefilling(self) -> bool:
-        return self.computed < self.target
-
-    @property
-    def length(self) -> int:
-        """Tokens in the sequence so far (prompt and emitted output)."""
-        return self.prompt + self.generated
 
 
 PLAN_FIRST = 32

@@ -18,7 +18,7 @@ import numpy as np
 from .result import FLOAT_COLUMNS, RequestRow
 
 if TYPE_CHECKING:
-    from .engine import Seq
+    from .seq import Seq
 
 
 def _column(name: str, rows: int) -> array:

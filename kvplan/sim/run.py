@@ -25,12 +25,13 @@ from ..resolve import Resolved
 from . import metrics, steady
 from . import workload as wl
 from .clock import Environment, Event
-from .engine import Engine, Seq
+from .engine import Engine
 from .fabric import Fabric
 from .ledger import Ledger
 from .lmcache import TIERS, LMCacheModel
 from .prefix_cache import PrefixCache
 from .router import Router
+from .seq import Seq
 from .slo_watch import SloWatch
 
 from .result import LinkResult, RequestTable, SimResult, TierResult
