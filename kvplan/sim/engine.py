@@ -47,15 +47,15 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Callable
 
 
-from .clock import AllOf, Event, Process, Steps, sooner, succeed_at
+from .clock import AllOf, Environment, Event, Process, Steps, sooner, succeed_at
 from .decoding import DecodeSet
 from .prefix_cache import Holding, PrefixCache
 from .seq import Seq
 from .steptime import StepTime
 
 if TYPE_CHECKING:
-    from .lmcache import Span
-    from .run import Simulation
+    from ..resolve import Resolved
+    from .lmcache import LMCacheModel, Span
     from .workload import Request
 
 
@@ -65,13 +65,24 @@ PLAN_FIRST = 32
 Batch = tuple[list[tuple[Seq, int]], int, list[Process]]
 """One step's batch: prefills as (seq, new tokens), the decoding members that take a token, the loads to wait for."""
 
+OnFinish = Callable[[int, Seq, float], None]
+"""Told (instance, seq, now) when a request has emitted its last token (the simulation's `finished`)."""
+
 
 class Engine:
-    def __init__(self, sim: "Simulation", index: int):
-        r = sim.r
-        self.sim, self.index, self.env = sim, index, sim.env
-        self.hbm: PrefixCache = sim.hbm[index]
-        self.steptime = StepTime(r)
+    """vLLM instance `index` of the resolved deployment `r` (see the module docstring), handed its parts:
+    the clock it runs on, its own HBM prefix cache, the LMCache model all instances share (None:
+    no LMCache), its step-time model, and whom to tell when a request finishes. It reads only its
+    serving settings from `r`; `offset`, when traffic starts, is set by the simulation after the
+    warm-up."""
+
+    def __init__(self, r: Resolved, index: int, env: Environment, hbm: PrefixCache, lm: LMCacheModel | None,
+                 steptime: StepTime, on_finish: OnFinish):
+        self.index, self.env = index, env
+        self.hbm = hbm
+        self.steptime = steptime
+        self.on_finish = on_finish
+        self.offset = 0.0                        # when traffic starts (request merging's window is from an arrival)
         self.bs = r.block_size
         self.max_seqs = r.max_num_seqs
         self.budget = r.max_num_batched_tokens
@@ -79,7 +90,7 @@ class Engine:
         self.prefix_caching = r.prefix_caching
         self.keyed = r.prefix_caching or r.lmcache is not None   # HBM blocks need their keys (Seq.blocks): the prefix
                                                  # cache looks them up, blocks loaded from LMCache are committed under them
-        self.lm = sim.lmcache
+        self.lm = lm
         lmc = r.lmcache                          # request merging (_merge_hold): resolve sets both or neither
         self.merge_window = (lmc.merging_window_s or 0.0) if lmc is not None else 0.0
         self.merge_tokens = (lmc.merging_max_tokens or 0) if lmc is not None else 0
@@ -177,7 +188,7 @@ class Engine:
         tokens = sum(s.target for s in self.waiting)
         if tokens >= self.merge_tokens:
             return 0.0
-        return self.waiting[0].req.arrival + self.sim.offset + window - self.env.now
+        return self.waiting[0].req.arrival + self.offset + window - self.env.now
 
     # ---- scheduling
     def _blocks_for(self, tokens: int) -> int:
@@ -521,5 +532,5 @@ class Engine:
         self.hbm.release(seq.holding)
         seq.holding = Holding([], 0, 0)
         seq.req.content.forget()
-        self.sim.finished(self.index, seq, env.now)
+        self.on_finish(self.index, seq, env.now)
         self._wake()

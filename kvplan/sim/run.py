@@ -33,6 +33,7 @@ from .prefix_cache import PrefixCache
 from .router import Router
 from .seq import Seq
 from .slo_watch import SloWatch
+from .steptime import StepTime
 
 from .result import LinkResult, RequestTable, SimResult, TierResult
 
@@ -83,7 +84,8 @@ class Simulation:
         self.fabric = Fabric(self.env, r)
         self.hbm = [PrefixCache(r.hbm_blocks) for _ in range(r.instances)]
         self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
-        self.engines = [Engine(self, i) for i in range(r.instances)]
+        self.engines = [Engine(r, i, self.env, self.hbm[i], self.lmcache, StepTime(r), self.finished)
+                        for i in range(r.instances)]
         self.router = Router(r.router, self.engines, r.block_size)
         self.ledger = Ledger(0, 0.0, self.request_overhead)   # the per-request table (sized once the requests are known)
         self.finished_count = 0
@@ -159,6 +161,8 @@ class Simulation:
             env.run(self.finished_event)
         self.started = time.monotonic()
         self.offset = offset = env.now
+        for engine in self.engines:              # their request merging times a window from an arrival
+            engine.offset = offset
         reqs = wl.stream(r, self.seed) if self.requests is None else self.requests
         self.expected = len(reqs)
         self.ledger = Ledger(len(reqs), offset, self.request_overhead)
