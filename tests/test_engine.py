@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvplan.resolve import resolve
+from kvplan.sim.engine import Probe
 from kvplan.sim.run import Simulation
 
 from conftest import spec
@@ -12,9 +13,9 @@ from conftest import spec
 
 def simulate(example="chat-llama2-13b", fast_forward=True, on_step=None, **changes):
     sim = Simulation(resolve(spec(example, **changes)))
-    for engine in sim.engines:
-        engine.fast_forward = fast_forward
-        engine.on_step = on_step
+    if not fast_forward or on_step is not None:             # otherwise the engines run as in production
+        for engine in sim.engines:
+            engine.probe = Probe(fast_forward=fast_forward, on_step=on_step)
     return sim, sim.run()
 
 
@@ -126,7 +127,7 @@ def test_visiting_only_what_changes_schedules_as_visiting_every_request(budget):
                                       serving__max_num_batched_tokens=512, serving__gpu_memory_utilization=0.4)))
         for engine in sim.engines:
             engine.budget = budget or engine.budget
-            engine.visit_each = visit_each
+            engine.probe = Probe(visit_each=visit_each)
         return sim.run()
 
     changed = run(False)

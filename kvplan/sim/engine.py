@@ -65,6 +65,18 @@ PLAN_FIRST = 32
 Batch = tuple[list[tuple[Seq, int]], int, list[Process]]
 """One step's batch: prefills as (seq, new tokens), the decoding members that take a token, the loads to wait for."""
 
+
+class Probe:
+    """What a test changes in an engine (`Engine.probe`) to hold a fast form to the definition it stands
+    for (the table in kvplan/sim/__init__.py); a production engine has none."""
+
+    def __init__(self, fast_forward: bool = True, visit_each: bool = False,
+                 on_step: Callable[[Engine, int], object] | None = None):
+        self.fast_forward = fast_forward         # False: decode runs are stepped one iteration at a time
+        self.visit_each = visit_each             # True: every step goes through vLLM's whole loop (_schedule_each)
+        self.on_step = on_step                   # on_step(engine, tokens scheduled), after each step is scheduled
+
+
 OnFinish = Callable[[int, Seq, float], None]
 """Told (instance, seq, now) when a request has emitted its last token (the simulation's `finished`)."""
 
@@ -107,9 +119,7 @@ class Engine:
         self.steps = 0
         self.preemptions = 0
         self.busy = 0.0
-        self.fast_forward = True                 # tests turn it off to check it changes nothing
-        self.visit_each = False                  # tests: every step through vLLM's whole loop (_schedule_each)
-        self.on_step: Callable[[Engine, int], object] | None = None   # tests: on_step(engine, tokens) after scheduling
+        self.probe: Probe | None = None          # only tests set one
 
     # ---- arrivals
     def submit(self, req: "Request", record: bool = True) -> None:
@@ -173,9 +183,10 @@ class Engine:
                 self.wakeup = env.event()
                 yield self.wakeup
                 continue
-            if self.on_step is not None:
-                self.on_step(self, sum(new for _, new in prefills) + decodes)
-            if self.fast_forward and not prefills and not loads and self._can_fast_forward():
+            probe = self.probe
+            if probe is not None and probe.on_step is not None:
+                probe.on_step(self, sum(new for _, new in prefills) + decodes)
+            if not prefills and not loads and (probe is None or probe.fast_forward) and self._can_fast_forward():
                 yield from self._fast_forward()
                 continue
             yield from self._step(prefills, loads)
@@ -201,7 +212,8 @@ class Engine:
         besides taking one token are visited (the prefilling ones and the decoding ones at a block
         boundary), in the same order, which is the same as long as the budget lasts for all of them.
         """
-        if self.visit_each:
+        probe = self.probe
+        if probe is not None and probe.visit_each:
             return self._schedule_each(admit)
         running, decoding = self.running, self.decoding
         if self.idle:                            # left out of the last step: decoding again from now
