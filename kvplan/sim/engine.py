@@ -36,7 +36,11 @@ or (with a free slot) a new request arrives. The engine then advances many decod
 event, their times summed by `StepTime.decode_run` (no scheduling per step); an arrival
 brings its wake-up forward to the end of the step under way, where the request can join. With a
 free slot the steps are timed as the run reaches them (PLAN_FIRST, then as many again), since an
-arrival cuts most such runs short. A test holds this to stepping one iteration at a time.
+arrival cuts most such runs short.
+
+A test holds the fast-forward to stepping one iteration at a time, and another the scheduler's
+visits to `_schedule_each` run for every step; a `Probe`, which only tests give an engine,
+switches it to those definitions (kvplan/sim/__init__.py lists every fast form and its test).
 """
 
 from __future__ import annotations
