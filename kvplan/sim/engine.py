@@ -72,7 +72,7 @@ Batch = tuple[list[tuple[Seq, int]], int, list[Process]]
 
 class Probe:
     """What a test changes in an engine (`Engine.probe`) to hold a fast form to the definition it stands
-    for (the table in kvplan/sim/__init__.py); a production engine has none."""
+    for (kvplan/sim/__init__.py lists them); a production engine has none."""
 
     def __init__(self, fast_forward: bool = True, visit_each: bool = False,
                  on_step: Callable[[Engine, int], object] | None = None):
