@@ -49,6 +49,12 @@ RADOS_OP_BYTES = 4 * 2**20
 one OSD op, as op_r_latency / op_w_latency count it."""
 OP_ALERT_FACTOR = 2.0
 """The Ceph op latency alert's default: this many times the slowest unloaded op, i.e. the OSDs queue."""
+MP_EVICTION_WATERMARK, MP_EVICTION_RATIO = 0.8, 0.2
+"""LMCache MP mode's batch eviction: once a tier's usage reaches the watermark (a fraction of its capacity) it
+evicts ratio x capacity at once. LMCache 0.5.6's defaults, for L1 (`lmcache server --eviction-trigger-watermark
+0.8 --eviction-ratio 0.2`, lmcache/v1/distributed/config.py EvictionConfig and its add_argument calls) and for an
+L2 adapter's "eviction" block (`trigger_watermark` 0.8, `eviction_ratio` 0.2: lmcache/v1/distributed/l2_adapters/
+config.py `_parse_eviction_config`). kvplan simulates them and writes them into the deployment, both from here."""
 
 KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
@@ -97,6 +103,12 @@ class ResolvedLMCache(SpecModel):
     min_retrieve_tokens: int
     port: int
     """LMCache server port (mp mode)."""
+    eviction_watermark: float
+    """MP mode: the usage fraction of a tier's capacity at which LMCache evicts a batch, for L1 and every L2
+    adapter (--eviction-trigger-watermark, each adapter's eviction.trigger_watermark). In-process LMCache evicts one
+    object at a time on demand and has no such setting."""
+    eviction_ratio: float
+    """MP mode: the fraction of a tier's capacity one batch evicts (--eviction-ratio, eviction.eviction_ratio)."""
     nvme_path: str | None
     """Directory of the nvme tier."""
     merging_window_s: float | None
@@ -565,7 +577,9 @@ def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_
         mode=lm.mode, chunk_size=lm.chunk_size, chunk_bytes_per_rank=chunk_rank, storing_ranks=storing_ranks,
         chunk_bytes=chunk, blocks_per_chunk=lm.chunk_size // topo.serving.block_size, tiers=tiers,
         save_decode_cache=lm.save_decode_cache, save_unfull_chunk=lm.save_unfull_chunk,
-        min_retrieve_tokens=lm.min_retrieve_tokens, port=lm.port, nvme_path=lm.nvme.path if lm.nvme else None,
+        min_retrieve_tokens=lm.min_retrieve_tokens, port=lm.port,
+        eviction_watermark=MP_EVICTION_WATERMARK, eviction_ratio=MP_EVICTION_RATIO,
+        nvme_path=lm.nvme.path if lm.nvme else None,
         merging_window_s=lm.merging.window if lm.merging else None,
         merging_max_tokens=lm.merging.max_tokens if lm.merging else None,
         warmup_system_prompts=lm.warmup.system_prompts if lm.warmup else 0,

@@ -5,7 +5,8 @@ ledger to it: a field no entry covers fails, so a new field cannot be added with
 the deployment does with it. For each deployed field a spec that sets it away from the example's
 value is rendered and the value is found in the rendered files, where it was not before. For each
 simulation-only field, validate refuses a spec that sets it and render refuses the same spec marked
-simulate_only, naming the field and the reason.
+simulate_only, naming the field and the reason. The stack facts of `Resolved` that no spec field
+sets (STACK_FACTS) are held the same way: each deployed one, changed in `Resolved`, changes the render.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from kvplan.deploy import ansible_yaml, inventory as inventory_mod
 from kvplan.deploy.render import render
 from kvplan.deploy.secrets import Secrets
 from kvplan.errors import SpecError
-from kvplan.resolve import resolve
+from kvplan.resolve import Resolved, resolve
 from kvplan.spec import from_mapping
 from kvplan.spec.base import SpecModel
-from kvplan.spec.deployment import DEPLOYED, LEDGER, NOT_DEPLOYED, SIMULATION_ONLY, entry
+from kvplan.spec.deployment import DEPLOYED, LEDGER, NOT_DEPLOYED, SIMULATION_ONLY, STACK_FACTS, entry
 from kvplan.spec.topology import Topology
 
 KEYS = Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE00", ceph_rgw_secret_key="example-secret")
@@ -174,11 +175,11 @@ CASES: dict[str, tuple[str, dict[str, Any], Check]] = {
     "lmcache.ddr.eviction": (LOCAL, {"lmcache__ddr__eviction": "ARC"}, lambda v: v.server("--eviction-policy") == ["ARC"]),
     "lmcache.nvme.size": (LOCAL, {"lmcache__nvme__size": "3GiB"}, lambda v: v.adapters()[0]["max_capacity_gb"] == 3),
     "lmcache.nvme.eviction": (LOCAL, {"lmcache__nvme__eviction": "ARC"},
-                              lambda v: v.adapters()[0]["eviction"] == {"eviction_policy": "ARC"}),
+                              lambda v: v.adapters()[0]["eviction"]["eviction_policy"] == "ARC"),
     "lmcache.nvme.path": (LOCAL, {"lmcache__nvme__path": "/srv/lmcache"}, lambda v: v.adapters()[0]["base_path"] == "/srv/lmcache"),
     "lmcache.ceph.size": (LOCAL, {"lmcache__ceph__size": "8GiB"}, lambda v: v.adapters()[1]["max_capacity_gb"] == 8),
     "lmcache.ceph.eviction": (LOCAL, {"lmcache__ceph__eviction": "ARC"},
-                              lambda v: v.adapters()[1]["eviction"] == {"eviction_policy": "ARC"}),
+                              lambda v: v.adapters()[1]["eviction"]["eviction_policy"] == "ARC"),
     "lmcache.ceph.ttl": (LOCAL, {"lmcache__ceph__ttl": "3d"}, lambda v: v.vars("ceph")["ceph_rgw_expiration_days"] == 3),
     "lmcache.port": (LOCAL, {"lmcache__port": 6000},
                      lambda v: v.server("--port") == ["6000"] and v.transfer()["kv_connector_extra_config"]["lmcache.mp.port"] == 6000),
@@ -250,6 +251,46 @@ def test_a_deployed_field_reaches_the_rendered_stack(path, tmp_path):
     assert shows(rendered(example, changes, tmp_path)), f"{path}: the render does not carry the value set"
     if changes:
         assert not shows(rendered(example, {}, tmp_path)), f"{path}: the example's own render already shows it"
+
+
+# ---------------------------------------------------------------------------------------------- stack facts
+
+def with_fact(r: SpecModel, path: str, value: Any) -> Any:
+    """`r` with the field at the dotted `path` set to `value` (the models above it copied, none changed)."""
+    head, _, rest = path.partition(".")
+    return r.model_copy(update={head: with_fact(getattr(r, head), rest, value) if rest else value})
+
+
+STACK_CASES: dict[str, tuple[str, Any, Check]] = {
+    # path in Resolved: (example, another value, what the render shows for it)
+    "lmcache.eviction_watermark": (LOCAL, 0.9, lambda v: v.server("--eviction-trigger-watermark") == ["0.9"]
+                                   and [a["eviction"]["trigger_watermark"] for a in v.adapters()] == [0.9, 0.9]),
+    "lmcache.eviction_ratio": (LOCAL, 0.25, lambda v: v.server("--eviction-ratio") == ["0.25"]
+                               and [a["eviction"]["eviction_ratio"] for a in v.adapters()] == [0.25, 0.25]),
+}
+
+
+def test_every_stack_fact_is_a_field_of_resolved_and_no_spec_field():
+    fields = schema(Resolved)
+    assert not [key for key in STACK_FACTS if key not in fields], "STACK_FACTS entries that name no field of Resolved"
+    for key, (kind, why) in STACK_FACTS.items():
+        assert kind in (DEPLOYED, NOT_DEPLOYED) and why.strip(), key
+        assert key not in FIELDS, f"{key} is a spec field: its class belongs in LEDGER"
+
+
+def test_every_deployed_stack_fact_has_a_rendering_case():
+    assert {key for key, (kind, _) in STACK_FACTS.items() if kind == DEPLOYED} == set(STACK_CASES)
+
+
+@pytest.mark.parametrize("path", sorted(STACK_CASES))
+def test_a_stack_fact_changed_in_resolved_changes_the_render(path, tmp_path):
+    example, value, shows = STACK_CASES[path]
+    r = resolve(from_mapping(example_data(example), base_dir=REPO / "examples"))
+    changed = with_fact(r, path, value)
+    render(changed, inventory_for(changed, tmp_path), tmp_path / "changed", KEYS)
+    assert shows(View(tmp_path / "changed")), f"{path}: the render does not carry the value set in Resolved"
+    render(r, inventory_for(r, tmp_path), tmp_path / "as-resolved", KEYS)
+    assert not shows(View(tmp_path / "as-resolved")), f"{path}: the example's own render already shows it"
 
 
 # ---------------------------------------------------------------------------------------------- simulation-only

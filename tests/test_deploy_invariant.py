@@ -4,8 +4,9 @@ Every example that the real stack can honour is rendered, and each number the si
 with — read from the simulator's own objects, not from the spec — must appear identically in
 the rendered LMCache configuration, the vLLM arguments and the Ceph role's variables: block
 size, chunk size, the capacity and eviction policy of each LMCache tier (per rank in-process,
-per server in MP mode), the pool's replica count, the ceph tier's expiry, the weights' bytes,
-the router's policy and the warm-up prompts.
+per server in MP mode), MP mode's batch eviction (watermark and ratio), the pool's replica
+count, the ceph tier's expiry, the weights' bytes, the router's policy and the warm-up prompts.
+A stack fact changed in `Resolved` moves the simulator and the render together.
 """
 
 from __future__ import annotations
@@ -107,11 +108,15 @@ def test_the_rendered_stack_carries_the_simulators_numbers(path, tmp_path):
             if "ceph" in caches:
                 assert cfg["remote_url"] == f"s3://{r.ceph.rgw_bucket}.{r.ceph.rgw_dns_name}:{r.ceph.rgw_port}"
                 assert policy(caches["ceph"][0]) == "none"      # in-process remote storage never evicts
+            # in-process LMCache evicts one object at a time, on demand: no watermark to write, none simulated
+            assert all(tier[0].watermark is None for tier in caches.values())
         else:
             server = flags(lm["lmcache_server_args"])
             assert int(server["--chunk-size"][0]) == r.lmcache.chunk_size
             assert float(server["--l1-size-gb"][0]) * GIB == caches["ddr"][0].capacity
             assert server["--eviction-policy"] == [LMCACHE_MP_NAME.get(policy(caches["ddr"][0]), policy(caches["ddr"][0]))]
+            assert float(server["--eviction-trigger-watermark"][0]) == caches["ddr"][0].watermark
+            assert float(server["--eviction-ratio"][0]) == caches["ddr"][0].ratio
             adapters = [json.loads(a) for a in server.get("--l2-adapter", [])]
             lower = [t for t in ("nvme", "ceph") if t in caches]
             assert len(adapters) == len(lower), "one L2 adapter per lower tier, in lookup order"
@@ -120,6 +125,8 @@ def test_the_rendered_stack_carries_the_simulators_numbers(path, tmp_path):
                 servers = r.nodes if tier == "ceph" else 1   # the ceph budget is split over the nodes' servers
                 assert adapter["max_capacity_gb"] * GIB * servers == pytest.approx(cache.capacity, abs=servers)
                 assert adapter["eviction"]["eviction_policy"] == LMCACHE_MP_NAME.get(policy(cache), policy(cache))
+                assert adapter["eviction"]["trigger_watermark"] == cache.watermark
+                assert adapter["eviction"]["eviction_ratio"] == cache.ratio
     if r.ceph is not None:
         ceph = role_vars(root, "ceph")
         assert len(sim.fabric.placement(12345)) == ceph["ceph_pool_size"] == r.ceph.pool_size
@@ -131,6 +138,22 @@ def test_the_rendered_stack_carries_the_simulators_numbers(path, tmp_path):
             assert ceph["ceph_rgw_expiration_days"] * 86400 == ceph_cache.ttl
         else:
             assert ceph["ceph_rgw_expiration_days"] is None
+
+
+def test_mp_batch_eviction_changed_in_resolved_changes_the_simulator_and_the_render(tmp_path):
+    """The watermark and ratio are LMCache's defaults, but the render does not lean on that: it writes what
+    `Resolved` says, and so does the simulator build its caches."""
+    r = resolve(load(REPO / "examples" / "local.yaml"))
+    assert r.lmcache.mode == "mp"
+    changed = r.model_copy(update={"lmcache": r.lmcache.model_copy(update={"eviction_watermark": 0.9,
+                                                                           "eviction_ratio": 0.25})})
+    caches = Simulation(changed).lmcache.caches
+    assert {(c[0].watermark, c[0].ratio) for c in caches.values()} == {(0.9, 0.25)}
+    server = flags(role_vars(render(changed, inventory_for(changed, tmp_path), tmp_path / "run", KEYS).root,
+                             "lmcache")["lmcache_server_args"])
+    assert (server["--eviction-trigger-watermark"], server["--eviction-ratio"]) == (["0.9"], ["0.25"])
+    assert {(a["eviction"]["trigger_watermark"], a["eviction"]["eviction_ratio"])
+            for a in map(json.loads, server["--l2-adapter"])} == {(0.9, 0.25)}
 
 
 def test_every_shipped_example_but_the_invalid_one_is_deployable():

@@ -64,7 +64,11 @@ def test_importing_what_kvplan_deploys_gives_the_spec_back(name):
     # only what kvplan sets by itself, and the Ceph tier (a cluster, not a flag), is left over
     left = {what.split()[0].split("=")[0] for what, _ in imported.unmapped} - set(ENV_SET_BY_KVPLAN)
     assert left <= {"--served-model-name", "--enforce-eager", "--host", "--http-host", "--http-port", "--disable-metrics",
-                    "--supported-transfer-mode", "--shm-name", "--l2-adapter", "lmcache.yaml:"}, left
+                    "--supported-transfer-mode", "--shm-name", "--l2-adapter", "lmcache.yaml:",
+                    "--eviction-trigger-watermark", "--eviction-ratio"}, left
+    if r.lmcache is not None and r.lmcache.mode == "mp":
+        reasons = dict(imported.unmapped)
+        assert reasons[f"--eviction-trigger-watermark {r.lmcache.eviction_watermark:g}"].endswith("to the same value")
 
 
 def test_every_flag_without_a_kvplan_setting_is_listed_with_the_reason():
@@ -80,6 +84,20 @@ def test_every_flag_without_a_kvplan_setting_is_listed_with_the_reason():
                            '--kv-transfer-config {"kv_connector": "NixlConnector"}'}
     assert "NixlConnector" in listed['--kv-transfer-config {"kv_connector": "NixlConnector"}']
     assert "lmcache" not in imported.spec
+
+
+def test_a_server_that_evicts_at_another_watermark_is_listed_as_what_kvplan_cannot_set():
+    """kvplan simulates and deploys LMCache's own batch eviction (80 %, 20 % at a time); a server started with
+    another watermark is imported without it, and the reason says so."""
+    imported = from_vllm_command("vllm serve meta-llama/Llama-3.1-8B", "H100-SXM")
+    add_lmcache_server(imported, "lmcache server --l1-size-gb 64 --eviction-policy LRU "
+                                 "--eviction-trigger-watermark 0.9 --eviction-ratio 0.2")
+    reasons = dict(imported.unmapped)
+    assert reasons["--eviction-trigger-watermark 0.9"] == ("kvplan simulates and deploys LMCache's default, "
+                                                           "--eviction-trigger-watermark 0.8; it has no setting for "
+                                                           "another value")
+    assert reasons["--eviction-ratio 0.2"] == "kvplan's deployment sets it, to the same value"
+    assert imported.spec["lmcache"]["ddr"] == {"eviction": "LRU", "size": f"{64 * 2**30}B"}
 
 
 def test_an_lmcache_config_becomes_the_tiers_per_node():

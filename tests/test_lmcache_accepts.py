@@ -7,7 +7,9 @@ read back the chunk size, tier sizes and eviction policy that the simulator used
 MP mode: `lmcache server` needs torch to build its argument parser, so the rendered
 `lmcache_server_args` are checked against the parser's source instead: the flags that
 `lmcache server` registers (`add_argument` calls reachable from its `add_arguments`, read with `ast`),
-the choices it allows, and the L2 adapter types and keys LMCache registers.
+the choices it allows, the L2 adapter types and keys LMCache registers, and the keys of an
+adapter's "eviction" block. The batch eviction kvplan simulates and writes out is LMCache's own
+default, read from the same source.
 
 LMCache is installed without its GPU dependencies (shared/reference/lmcache-vllm.md §7):
     pip install --no-deps lmcache==0.5.6 && pip install pyyaml requests
@@ -28,7 +30,7 @@ from lmcache.v1.config import LMCacheEngineConfig
 
 from kvplan.deploy.stack import MP_POLICY, build
 from kvplan.errors import SpecError
-from kvplan.resolve import Resolved, resolve
+from kvplan.resolve import MP_EVICTION_RATIO, MP_EVICTION_WATERMARK, Resolved, resolve
 from kvplan.spec import load
 
 from conftest import REPO, spec
@@ -237,10 +239,11 @@ class ParserSource:
             values = kw["choices"].elts
             if all(isinstance(v, ast.Constant) for v in values):
                 choices = {v.value for v in values}
+        default = kw["default"].value if isinstance(kw.get("default"), ast.Constant) else None
         for flag in flags:
-            self.options[flag] = {"value": not (boolean or optional_bool), "choices": choices}
+            self.options[flag] = {"value": not (boolean or optional_bool), "choices": choices, "default": default}
             if optional_bool:
-                self.options["--no-" + flag[2:]] = {"value": False, "choices": None}
+                self.options["--no-" + flag[2:]] = {"value": False, "choices": None, "default": None}
 
 
 @functools.cache
@@ -268,6 +271,31 @@ def _l2_adapters() -> dict[str, frozenset[str]]:
                 out[node.args[0].value] = frozenset(_string_constants(path))
     assert {"fs", "fs_native", "s3"} <= set(out)
     return out
+
+
+@functools.cache
+def _eviction_block() -> dict[str, object]:
+    """The keys LMCache reads from an L2 adapter's "eviction" block, with their defaults (None: required): the
+    `eviction_dict.get(key[, default])` calls of `_parse_eviction_config` in lmcache/v1/distributed/l2_adapters/config.py."""
+    tree = ast.parse((LMCACHE / "v1/distributed/l2_adapters/config.py").read_text())
+    parse = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_parse_eviction_config")
+    keys = {}
+    for node in ast.walk(parse):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and getattr(node.func.value, "id", None) == "eviction_dict" and isinstance(node.args[0], ast.Constant)):
+            keys[node.args[0].value] = node.args[1].value if len(node.args) > 1 else None
+    assert "eviction_policy" in keys, "the reader no longer finds how LMCache parses an adapter's eviction block"
+    return keys
+
+
+def test_the_batch_eviction_kvplan_simulates_is_lmcaches_default():
+    """kvplan simulates MP mode's batch eviction at 80 %, 20 % at a time, and writes that into the server's
+    arguments and every adapter's eviction block; it is what LMCache 0.5.6 does when told nothing."""
+    options = _server_options()
+    assert options["--eviction-trigger-watermark"]["default"] == MP_EVICTION_WATERMARK
+    assert options["--eviction-ratio"]["default"] == MP_EVICTION_RATIO
+    block = _eviction_block()
+    assert (block["trigger_watermark"], block["eviction_ratio"]) == (MP_EVICTION_WATERMARK, MP_EVICTION_RATIO)
 
 
 def _parse_server_args(args: list[str]) -> list[tuple[str, str | None]]:
@@ -316,6 +344,8 @@ def test_lmcache_server_accepts_the_mp_arguments(resolved):
     assert int(values["--chunk-size"]) == lm.chunk_size
     assert float(values["--l1-size-gb"]) == lm.tier("ddr").configured_gb
     assert values["--eviction-policy"] == MP_POLICY.get(lm.tier("ddr").eviction, lm.tier("ddr").eviction)
+    assert float(values["--eviction-trigger-watermark"]) == lm.eviction_watermark
+    assert float(values["--eviction-ratio"]) == lm.eviction_ratio
 
     adapters = [json.loads(v) for f, v in pairs if f == "--l2-adapter"]
     lower = [t for t in lm.tiers if t.name != "ddr"]
@@ -327,4 +357,7 @@ def test_lmcache_server_accepts_the_mp_arguments(resolved):
         unknown = set(adapter) - {"type"} - _l2_adapters()[adapter["type"]] - base_keys
         assert not unknown, f"{adapter['type']} adapter keys LMCache does not read: {unknown}"
         assert adapter["eviction"]["eviction_policy"] in policies
+        assert set(adapter["eviction"]) <= set(_eviction_block()), "eviction keys LMCache does not read"
+        assert (adapter["eviction"]["trigger_watermark"], adapter["eviction"]["eviction_ratio"]) == \
+               (lm.eviction_watermark, lm.eviction_ratio)
         assert adapter["max_capacity_gb"] == tier.configured_gb

@@ -26,7 +26,6 @@ from kvplan.cli import app
 from kvplan.resolve import resolve
 from kvplan.sim import workload as wl
 from kvplan.sim.eviction import LRU, make
-from kvplan.sim.lmcache import MP_RATIO, MP_WATERMARK
 from kvplan.sim.prefix_cache import PrefixCache
 from kvplan.sim.run import run
 from kvplan.sizing import size
@@ -189,8 +188,9 @@ def test_a_tier_of_another_policy_is_replayed_with_its_own_cache_at_each_point()
     ddr, nvme = result.tier("ddr"), result.tier("nvme")
     assert (ddr.method, ddr.policy, nvme.method) == ("simulated", "ARC", "stack")
     assert len(ddr.curve) >= 10
+    lm = resolve(topo).lmcache
     for point in ddr.curve:                  # MP mode: batch eviction at 80 %, 20 % at a time
-        cache = make("ARC", point.capacity_bytes, watermark=MP_WATERMARK, ratio=MP_RATIO)
+        cache = make("ARC", point.capacity_bytes, watermark=lm.eviction_watermark, ratio=lm.eviction_ratio)
         assert hits_of(result, ddr, point) == lmcache_tier_alone(topo, "ddr", cache), point
     assert "ARC, simulated" in "\n".join(r[1] for r in _summary_rows(result))
 
@@ -200,8 +200,9 @@ def test_a_ttl_that_fires_during_the_workload_makes_the_tier_simulated():
     result = size(topo)
     ceph = result.tier("ceph")
     assert ceph.method == "simulated" and ceph.ttl_s == 10
+    lm = resolve(topo).lmcache
     for point in ceph.curve[::3]:
-        cache = make("LRU", point.capacity_bytes, ttl=10, watermark=MP_WATERMARK, ratio=MP_RATIO)
+        cache = make("LRU", point.capacity_bytes, ttl=10, watermark=lm.eviction_watermark, ratio=lm.eviction_ratio)
         assert hits_of(result, ceph, point) == lmcache_tier_alone(topo, "ceph", cache), point
     assert size(local()).tier("ceph").method == "stack"    # its 24 h ttl never fires: exact
 
@@ -213,7 +214,7 @@ def test_the_configured_size_is_marked_and_replayed_as_the_simulator_builds_the_
     conf = ddr.configured
     assert conf.capacity_bytes == r.lmcache.tier("ddr").capacity_bytes and conf.caches == 1
     assert hits_of(result, ddr, conf) == lmcache_tier_alone(topo, "ddr", LRU(conf.capacity_bytes))
-    batched = make("LRU", conf.capacity_bytes, watermark=MP_WATERMARK, ratio=MP_RATIO)
+    batched = make("LRU", conf.capacity_bytes, watermark=r.lmcache.eviction_watermark, ratio=r.lmcache.eviction_ratio)
     assert round(conf.simulated_hit_ratio * result.prompt_tokens / 256) == lmcache_tier_alone(topo, "ddr", batched)
     assert conf.simulated_hit_ratio < conf.hit_ratio     # batches keep 60-80 % of the tier full
 

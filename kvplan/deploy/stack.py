@@ -10,7 +10,10 @@ holds the two together.
 Real-stack facts used (shared/reference/lmcache-vllm.md):
 - in-process LMCache reads a YAML file of `LMCacheEngineConfig` keys, sizes in GB per rank (§1.1);
 - MP mode runs `lmcache server` with --l1-size-gb, --eviction-policy, --chunk-size and one
-  --l2-adapter JSON per lower tier (§1.2, §3.3); `noop` is its name for no eviction;
+  --l2-adapter JSON per lower tier (§1.2, §3.3); `noop` is its name for no eviction; the batch
+  eviction's watermark and ratio, which LMCache defaults to what kvplan simulates, are written out
+  (--eviction-trigger-watermark, --eviction-ratio, and each adapter's "eviction" block), so the
+  deployment does not lean on a default that another LMCache version may change;
 - LMCache reaches Ceph through RGW S3 with virtual-hosted addressing (s3://<bucket>.<dns>:<port>);
   (a CephFS path is the other way, which kvplan refuses: it does not deploy CephFS); credentials
   come from the standard AWS environment variables, so they stay out of command lines and config
@@ -255,8 +258,10 @@ def inprocess_config(r: Resolved) -> dict[str, Any]:
     return cfg
 
 
-def _eviction(tier: ResolvedTier) -> dict[str, Any]:
-    return {"eviction_policy": MP_POLICY.get(tier.eviction, tier.eviction)}
+def _eviction(r: Resolved, tier: ResolvedTier) -> dict[str, Any]:
+    """An L2 adapter's "eviction" block: its policy, and the batch eviction the simulator runs it with."""
+    return {"eviction_policy": MP_POLICY.get(tier.eviction, tier.eviction),
+            "trigger_watermark": r.lmcache.eviction_watermark, "eviction_ratio": r.lmcache.eviction_ratio}
 
 
 def lmcache_http_port(r: Resolved) -> int:
@@ -270,15 +275,16 @@ def server_args(r: Resolved) -> list[str]:
     ddr, nvme, ceph = lm.tier("ddr"), lm.tier("nvme"), lm.tier("ceph")
     args = ["--host", "127.0.0.1", "--port", str(lm.port), "--chunk-size", str(lm.chunk_size),
             "--l1-size-gb", _num(ddr.configured_gb), "--eviction-policy", MP_POLICY.get(ddr.eviction, ddr.eviction),
+            "--eviction-trigger-watermark", _num(lm.eviction_watermark), "--eviction-ratio", _num(lm.eviction_ratio),
             "--http-host", r.monitoring.metrics_address, "--http-port", str(lmcache_http_port(r))]
     if nvme:
         adapter = {"type": "fs_native", "base_path": lm.nvme_path, "max_capacity_gb": nvme.configured_gb,
-                   "eviction": _eviction(nvme)}
+                   "eviction": _eviction(r, nvme)}
         args += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
     if ceph:
         adapter = {"type": "s3", "s3_endpoint": s3_endpoint(r), "s3_region": r.ceph.rgw_region, "disable_tls": True,
                    "s3_prefer_http2": False}
-        adapter.update(max_capacity_gb=ceph.configured_gb, shared=True, eviction=_eviction(ceph))
+        adapter.update(max_capacity_gb=ceph.configured_gb, shared=True, eviction=_eviction(r, ceph))
         args += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
     if r.device.kind == "cpu":
         args += ["--supported-transfer-mode", "auto", "--shm-name", f"kvplan_{r.name.replace('-', '_').replace('.', '_')}"]

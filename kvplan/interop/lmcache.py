@@ -10,6 +10,7 @@ from typing import Any
 
 from ..deploy.stack import MP_POLICY
 from ..errors import Problem, SpecError
+from ..resolve import MP_EVICTION_RATIO, MP_EVICTION_WATERMARK
 from .imported import Imported, read_int
 
 LMCACHE_KEYS = {"chunk_size": "chunk_size", "save_decode_cache": "save_decode_cache",
@@ -76,6 +77,9 @@ SERVER_SET_BY_KVPLAN = {"--host", "--http-host", "--http-port", "--disable-metri
                         "--shm-name"}
 """`lmcache server` flags kvplan's deployment writes itself (its metrics are always on: `observe` reads them)."""
 
+BATCH_EVICTION = {"--eviction-trigger-watermark": MP_EVICTION_WATERMARK, "--eviction-ratio": MP_EVICTION_RATIO}
+"""`lmcache server` flags kvplan writes with the value it simulates (LMCache's default), which no spec field changes."""
+
 MP_POLICIES = {server: ours for ours, server in MP_POLICY.items()}
 """LMCache MP server policy -> kvplan's name, where they differ."""
 
@@ -116,10 +120,23 @@ def add_lmcache_server(imported: Imported, command: str) -> None:
             _adapter(section, value, imported.unmapped)
         elif flag in SERVER_SET_BY_KVPLAN:
             imported.unmapped.append((shown, "kvplan's deployment sets it"))
+        elif flag in BATCH_EVICTION:
+            imported.unmapped.append((shown, _batch_eviction(flag, value)))
         else:
             imported.unmapped.append((shown, "kvplan has no setting for it"))
     if ddr:
         section["ddr"] = {"eviction": "LRU", **ddr}
+
+
+def _batch_eviction(flag: str, value: str | None) -> str:
+    ours = BATCH_EVICTION[flag]
+    try:
+        same = value is not None and float(value) == ours
+    except ValueError:
+        same = False
+    if same:
+        return "kvplan's deployment sets it, to the same value"
+    return f"kvplan simulates and deploys LMCache's default, {flag} {ours:g}; it has no setting for another value"
 
 
 def _adapter(section: dict[str, Any], text: str, unmapped: list[tuple[str, str]]) -> None:

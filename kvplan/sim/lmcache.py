@@ -20,8 +20,9 @@ The rules (reference/lmcache-vllm.md §2 and §6, read from LMCache 0.5.6):
   remote (ceph) tier never evicts and expires only by the RGW lifecycle rule (TTL); a chunk read
   from nvme or ceph is written back into ddr (§2, §6 "Promotion").
 - MP mode: one server per node shared by its instances; L1 (ddr) and every L2 adapter with a
-  capacity evict in batches, 20 % of the capacity once usage reaches 80 % (§1.2
-  --eviction-trigger-watermark/--eviction-ratio); every store goes to all L2 adapters and stays
+  capacity evict in batches, a ratio of the capacity once usage reaches a watermark (§1.2
+  --eviction-trigger-watermark/--eviction-ratio: `Resolved.lmcache.eviction_watermark` and
+  `eviction_ratio`, LMCache's 80 % and 20 %, which the deployment writes too); every store goes to all L2 adapters and stays
   in L1 (`--l2-store-policy default`); chunks loaded from L2 are not retained in L1
   (`--l2-prefetch-policy default`) (§1.2, §6).
 
@@ -42,7 +43,6 @@ from .policies import Cache
 from .fabric import Fabric
 
 TIERS = ("ddr", "nvme", "ceph")
-MP_WATERMARK, MP_RATIO = 0.8, 0.2
 
 
 @dataclass
@@ -93,7 +93,7 @@ class LMCacheModel:
         self.min_retrieve_tokens: int = lm.min_retrieve_tokens
         self._per_node, self._kv_per_token = self.r.instances_per_node, self.r.kv_bytes_per_token_per_rank
         self._promote = lm.mode == "inprocess"   # a chunk read from below ddr is written back into it
-        batch = dict(watermark=MP_WATERMARK, ratio=MP_RATIO) if lm.mode == "mp" else {}
+        batch = dict(watermark=lm.eviction_watermark, ratio=lm.eviction_ratio) if lm.mode == "mp" else {}
         self._of_instance: dict[str, list[Cache | TTL]] = {}      # tier -> the cache each instance uses
         for t in lm.tiers:
             caches = self.caches[t.name] = [make(t.eviction, t.capacity_bytes, ttl=t.ttl_s, **batch)

@@ -49,7 +49,6 @@ from ..errors import SpecError
 from ..resolve import Resolved, resolve
 from ..sim import workload as wl
 from ..sim.eviction import make
-from ..sim.lmcache import MP_RATIO, MP_WATERMARK
 from ..spec import Topology
 from ..units import fmt_bytes, fmt_duration
 from .stack import NEVER, Needs, Stream, hits_at, least_capacity, needs, previous
@@ -246,16 +245,16 @@ def replayed_hit_ratio(streams: _Streams, r: Resolved, tier_name: str, policy: s
     replayed as the simulator builds the tier (MP mode's batch eviction, the tier's TTL)."""
     lm = r.lmcache
     t = lm.tier(tier_name)
-    batch = dict(watermark=MP_WATERMARK, ratio=MP_RATIO) if lm.mode == "mp" else {}
+    batch = dict(watermark=lm.eviction_watermark, ratio=lm.eviction_ratio) if lm.mode == "mp" else {}
     cache = make(policy, t.capacity_bytes * t.caches, ttl=t.ttl_s, **batch)
     return _share(streams.replay(cache, tier_name, lm.chunk_bytes), lm.chunk_size, streams.prompt_tokens)
 
 
-def _never_evicts(capacity_bytes: int, distinct: int, size: int, ttl: float | None, last: float) -> bool:
+def _never_evicts(capacity_bytes: int, distinct: int, size: int, ttl: float | None, last: float, watermark: float) -> bool:
     """True when a cache of `capacity_bytes` can hold every chunk of the stream without evicting (below
-    MP mode's 80 % watermark too) and no entry expires: it then hits every chunk seen before, whatever
+    MP mode's `watermark` too) and no entry expires: it then hits every chunk seen before, whatever
     its policy, so a replay would only repeat the unbounded hit count."""
-    return (ttl is None or ttl > last) and (distinct + 1) * size < MP_WATERMARK * capacity_bytes
+    return (ttl is None or ttl > last) and (distinct + 1) * size < watermark * capacity_bytes
 
 
 # --------------------------------------------------------------------------- prices
@@ -331,14 +330,14 @@ def _stack_tier(name, unit, unit_tokens, unit_bytes, stream: Stream, found: Need
 
 
 def _simulated_tier(name, tier, streams: _Streams, stream: Stream, found: Needs, counted_tokens: int, configured,
-                    prices, batch: dict, policy: str, unit_bytes: int, last: float):
+                    prices, batch: dict, policy: str, unit_bytes: int, last: float, watermark: float):
     """A tier from replays of its own policy at a set of capacities (plus bisection near the targets)."""
     unit_tokens, distinct = streams.chunk, found.distinct
     unbounded = int(np.count_nonzero(found.need != NEVER))
     results: dict[int, int] = {}
 
     def replayed(nbytes: int) -> int:
-        if _never_evicts(nbytes, distinct, unit_bytes, tier.ttl_s, last):
+        if _never_evicts(nbytes, distinct, unit_bytes, tier.ttl_s, last, watermark):
             return unbounded
         return streams.replay(make(policy, nbytes, ttl=tier.ttl_s, **batch), name, unit_bytes)
 
@@ -441,14 +440,14 @@ def size(topo: Topology, resolved: Resolved | None = None, seed: int | None = No
     if lm is not None:
         stream = streams.chunk_stream()
         found = needs(stream)
-        batch = dict(watermark=MP_WATERMARK, ratio=MP_RATIO) if lm.mode == "mp" else {}
+        batch = dict(watermark=lm.eviction_watermark, ratio=lm.eviction_ratio) if lm.mode == "mp" else {}
         for t in lm.tiers:
             conf = (t.capacity_chunks * t.caches, t.capacity_bytes * t.caches, t.caches, t.scope)
             expires = t.ttl_s is not None and t.ttl_s <= last
             if t.eviction in STACK_POLICIES and not expires:
                 data = _stack_tier(t.name, "chunk", lm.chunk_size, lm.chunk_bytes, stream, found, prompt, conf,
                                    prices, t.eviction, t.ttl_s)
-                if _never_evicts(conf[1], found.distinct, lm.chunk_bytes, t.ttl_s, last):
+                if _never_evicts(conf[1], found.distinct, lm.chunk_bytes, t.ttl_s, last, lm.eviction_watermark):
                     replayed = int(np.count_nonzero(found.need != NEVER))
                 else:
                     replayed = streams.replay(make(t.eviction, conf[1], ttl=t.ttl_s, **batch), t.name, lm.chunk_bytes)
@@ -459,13 +458,15 @@ def size(topo: Topology, resolved: Resolved | None = None, seed: int | None = No
                                  f"({fmt_duration(last)}): nothing expires, so the LRU curve is exact.")
             else:
                 data = _simulated_tier(t.name, t, streams, stream, found, prompt, conf, prices, batch,
-                                       t.eviction, lm.chunk_bytes, last)
+                                       t.eviction, lm.chunk_bytes, last, lm.eviction_watermark)
             tiers.append(TierSize(**data, **prices.describe(t.name)))
             if t.caches > 1:
                 pooled.append(f"{t.name} ({t.caches} x {fmt_bytes(t.capacity_bytes)}, one per {t.scope})")
         if lm.mode == "mp":
-            notes.append("MP mode evicts in batches (20 % of a tier once it is 80 % full), so an LRU tier holds "
-                         "60-80 % of its size: compare the curve with the replay as configured.")
+            high, batch_size = lm.eviction_watermark * 100, lm.eviction_ratio * 100
+            notes.append(f"MP mode evicts in batches ({batch_size:g} % of a tier once it is {high:g} % full), so an LRU "
+                         f"tier holds {high - batch_size:g}-{high:g} % of its size: compare the curve with the replay "
+                         "as configured.")
         if any(t.name in ("nvme", "ceph") for t in lm.tiers):
             notes.append("nvme and ceph store only the chunks they lack and do not refresh the ones they hold, as the "
                          "simulator models them; the curves refresh every stored chunk (the replay as configured "

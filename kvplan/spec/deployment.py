@@ -16,6 +16,12 @@ field has exactly one class; the test walks the schema and fails on a field no e
 fields are deployed for some values only (an eviction policy LMCache's mode lacks, a router
 policy the router lacks): those values are refused by `kvplan.spec.rules`, with the same
 simulate_only escape.
+
+STACK_FACTS does the same for the stack facts in `Resolved` that no spec field sets: how LMCache
+or the router behaves by default, which the simulator models. Each is named by its path in
+`Resolved`; a deployed one is written into the stack, so that the deployment does not depend on a
+default it happens to share with the simulator (tests/test_deploy_fields.py changes each in
+`Resolved`, renders, and finds the new value there).
 """
 
 from __future__ import annotations
@@ -141,6 +147,13 @@ LEDGER: dict[str, tuple[Kind, str]] = {
     "monitoring.metrics_address": (DEPLOYED, "where Prometheus and the LMCache server's HTTP API listen"),
     "monitoring.prometheus_port": (DEPLOYED, "Prometheus's port"),
     "monitoring.scrape_interval": (DEPLOYED, "Prometheus's scrape_interval"),
+}
+
+STACK_FACTS: dict[str, tuple[Kind, str]] = {
+    "lmcache.eviction_watermark": (DEPLOYED, "LMCache --eviction-trigger-watermark and each L2 adapter's "
+                                             "eviction.trigger_watermark (MP mode)"),
+    "lmcache.eviction_ratio": (DEPLOYED, "LMCache --eviction-ratio and each L2 adapter's eviction.eviction_ratio "
+                                         "(MP mode)"),
 }
 
 
