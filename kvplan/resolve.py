@@ -155,6 +155,22 @@ class ResolvedCeph(SpecModel):
     monitoring.max_ceph_op_latency, else OP_ALERT_FACTOR x the slowest unloaded op (`unloaded_op_latency`)."""
 
 
+class RouterThresholds(SpecModel):
+    """When vllm-router's cache_aware policy (kvplan's prefix_aware) follows the cache and when it balances the load:
+    vllm-router 0.1.17's defaults of --cache-threshold, --balance-abs-threshold and --balance-rel-threshold, which
+    kvplan.sim.router simulates and kvplan.deploy.stack passes to the router explicitly (tests/test_router.py runs the
+    real router with them)."""
+
+    cache_threshold: float = 0.3
+    """A request goes to the instance it shares its longest routed prefix with when that prefix covers more than this
+    fraction of its prompt (and the load is in balance)."""
+    balance_abs: int = 64
+    """The load is out of balance when the busiest instance has more than this many requests in flight more than
+    the idlest..."""
+    balance_rel: float = 1.5
+    """... and more than this many times as many; then every request goes to the least-loaded instance."""
+
+
 class StepCoefficients(SpecModel):
     """The step-time model's coefficients (kvplan.sim.steptime, docs/step-time.md)."""
 
@@ -212,6 +228,8 @@ class Resolved(SpecModel):
     router_port: int = 30000
     router_metrics_port: int = 30001
     """The router's Prometheus port: the one after its API port."""
+    router_thresholds: RouterThresholds
+    """vllm-router's cache_aware thresholds (the prefix_aware policy), its defaults."""
     kv_cache_dtype: str
     """vLLM --kv-cache-dtype value."""
     kv_cache_memory_bytes: int | None
@@ -329,7 +347,8 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         instances_per_node=instances_per_node, block_size=s.block_size, max_model_len=max_model_len,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batched, gpu_memory_utilization=s.gpu_memory_utilization,
         prefix_caching=s.prefix_caching, chunked_prefill=s.chunked_prefill, router=s.router,
-        router_port=s.router_port, router_metrics_port=s.router_port + 1, kv_cache_dtype=mem.kv_dtype,
+        router_port=s.router_port, router_metrics_port=s.router_port + 1, router_thresholds=RouterThresholds(),
+        kv_cache_dtype=mem.kv_dtype,
         kv_cache_memory_bytes=s.kv_cache_memory, model_path=s.model_path or model.hf_id, api_host=s.host, api_port=s.port,
         weights_dtype=mem.weights_dtype, quantization=s.quantization, kv_dtype_bytes=mem.kv_dtype_bytes,
         weight_bytes_per_param=WEIGHT_BYTES[mem.weights_dtype],

@@ -261,12 +261,20 @@ def with_fact(r: SpecModel, path: str, value: Any) -> Any:
     return r.model_copy(update={head: with_fact(getattr(r, head), rest, value) if rest else value})
 
 
-STACK_CASES: dict[str, tuple[str, Any, Check]] = {
-    # path in Resolved: (example, another value, what the render shows for it)
-    "lmcache.eviction_watermark": (LOCAL, 0.9, lambda v: v.server("--eviction-trigger-watermark") == ["0.9"]
+def router(v: View, flag: str) -> list[str]:
+    return flags(v.vars("router")["router_args"]).get(flag, [])
+
+
+PREFIX_AWARE = {"serving__router": "prefix_aware"}
+STACK_CASES: dict[str, tuple[str, dict[str, Any], Any, Check]] = {
+    # path in Resolved: (example, changes to its spec, another value in Resolved, what the render shows for it)
+    "lmcache.eviction_watermark": (LOCAL, {}, 0.9, lambda v: v.server("--eviction-trigger-watermark") == ["0.9"]
                                    and [a["eviction"]["trigger_watermark"] for a in v.adapters()] == [0.9, 0.9]),
-    "lmcache.eviction_ratio": (LOCAL, 0.25, lambda v: v.server("--eviction-ratio") == ["0.25"]
+    "lmcache.eviction_ratio": (LOCAL, {}, 0.25, lambda v: v.server("--eviction-ratio") == ["0.25"]
                                and [a["eviction"]["eviction_ratio"] for a in v.adapters()] == [0.25, 0.25]),
+    "router_thresholds.cache_threshold": (FLAGSHIP, PREFIX_AWARE, 0.5, lambda v: router(v, "--cache-threshold") == ["0.5"]),
+    "router_thresholds.balance_abs": (FLAGSHIP, PREFIX_AWARE, 16, lambda v: router(v, "--balance-abs-threshold") == ["16"]),
+    "router_thresholds.balance_rel": (FLAGSHIP, PREFIX_AWARE, 2.0, lambda v: router(v, "--balance-rel-threshold") == ["2.0"]),
 }
 
 
@@ -284,8 +292,8 @@ def test_every_deployed_stack_fact_has_a_rendering_case():
 
 @pytest.mark.parametrize("path", sorted(STACK_CASES))
 def test_a_stack_fact_changed_in_resolved_changes_the_render(path, tmp_path):
-    example, value, shows = STACK_CASES[path]
-    r = resolve(from_mapping(example_data(example), base_dir=REPO / "examples"))
+    example, changes, value, shows = STACK_CASES[path]
+    r = resolve(from_mapping(with_changes(example_data(example), **changes), base_dir=REPO / "examples"))
     changed = with_fact(r, path, value)
     render(changed, inventory_for(changed, tmp_path), tmp_path / "changed", KEYS)
     assert shows(View(tmp_path / "changed")), f"{path}: the render does not carry the value set in Resolved"

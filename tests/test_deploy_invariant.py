@@ -82,7 +82,7 @@ def test_the_rendered_stack_carries_the_simulators_numbers(path, tmp_path):
         assert vllm["--dtype"] == [VLLM_DTYPE[r.weights_dtype]]
         assert per_param == pytest.approx(WEIGHT_BYTES[r.weights_dtype], rel=1e-6)
     # the router routes as the simulator's Router does, over every instance
-    args, wanted = role_vars(root, "router")["router_args"], router_policy(sim.router.kind)
+    args, wanted = role_vars(root, "router")["router_args"], router_policy(sim.router.kind, sim.router.thresholds)
     assert any(args[i:i + len(wanted)] == wanted for i in range(len(args))), (args, wanted)
     workers = args[args.index("--worker-urls") + 1:]
     assert len(workers[:next(i for i, a in enumerate(workers) if a.startswith("--"))]) == len(sim.engines)

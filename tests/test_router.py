@@ -26,6 +26,7 @@ import pytest
 from kvplan.deploy.stack import router_policy
 from kvplan.live.bench import Outcome, Target, stream_completion
 from kvplan.live.tokens import prompt_tokens
+from kvplan.resolve import RouterThresholds
 from kvplan.sim import workload as wl
 from kvplan.sim.router import Router
 from kvplan.sim.workload import SHARED_PREFIX, USER_TEXT, Segments
@@ -36,6 +37,8 @@ ROUTER_BIN = Path("/opt/kvplan/router-venv/bin/vllm-router")
 DELAY = 2.5
 """Seconds a test-double server takes per request: longer than the whole sequence takes to send."""
 VOCAB, SALT, BLOCK = 32000, 12345, 16
+THRESHOLDS = RouterThresholds()
+"""prefix_aware's thresholds: vllm-router's defaults, which kvplan resolves, deploys and simulates."""
 
 
 def free_port() -> int:
@@ -109,7 +112,7 @@ def through_the_router(policy: str, requests: list[wl.Request]) -> list[int]:
     backends = [Backend(), Backend()]
     port = free_port()
     args = [str(ROUTER_BIN), "--host", "127.0.0.1", "--port", str(port),
-            "--worker-urls", *[f"http://127.0.0.1:{b.port}" for b in backends], *router_policy(policy),
+            "--worker-urls", *[f"http://127.0.0.1:{b.port}" for b in backends], *router_policy(policy, THRESHOLDS),
             "--prometheus-port", str(free_port()), "--worker-startup-check-interval", "1"]
     router = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -145,7 +148,7 @@ def through_the_router(policy: str, requests: list[wl.Request]) -> list[int]:
 
 def simulated(policy: str, requests: list[wl.Request]) -> list[int]:
     instances = [Instance(), Instance()]
-    router = Router(policy, instances, BLOCK)
+    router = Router(policy, instances, BLOCK, THRESHOLDS)
     picks = []
     for req in requests:
         k = router.pick(req)
@@ -190,3 +193,20 @@ def test_prefix_aware_counts_the_routed_prefix_of_a_prompt():
         keys = chained[-1]
         walked = next((i for i, key in enumerate(keys) if key not in routed), len(keys))
         assert Router._match(routed, keys) == walked
+
+
+def test_prefix_aware_follows_the_cache_by_the_thresholds_it_is_given():
+    """The second request shares 288 of its 310 tokens (18 blocks) with the first: at vllm-router's default
+    cache_threshold (0.3) it follows them to the busier instance; at 0.95 the match is too short, and it goes
+    to the idler one. The thresholds are Resolved.router_thresholds, which the deployed router is given too."""
+    def picks(thresholds: RouterThresholds) -> list[int]:
+        instances = [Instance(), Instance()]
+        router = Router("prefix_aware", instances, BLOCK, thresholds)
+        out = []
+        for req in (request(0, -1, 0, 10), request(1, -1, 0, 10)):
+            out.append(router.pick(req))
+            instances[out[-1]].load += 1
+        return out
+
+    assert picks(THRESHOLDS) == [0, 0]
+    assert picks(THRESHOLDS.model_copy(update={"cache_threshold": 0.95})) == [0, 1]

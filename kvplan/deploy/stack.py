@@ -30,7 +30,7 @@ import json
 import math
 from typing import Any
 
-from ..resolve import GIB, Resolved, ResolvedTier
+from ..resolve import GIB, Resolved, ResolvedTier, RouterThresholds
 from ..spec.base import SpecModel
 
 LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
@@ -345,21 +345,20 @@ def _vllm(r: Resolved) -> VllmVars:
                     vllm_tensor_parallel=r.tensor_parallel, vllm_cpu_host=r.device.kind == "cpu", vllm_s3_credentials=s3_inside)
 
 
-def router_policy(kind: str) -> list[str]:
-    """vllm-router's flags for a kvplan router policy, with the thresholds the simulator's Router uses."""
-    from ..sim import router as sim
-
+def router_policy(kind: str, thresholds: RouterThresholds) -> list[str]:
+    """vllm-router's flags for a kvplan router policy; prefix_aware with `thresholds` (Resolved.router_thresholds,
+    which the simulator's Router uses too)."""
     return {"round_robin": ["--policy", "round_robin"],
             "least_loaded": ["--policy", "cache_aware", "--cache-threshold", "1.0"],
             "session_affinity": ["--policy", "sticky_least_loaded"],
-            "prefix_aware": ["--policy", "cache_aware", "--cache-threshold", repr(sim.CACHE_THRESHOLD),
-                             "--balance-abs-threshold", str(sim.BALANCE_ABS),
-                             "--balance-rel-threshold", repr(sim.BALANCE_REL)]}[kind]
+            "prefix_aware": ["--policy", "cache_aware", "--cache-threshold", repr(thresholds.cache_threshold),
+                             "--balance-abs-threshold", str(thresholds.balance_abs),
+                             "--balance-rel-threshold", repr(thresholds.balance_rel)]}[kind]
 
 
 def _router(r: Resolved, workers: list[str], address: str) -> RouterVars:
     host = address if r.api_host in ("0.0.0.0", "::") else r.api_host
-    args = ["--host", r.api_host, "--port", str(r.router_port), "--worker-urls", *workers, *router_policy(r.router),
+    args = ["--host", r.api_host, "--port", str(r.router_port), "--worker-urls", *workers, *router_policy(r.router, r.router_thresholds),
             "--prometheus-host", r.monitoring.metrics_address, "--prometheus-port", str(r.router_metrics_port),
             "--worker-startup-check-interval", "1", "--health-check-interval-secs", "5"]
     return RouterVars(router_args=args, router_url=f"http://{host}:{r.router_port}")

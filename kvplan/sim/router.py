@@ -1,7 +1,7 @@
 """The router in front of the vLLM instances: which instance serves a request.
 
 kvplan deploys vllm-project's router (the `vllm-router` package, 0.1.17) and simulates what its
-policies do, so a simulated spread is the deployed one (kvplan.deploy.stack.router_args maps each
+policies do, so a simulated spread is the deployed one (kvplan.deploy.stack.router_policy maps each
 policy to its flags):
 
 - round_robin -> `--policy round_robin`: the instances in turn.
@@ -13,11 +13,11 @@ policy to its flags):
   session after two idle hours, far beyond any simulated think time); a request without a
   session goes to the instance with the fewest sessions. Between instances with as many sessions
   the router picks in its own (hash-map) order, the simulator the first: the same spread.
-- prefix_aware -> `--policy cache_aware` with its defaults: the router keeps a tree of the prompts
-  it has sent to each instance. Unless the load is out of balance (the busiest instance has more
-  than BALANCE_ABS requests more than the idlest, and more than BALANCE_REL times as many), a
-  request whose longest prefix match on some instance covers more than CACHE_THRESHOLD of its
-  prompt goes to that instance; otherwise, and when out of balance, to the least-loaded one. The
+- prefix_aware -> `--policy cache_aware` with its default thresholds (`Resolved.router_thresholds`,
+  which the deployment passes explicitly): the router keeps a tree of the prompts it has sent to
+  each instance. Unless the load is out of balance (the busiest instance has more than balance_abs
+  requests more than the idlest, and more than balance_rel times as many), a request whose longest
+  prefix match on some instance covers more than cache_threshold of its prompt goes to that instance; otherwise, and when out of balance, to the least-loaded one. The
   tree is of routed prompts, not of what an instance's cache still holds: a prefix the instance
   has evicted still attracts its requests. The simulator keeps that tree at block granularity
   and, like the router between its periodic evictions, never trims it.
@@ -28,20 +28,21 @@ from __future__ import annotations
 from itertools import count
 from typing import Iterable
 
+from ..resolve import RouterThresholds
 from . import workload as wl
 from .clock import Environment, Steps
 
-CACHE_THRESHOLD = 0.3
-"""vllm-router's --cache-threshold default: the prefix match rate above which cache_aware follows the cache."""
-BALANCE_ABS, BALANCE_REL = 64, 1.5
-"""vllm-router's --balance-abs-threshold and --balance-rel-threshold defaults."""
-
 
 class Router:
-    """Picks an instance for each request, as the deployed router's policy for `kind` does."""
+    """Picks an instance for each request, as the deployed router's policy for `kind` does (prefix_aware with
+    `thresholds`, the deployed router's: `Resolved.router_thresholds`)."""
 
-    def __init__(self, kind: str, engines: list, block_size: int):
+    def __init__(self, kind: str, engines: list, block_size: int, thresholds: RouterThresholds = RouterThresholds()):
         self.kind, self.engines, self.block_size = kind, engines, block_size
+        self.thresholds = thresholds
+        self.cache_threshold: float = thresholds.cache_threshold
+        self.balance_abs: int = thresholds.balance_abs
+        self.balance_rel: float = thresholds.balance_rel
         self._turn = count()
         self._sessions: dict[int, int] = {}                  # session -> instance
         self._session_counts = [0] * len(engines)
@@ -88,14 +89,14 @@ class Router:
     def _cache_aware(self, req: wl.Request) -> int:
         loads = [e.load for e in self.engines]
         keys = req.content.keys(self.block_size, req.prompt_tokens)
-        if max(loads) - min(loads) > BALANCE_ABS and max(loads) > BALANCE_REL * min(loads):
+        if max(loads) - min(loads) > self.balance_abs and max(loads) > self.balance_rel * min(loads):
             choice = self._least_loaded()
             known = self._match(self._routed[choice], keys)
         else:
             matched = [self._match(routed, keys) for routed in self._routed]
             best = max(range(len(self.engines)), key=lambda i: (matched[i], -loads[i], -i))
             rate = matched[best] * self.block_size / max(req.prompt_tokens, 1)
-            choice = best if rate > CACHE_THRESHOLD else self._least_loaded()
+            choice = best if rate > self.cache_threshold else self._least_loaded()
             known = matched[choice]
         self._routed[choice].update(keys[known:])          # the keys before were routed there already
         return choice

@@ -154,6 +154,9 @@ STACK_FACTS: dict[str, tuple[Kind, str]] = {
                                              "eviction.trigger_watermark (MP mode)"),
     "lmcache.eviction_ratio": (DEPLOYED, "LMCache --eviction-ratio and each L2 adapter's eviction.eviction_ratio "
                                          "(MP mode)"),
+    "router_thresholds.cache_threshold": (DEPLOYED, "vllm-router --cache-threshold (serving.router: prefix_aware)"),
+    "router_thresholds.balance_abs": (DEPLOYED, "vllm-router --balance-abs-threshold (serving.router: prefix_aware)"),
+    "router_thresholds.balance_rel": (DEPLOYED, "vllm-router --balance-rel-threshold (serving.router: prefix_aware)"),
 }
 
 
