@@ -103,6 +103,14 @@ class ResolvedLMCache(SpecModel):
     min_retrieve_tokens: int
     port: int
     """LMCache server port (mp mode)."""
+    http_host: str
+    """MP mode: where the server's HTTP API (health, status, its Prometheus /metrics) listens, --http-host: the
+    spec's monitoring.metrics_address."""
+    http_port: int
+    """MP mode: that API's --http-port, the one after the server's port."""
+    http_address: str
+    """Where a process on the server's node reaches that API: http_host, or loopback where it listens on every
+    address (the deploy's health check, kvplan observe)."""
     eviction_watermark: float
     """MP mode: the usage fraction of a tier's capacity at which LMCache evicts a batch, for L1 and every L2
     adapter (--eviction-trigger-watermark, each adapter's eviction.trigger_watermark). In-process LMCache evicts one
@@ -596,7 +604,8 @@ def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_
         mode=lm.mode, chunk_size=lm.chunk_size, chunk_bytes_per_rank=chunk_rank, storing_ranks=storing_ranks,
         chunk_bytes=chunk, blocks_per_chunk=lm.chunk_size // topo.serving.block_size, tiers=tiers,
         save_decode_cache=lm.save_decode_cache, save_unfull_chunk=lm.save_unfull_chunk,
-        min_retrieve_tokens=lm.min_retrieve_tokens, port=lm.port,
+        min_retrieve_tokens=lm.min_retrieve_tokens, port=lm.port, http_host=topo.monitoring.metrics_address,
+        http_port=lm.port + 1, http_address=_local_address(topo.monitoring.metrics_address),
         eviction_watermark=MP_EVICTION_WATERMARK, eviction_ratio=MP_EVICTION_RATIO,
         nvme_path=lm.nvme.path if lm.nvme else None,
         merging_window_s=lm.merging.window if lm.merging else None,
@@ -604,6 +613,11 @@ def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_
         warmup_system_prompts=lm.warmup.system_prompts if lm.warmup else 0,
         warmup_template_tokens=[t.tokens for t in lm.warmup.templates] if lm.warmup else [],
         warmup_template_names=[t.name for t in lm.warmup.templates] if lm.warmup else [])
+
+
+def _local_address(host: str) -> str:
+    """Where a process on the same host reaches a server that listens on `host`: loopback for every address."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::") else host
 
 
 def _ceph(topo: Topology, device_class: CephDeviceClass, nic: Nic, lm: ResolvedLMCache | None,

@@ -283,7 +283,7 @@ def lmcache_counters(host: str) -> dict[str, float]:
     from kvplan.live.observe import observe_lmcache
 
     r = resolved(SPEC)
-    component, values = observe_lmcache(r, 10.0, Target.parse(f"http://{ADDRESS[host]}:{r.lmcache.port + 1}"))
+    component, values = observe_lmcache(r, 10.0, Target.parse(f"http://{ADDRESS[host]}:{r.lmcache.http_port}"))
     assert component.up, component
     return values
 
@@ -506,7 +506,7 @@ def test_a_serving_host_cut_off_from_ceph_keeps_answering_and_a_deploy_turns_its
 
     r = resolved(path)
     (off,) = snapshot(r, gpu1, ceph=False).down()
-    assert off.name == f"lmcache http://{ADDRESS['gpu1']}:{r.lmcache.port + 1}" and "S3L2Adapter" in off.detail, off
+    assert off.name == f"lmcache http://{ADDRESS['gpu1']}:{r.lmcache.http_port}" and "S3L2Adapter" in off.detail, off
     # ...and a deploy restarts that server (and its vLLM); gpu0 was never touched.
     gpu0_lmcache = on("gpu0", "cat", "/run/kvplan/lmcache-server.pid").strip()
     started = time.monotonic()
@@ -549,7 +549,7 @@ def test_a_killed_lmcache_server_leaves_the_other_host_alone_and_a_deploy_heals_
 
     r = resolved(path)
     down = [c.name for c in snapshot(r, list(VLLM.values()), ceph=False).down()]
-    assert down == [f"lmcache http://{ADDRESS['gpu0']}:{r.lmcache.port + 1}"], down
+    assert down == [f"lmcache http://{ADDRESS['gpu0']}:{r.lmcache.http_port}"], down
     healed = deploy(deployed["state"], "--tags", "lmcache,vllm")
     assert healed.returncode == 0, healed.stdout + healed.stderr
     assert snapshot(resolved(path), list(VLLM.values()), ceph=False).down() == []

@@ -275,6 +275,10 @@ STACK_CASES: dict[str, tuple[str, dict[str, Any], Any, Check]] = {
     "router_thresholds.cache_threshold": (FLAGSHIP, PREFIX_AWARE, 0.5, lambda v: router(v, "--cache-threshold") == ["0.5"]),
     "router_thresholds.balance_abs": (FLAGSHIP, PREFIX_AWARE, 16, lambda v: router(v, "--balance-abs-threshold") == ["16"]),
     "router_thresholds.balance_rel": (FLAGSHIP, PREFIX_AWARE, 2.0, lambda v: router(v, "--balance-rel-threshold") == ["2.0"]),
+    "lmcache.http_port": (LOCAL, {}, 6001, lambda v: v.server("--http-port") == ["6001"]
+                          and v.vars("lmcache")["lmcache_http_port"] == 6001
+                          and [t.rsplit(":", 1)[1] for t in v.vars("monitoring")["monitoring_lmcache_targets"]] == ["6001"]),
+    "lmcache.http_address": (LOCAL, {}, "10.0.2.1", lambda v: v.vars("lmcache")["lmcache_http_address"] == "10.0.2.1"),
 }
 
 

@@ -453,7 +453,8 @@ def test_an_lmcache_server_that_never_listens_fails_at_the_timeout_with_its_log(
     (project / "group_vars" / "all" / "lmcache.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
         "lmcache_command_prefix": [str(_program(tmp_path, "hanging", HANGING))], "lmcache_mode": "mp",
         "lmcache_cpu_host": True, "lmcache_config": {}, "lmcache_config_file": str(tmp_path / "lmcache.yaml"),
-        "lmcache_server_args": ["--host", "127.0.0.1", "--port", str(port)], "lmcache_env": {},
+        "lmcache_server_args": ["--host", "127.0.0.1", "--port", str(port)], "lmcache_host": "127.0.0.1",
+        "lmcache_port": port, "lmcache_http_address": "127.0.0.1", "lmcache_http_port": free_port(), "lmcache_env": {},
         "lmcache_nvme_path": None, "lmcache_ready_timeout": 3}))
     try:
         r = run_play(project, ["lmcache"], succeed=False)

@@ -36,6 +36,10 @@ from ..spec.base import SpecModel
 LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
 """Where in-process LMCache's config lives on a GPU node (vLLM finds it through LMCACHE_CONFIG_FILE)."""
 
+LMCACHE_HOST = "127.0.0.1"
+"""Where an MP server takes requests (--host; the connector's lmcache.mp.host): only its node's vLLM instances talk
+to it."""
+
 PYTHONHASHSEED = "0"
 """Same chunk hashes on every vLLM and LMCache process, so shared and persistent tiers hit."""
 
@@ -98,6 +102,15 @@ class LMCacheVars(SpecModel):
     lmcache_config_file: str
     lmcache_server_args: list[str]
     """MP: the `lmcache server` arguments (empty in-process)."""
+    lmcache_host: str
+    """MP: where the server takes requests (its --host), where the deploy waits for it."""
+    lmcache_port: int
+    """MP: its --port."""
+    lmcache_http_address: str
+    """MP: where the deploy asks the server's HTTP API for its /status on its node (loopback where --http-host is
+    every address)."""
+    lmcache_http_port: int
+    """MP: that API's --http-port."""
     lmcache_env: dict[str, str]
     lmcache_nvme_path: str | None
     lmcache_s3_host: str | None
@@ -173,7 +186,7 @@ def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str], gpu_addresse
     ports = [f"{address[host]}:{i['port']}" for host, items in instances.items() for i in items]
     workers = [f"http://{p}" for p in ports]
     mp = r.lmcache is not None and r.lmcache.mode == "mp"
-    lmcache_targets = [f"{address[host]}:{lmcache_http_port(r)}" for host in instances] if mp else []
+    lmcache_targets = [f"{address[host]}:{r.lmcache.http_port}" for host in instances] if mp else []
     return Stack(ceph=_ceph(r, ceph_hosts) if r.ceph else None, lmcache=_lmcache(r) if r.lmcache else None, vllm=_vllm(r),
                  router=_router(r, workers, address[gpu_hosts[0]]), router_host=gpu_hosts[0], warmup=_warmup(r),
                  monitoring=_monitoring(r, ports, lmcache_targets, ceph_hosts), instances=instances)
@@ -226,12 +239,14 @@ def _lmcache(r: Resolved) -> LMCacheVars:
     cpu = r.device.kind == "cpu"
     env = {"PYTHONHASHSEED": PYTHONHASHSEED, "LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1"}
     s3_host = f"{r.ceph.rgw_bucket}.{r.ceph.rgw_dns_name}" if lm.tier("ceph") and r.ceph.access == "s3" else None
+    server = dict(lmcache_host=LMCACHE_HOST, lmcache_port=lm.port, lmcache_http_address=lm.http_address,
+                  lmcache_http_port=lm.http_port)
     if lm.mode == "inprocess":
         return LMCacheVars(lmcache_mode="inprocess", lmcache_cpu_host=cpu, lmcache_config=inprocess_config(r),
-                           lmcache_config_file=LMCACHE_CONFIG_FILE,
-                           lmcache_server_args=[], lmcache_env=env, lmcache_nvme_path=lm.nvme_path, lmcache_s3_host=s3_host)
+                           lmcache_config_file=LMCACHE_CONFIG_FILE, lmcache_server_args=[], **server,
+                           lmcache_env=env, lmcache_nvme_path=lm.nvme_path, lmcache_s3_host=s3_host)
     return LMCacheVars(lmcache_mode="mp", lmcache_cpu_host=cpu, lmcache_config={}, lmcache_config_file=LMCACHE_CONFIG_FILE,
-                       lmcache_server_args=server_args(r),
+                       lmcache_server_args=server_args(r), **server,
                        lmcache_env=env, lmcache_nvme_path=lm.nvme_path, lmcache_s3_host=s3_host)
 
 
@@ -264,19 +279,14 @@ def _eviction(r: Resolved, tier: ResolvedTier) -> dict[str, Any]:
             "trigger_watermark": r.lmcache.eviction_watermark, "eviction_ratio": r.lmcache.eviction_ratio}
 
 
-def lmcache_http_port(r: Resolved) -> int:
-    """Port of the LMCache server's HTTP API (health, status, its Prometheus /metrics): the one after its RPC port."""
-    return r.lmcache.port + 1
-
-
 def server_args(r: Resolved) -> list[str]:
     """`lmcache server` arguments: L1 is the node's ddr tier; nvme then ceph are L2 adapters, in lookup order."""
     lm = r.lmcache
     ddr, nvme, ceph = lm.tier("ddr"), lm.tier("nvme"), lm.tier("ceph")
-    args = ["--host", "127.0.0.1", "--port", str(lm.port), "--chunk-size", str(lm.chunk_size),
+    args = ["--host", LMCACHE_HOST, "--port", str(lm.port), "--chunk-size", str(lm.chunk_size),
             "--l1-size-gb", _num(ddr.configured_gb), "--eviction-policy", MP_POLICY.get(ddr.eviction, ddr.eviction),
             "--eviction-trigger-watermark", _num(lm.eviction_watermark), "--eviction-ratio", _num(lm.eviction_ratio),
-            "--http-host", r.monitoring.metrics_address, "--http-port", str(lmcache_http_port(r))]
+            "--http-host", lm.http_host, "--http-port", str(lm.http_port)]
     if nvme:
         adapter = {"type": "fs_native", "base_path": lm.nvme_path, "max_capacity_gb": nvme.configured_gb,
                    "eviction": _eviction(r, nvme)}
@@ -301,7 +311,7 @@ def kv_transfer_config(r: Resolved) -> dict[str, Any] | None:
         return None
     if r.lmcache.mode == "inprocess":
         return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both", "kv_load_failure_policy": "recompute"}
-    extra: dict[str, Any] = {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": r.lmcache.port}
+    extra: dict[str, Any] = {"lmcache.mp.host": f"tcp://{LMCACHE_HOST}", "lmcache.mp.port": r.lmcache.port}
     if r.lmcache.save_decode_cache:
         extra["lmcache.mp.save_decode_cache"] = True
     return {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both", "kv_load_failure_policy": "recompute",

@@ -30,7 +30,6 @@ import time
 
 from pydantic import BaseModel, ConfigDict
 
-from ..deploy.stack import lmcache_http_port
 from ..resolve import Resolved
 from .bench import Target
 
@@ -154,8 +153,7 @@ def observe_vllm(target: Target, timeout: float) -> tuple[Component, dict[str, f
 
 def lmcache_endpoint(r: Resolved) -> tuple[str, int]:
     """The LMCache server's HTTP API as the deploy starts it: the spec's metrics address (loopback for 0.0.0.0)."""
-    host = r.monitoring.metrics_address
-    return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), lmcache_http_port(r)
+    return r.lmcache.http_address, r.lmcache.http_port
 
 
 def lmcache_servers(r: Resolved, targets: list[Target]) -> list[Target]:
@@ -164,8 +162,8 @@ def lmcache_servers(r: Resolved, targets: list[Target]) -> list[Target]:
     MP server (an empty list)."""
     if r.lmcache is None or r.lmcache.mode != "mp":
         return []
-    port = lmcache_http_port(r)
-    if r.monitoring.metrics_address in ("0.0.0.0", "::") and targets:
+    port = r.lmcache.http_port
+    if r.lmcache.http_host in ("0.0.0.0", "::") and targets:
         hosts = dict.fromkeys(t.host for t in targets)
         return [Target.parse(f"http://{_bracketed(host)}:{port}") for host in hosts]
     return [Target.parse("http://{}:{}".format(*lmcache_endpoint(r)))]

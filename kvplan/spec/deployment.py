@@ -17,11 +17,12 @@ fields are deployed for some values only (an eviction policy LMCache's mode lack
 policy the router lacks): those values are refused by `kvplan.spec.rules`, with the same
 simulate_only escape.
 
-STACK_FACTS does the same for the stack facts in `Resolved` that no spec field sets: how LMCache
-or the router behaves by default, which the simulator models. Each is named by its path in
-`Resolved`; a deployed one is written into the stack, so that the deployment does not depend on a
-default it happens to share with the simulator (tests/test_deploy_fields.py changes each in
-`Resolved`, renders, and finds the new value there).
+STACK_FACTS does the same for the stack facts in `Resolved` that no spec field sets as it is: how
+LMCache or the router behaves by default, which the simulator models, and what kvplan chooses for
+the stack (the LMCache server's HTTP API). Each is named by its path in `Resolved`; a deployed one
+is written into the stack, so that the deployment does not depend on a default it happens to share
+with the simulator, nor a role on parsing it back out of a command line (tests/test_deploy_fields.py
+changes each in `Resolved`, renders, and finds the new value there).
 """
 
 from __future__ import annotations
@@ -157,6 +158,9 @@ STACK_FACTS: dict[str, tuple[Kind, str]] = {
     "router_thresholds.cache_threshold": (DEPLOYED, "vllm-router --cache-threshold (serving.router: prefix_aware)"),
     "router_thresholds.balance_abs": (DEPLOYED, "vllm-router --balance-abs-threshold (serving.router: prefix_aware)"),
     "router_thresholds.balance_rel": (DEPLOYED, "vllm-router --balance-rel-threshold (serving.router: prefix_aware)"),
+    "lmcache.http_port": (DEPLOYED, "the LMCache server's --http-port (lmcache.port + 1): the lmcache role's health "
+                                    "check and Prometheus's LMCache targets, where kvplan observe reads it too"),
+    "lmcache.http_address": (DEPLOYED, "where the lmcache role asks the server on its node for its /status"),
 }
 
 
