@@ -17,10 +17,11 @@ policy to its flags):
   which the deployment passes explicitly): the router keeps a tree of the prompts it has sent to
   each instance. Unless the load is out of balance (the busiest instance has more than balance_abs
   requests more than the idlest, and more than balance_rel times as many), a request whose longest
-  prefix match on some instance covers more than cache_threshold of its prompt goes to that instance; otherwise, and when out of balance, to the least-loaded one. The
-  tree is of routed prompts, not of what an instance's cache still holds: a prefix the instance
-  has evicted still attracts its requests. The simulator keeps that tree at block granularity
-  and, like the router between its periodic evictions, never trims it.
+  prefix match on some instance covers more than cache_threshold of its prompt goes to that
+  instance; otherwise, and when out of balance, to the least-loaded one. The tree is of routed
+  prompts, not of what an instance's cache still holds: a prefix the instance has evicted still
+  attracts its requests. The simulator keeps that tree at block granularity and, like the router
+  between its periodic evictions, never trims it.
 """
 
 from __future__ import annotations
