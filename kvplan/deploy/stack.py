@@ -30,6 +30,7 @@ import json
 import math
 from typing import Any
 
+from .. import warmup as warm
 from ..resolve import GIB, Resolved, ResolvedTier, RouterThresholds
 from ..spec.base import SpecModel
 
@@ -147,7 +148,8 @@ class WarmupVars(SpecModel):
     warmup_model: str
     warmup_address: str
     warmup_prompts: list[dict[str, Any]]
-    """{name, prompt: token ids} for each prompt lmcache.warmup prefills (kvplan.sim.workload.warmup)."""
+    """{name, prompt: token ids} for each prompt lmcache.warmup prefills (kvplan.warmup: the simulator's and
+    kvplan bench's warm-up too)."""
 
 
 class MonitoringVars(SpecModel):
@@ -368,26 +370,22 @@ def router_policy(kind: str, thresholds: RouterThresholds) -> list[str]:
 
 def _router(r: Resolved, workers: list[str], address: str) -> RouterVars:
     host = address if r.api_host in ("0.0.0.0", "::") else r.api_host
-    args = ["--host", r.api_host, "--port", str(r.router_port), "--worker-urls", *workers, *router_policy(r.router, r.router_thresholds),
+    args = ["--host", r.api_host, "--port", str(r.router_port), "--worker-urls", *workers,
+            *router_policy(r.router, r.router_thresholds),
             "--prometheus-host", r.monitoring.metrics_address, "--prometheus-port", str(r.router_metrics_port),
             "--worker-startup-check-interval", "1", "--health-check-interval-secs", "5"]
     return RouterVars(router_args=args, router_url=f"http://{host}:{r.router_port}")
 
 
 def _warmup(r: Resolved) -> WarmupVars | None:
-    """The warm-up prompts as the token ids kvplan bench's requests begin with (the same warm salt)."""
-    from ..live.tokens import WARMUP_SALT, prompt_tokens
-    from ..sim.workload import warmup
-
-    prompts = warmup(r)
+    """The warm-up prompts as the token ids kvplan bench's requests begin with (the same warm salt), for the
+    workload's seed: the prefills the simulator makes before its requests."""
+    prompts = warm.prompts(r)
     if not prompts:
         return None
-    names = [f"system prompt {i}" for i in range(r.lmcache.warmup_system_prompts)] + list(r.lmcache.warmup_template_names)
     address = "127.0.0.1" if r.api_host in ("0.0.0.0", "::") else r.api_host
     return WarmupVars(warmup_model=r.model.name, warmup_address=address,
-                      warmup_prompts=[{"name": name, "prompt": prompt_tokens(req.content, req.prompt_tokens,
-                                                                             r.model.vocab_size, WARMUP_SALT)}
-                                      for name, req in zip(names, prompts)])
+                      warmup_prompts=[{"name": p.name, "prompt": warm.token_ids(p, r.model.vocab_size)} for p in prompts])
 
 
 def hit_ratio_expr(r: Resolved) -> str:

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urlsplit
 
+from .. import warmup as warm
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from ..sim import workload as wl
-from .tokens import output_identity, prompt_tokens, warmed
+from .tokens import output_identity, prompt_tokens
 
 
 class BenchError(SpecError):
@@ -228,19 +229,23 @@ class Bench:
 
     def body(self, req: wl.Request, outputs: dict) -> dict:
         vocab = self.resolved.model.vocab_size
-        out = max(req.output_tokens, 1)       # a warm-up prefill still needs one token back
+        tokens = prompt_tokens(req.content, req.prompt_tokens, vocab, self.salt, outputs, warm.warmed(self.resolved))
+        return self._body(tokens, req.output_tokens)
+
+    def _body(self, prompt: list[int], output_tokens: int) -> dict:
+        out = max(output_tokens, 1)       # a warm-up prefill still needs one token back
         return {"model": self.resolved.model.name, "stream": True, "return_token_ids": True, "temperature": 0.0,
-                "max_tokens": out, "min_tokens": out, "ignore_eos": True,
-                "prompt": prompt_tokens(req.content, req.prompt_tokens, vocab, self.salt, outputs, warmed(self.resolved))}
+                "max_tokens": out, "min_tokens": out, "ignore_eos": True, "prompt": prompt}
 
     def run_warmup(self) -> list[Outcome]:
-        """Send the warm-up prefills one by one to every target (the simulator prefills each on every instance at
-        time 0, before any request; the deploy's warm-up play sent the same tokens)."""
+        """Send the warm-up prefills (kvplan.warmup) one by one to every target: the simulator prefills each on
+        every instance at time 0, before any request, and the deploy's warm-up play sent the same tokens."""
         outs = []
-        for req in wl.warmup(self.resolved, seed=self.seed):
+        for i, prefill in enumerate(warm.prompts(self.resolved, seed=self.seed)):
+            body = self._body(warm.token_ids(prefill, self.resolved.model.vocab_size), 0)
             for t, target in enumerate(self.targets):
-                out = Outcome(req.id, -1, 0, t, 0.0, req.prompt_tokens, 0)
-                stream_completion(target, self.body(req, {}), self.timeout, time.monotonic, out)
+                out = Outcome(-i - 1, -1, 0, t, 0.0, prefill.tokens, 0)
+                stream_completion(target, body, self.timeout, time.monotonic, out)
                 outs.append(out)
         return outs
 

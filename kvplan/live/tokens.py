@@ -20,57 +20,16 @@ Warmed content is the exception to the exception: the runs that `lmcache.warmup`
 first `system_prompts` shared prefixes and the templates) belong to the deployment, not to one
 run. They take WARMUP_SALT in every run and in the deploy's warm-up play, so a bench run finds
 them where the deploy left them, as the simulator, which prefills them before any traffic, does.
+Which runs those are, WARMUP_SALT and the rule that makes a run's token ids (`run_tokens`) live in
+kvplan.warmup, which the simulator, the deployment and this module share.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from ..sim.workload import OUTPUT, TRACE_TAG, Segments, TraceBlocks
+from ..warmup import FIRST_ORDINARY_TOKEN, WARMUP_SALT, run_tokens, warmed
 
-from ..sim.workload import OUTPUT, SHARED_PREFIX, TEMPLATE, TRACE_TAG, Segments, TraceBlocks
-
-FIRST_ORDINARY_TOKEN = 4
-"""Token ids below this are the tiny model's special tokens (<unk>, <s>, </s>, <pad>); a prompt never uses them."""
-
-_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-WARMUP_SALT = 0x6B76706C616E5741
-"""The salt of warmed content (lmcache.warmup), the same in the deploy's warm-up and in every bench run."""
-
-
-def warmed(resolved) -> frozenset[tuple[int, ...]]:
-    """The content runs `resolved`'s lmcache.warmup prefills: (SHARED_PREFIX, i) for the first system_prompts
-    prefixes, (TEMPLATE, i) for each template."""
-    lm = resolved.lmcache
-    if lm is None:
-        return frozenset()
-    return frozenset([(SHARED_PREFIX, i) for i in range(lm.warmup_system_prompts)]
-                     + [(TEMPLATE, i) for i in range(len(lm.warmup_template_tokens))])
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a bijection on uint64 that scatters nearby inputs."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-def _seed(salt: int, ident: tuple[int, ...]) -> np.uint64:
-    """One uint64 naming the run `ident` under `salt` (stable across processes and Python versions)."""
-    with np.errstate(over="ignore"):
-        h = _mix(np.array([salt & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))
-        for part in ident:
-            h = _mix(h ^ np.array([part & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))
-    return h[0]
-
-
-def run_tokens(salt: int, ident: tuple[int, ...], start: int, end: int, vocab: int) -> list[int]:
-    """Tokens [start, end) of the run named `ident`: ids in FIRST_ORDINARY_TOKEN..vocab-1."""
-    if vocab <= FIRST_ORDINARY_TOKEN:
-        raise ValueError(f"vocab {vocab} leaves no ordinary token ids")
-    offsets = np.arange(start, end, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        mixed = _mix((offsets * np.uint64(0x9E3779B97F4A7C15)) ^ _seed(salt, ident))
-    return (mixed % np.uint64(vocab - FIRST_ORDINARY_TOKEN) + np.uint64(FIRST_ORDINARY_TOKEN)).astype(np.int64).tolist()
+__all__ = ["FIRST_ORDINARY_TOKEN", "WARMUP_SALT", "output_identity", "prompt_tokens", "run_tokens", "warmed"]
 
 
 def prompt_tokens(content, prompt_length: int, vocab: int, salt: int,

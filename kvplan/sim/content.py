@@ -26,15 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..warmup import SHARED_PREFIX, TEMPLATE
 from .keyhash import extend_keys, trace_keys
 
-
 # Segment kinds (the first int of a segment identity). Keep them positive: CPython hashes -1 and -2
-# to the same value.
-SHARED_PREFIX = 1
-"""A shared prefix: (SHARED_PREFIX, index); index 0 is the most popular (system prompt, repository, document)."""
-TEMPLATE = 2
-"""A warm-up template: (TEMPLATE, i) for lmcache.warmup.templates[i]."""
+# to the same value. SHARED_PREFIX (1) and TEMPLATE (2), the kinds lmcache.warmup prefills, are
+# kvplan.warmup's, which the deployment and kvplan bench read too.
 USER_TEXT = 3
 """New text a user sends (a chat turn, a code request, a question, a unique document): (USER_TEXT, n)."""
 OUTPUT = 4

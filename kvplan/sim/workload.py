@@ -13,7 +13,7 @@ the same spec and seed give the same list, a different seed a different one, and
   k = 1/cv^2, scale 1/(rate k)) or constant (1/rate).
 - Shared prefixes: `count` prefixes, rank r (1..count) chosen with probability ∝ 1/r^skew; the
   rank-1 prefix is index 0. Each prefix's length is drawn once (the very first draws, so
-  `warmup` can rebuild them).
+  `warmup` can rebuild them: kvplan.warmup, with the draws of kvplan.spec.workload).
 - chat / codegen: a session picks a shared prefix (system prompt / repository context; none when
   `shared_prefixes` is absent) and a number of turns (1 without `sessions`). Turn k's prompt is
   the prefix, every earlier turn's user text and output in order, then new user text (`prompt`
@@ -56,8 +56,10 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from .. import warmup as warm
 from ..errors import Problem, SpecError
-from ..spec.workload import hash_ids_needed
+from ..spec.workload import draw, generator, hash_ids_needed
+from ..spec.workload import prefix_lengths as _prefix_lengths
 from .content import OUTPUT, OUTPUT_TAG, SHARED_PREFIX, TEMPLATE, TRACE_TAG, USER_TEXT, Segments, TraceBlocks
 
 __all__ = [
@@ -154,54 +156,23 @@ def _gc_paused():
 
 
 def warmup(resolved, seed: int | None = None) -> list[Request]:
-    """The warm-up prefills, before any traffic: the `warmup_system_prompts` most popular shared
-    prefixes (indices 0.., the same Content prefix the real requests start with, so they hit) then
-    each template of `warmup_template_tokens` (its own content, which no request shares).
+    """The warm-up prefills, before any traffic (kvplan.warmup.prompts, which the deployment's warm-up
+    play and kvplan bench send): the `warmup_system_prompts` most popular shared prefixes (indices 0..,
+    the same Content prefix the real requests start with, so they hit) then each template of
+    `warmup_template_tokens` (its own content, which no request shares).
 
     Arrival 0, output_tokens 0, warmup=True, ids -1, -2, ... A prompt longer than max_model_len is cut
     to it. Empty when lmcache or warm-up is off. `seed` must be the one given to `requests` (prefix
     lengths are drawn from it).
     """
-    lm = resolved.lmcache
-    if lm is None:
-        return []
-    w = resolved.workload
-    out: list[Request] = []
-    n_prefixes = lm.warmup_system_prompts
-    if n_prefixes and w.shared_prefixes is not None:
-        rng = _rng(w.seed if seed is None else seed)
-        lengths = _prefix_lengths(w, rng)
-        for i in range(min(n_prefixes, len(lengths))):
-            n = min(int(lengths[i]), resolved.max_model_len)
-            out.append(Request(-len(out) - 1, 0.0, n, 0, Segments((((SHARED_PREFIX, i), n),)), warmup=True))
-    for i, tokens in enumerate(lm.warmup_template_tokens):
-        n = min(tokens, resolved.max_model_len)
-        out.append(Request(-len(out) - 1, 0.0, n, 0, Segments((((TEMPLATE, i), n),)), warmup=True))
-    return out
+    return [Request(-i - 1, 0.0, p.tokens, 0, Segments(((p.ident, p.tokens),)), warmup=True)
+            for i, p in enumerate(warm.prompts(resolved, seed))]
 
 
 # --------------------------------------------------------------------------- distributions
 
-def _rng(seed: int) -> np.random.Generator:
-    return np.random.Generator(np.random.PCG64(seed))
-
-
-def draw(dist, rng: np.random.Generator, size: int) -> np.ndarray:
-    """`size` whole numbers from a spec Dist, as int64: fixed -> int(mean) (no draw); uniform ->
-    integers in [min, max]; lognormal with mean m and cv -> sigma^2 = ln(1 + cv^2),
-    mu = ln(m) - sigma^2/2; normal -> std cv x mean. Rounded, then clipped to [min, max] and to >= 1."""
-    lo = max(dist.min, 1)
-    hi = dist.max if dist.max is not None else np.iinfo(np.int64).max
-    if dist.dist == "fixed":
-        return np.full(size, min(max(int(dist.mean), lo), hi), dtype=np.int64)
-    if dist.dist == "uniform":
-        values = rng.integers(dist.min, dist.max, size=size, endpoint=True).astype(np.float64)
-    elif dist.dist == "lognormal":
-        sigma2 = math.log1p(dist.cv ** 2)
-        values = rng.lognormal(math.log(dist.mean) - sigma2 / 2, math.sqrt(sigma2), size)
-    else:
-        values = rng.normal(dist.mean, dist.cv * dist.mean, size)
-    return np.clip(np.rint(values), lo, min(hi, 2.0 ** 62)).astype(np.int64)
+# `draw` (a spec Dist's numbers), `generator` (the stream's PCG64) and `prefix_lengths` (its first draws) are
+# kvplan.spec.workload's, so that kvplan.warmup redraws the prefix lengths without the simulator.
 
 
 def zipf_cdf(count: int, skew: float) -> np.ndarray:
@@ -209,12 +180,6 @@ def zipf_cdf(count: int, skew: float) -> np.ndarray:
     weights = np.arange(1, count + 1, dtype=np.float64) ** -skew
     cdf = np.cumsum(weights)
     return cdf / cdf[-1]
-
-
-def _prefix_lengths(w, rng: np.random.Generator) -> np.ndarray:
-    """The first draws of every synthetic stream: one length per shared prefix."""
-    sp = w.shared_prefixes
-    return draw(sp.tokens, rng, sp.count) if sp is not None else np.zeros(0, dtype=np.int64)
 
 
 def _gaps(arrivals, rng: np.random.Generator, size: int) -> np.ndarray:
@@ -293,7 +258,7 @@ class _Drawn:
 
     def __init__(self, resolved, seed: int):
         w = resolved.workload
-        rng = _rng(seed)
+        rng = generator(seed)
         max_len = resolved.max_model_len
         self.prefix_lengths = prefix_lengths = _prefix_lengths(w, rng).tolist()
         sp = w.shared_prefixes

@@ -9,13 +9,17 @@ JSONL trace. Every random choice is drawn from `seed`.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..units import Duration, Rate
 from .base import SpecModel, spec_file
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Dist(SpecModel):
@@ -177,3 +181,44 @@ class Workload(SpecModel):
 
     trace: Trace | None = None
     """The trace to replay (kind: trace)."""
+
+
+# --------------------------------------------------------------------------- draws
+# How a synthetic workload's random numbers are drawn. The simulator's request stream
+# (kvplan.sim.workload) draws everything with them; the warm-up (kvplan.warmup) redraws the shared
+# prefixes' lengths, the stream's first draws, for the simulator, kvplan bench and the deployment
+# alike, so they live here, below all three. numpy is imported when a draw is made, not with the spec.
+
+def generator(seed: int) -> np.random.Generator:
+    """The random generator a synthetic workload's stream draws from: PCG64 seeded with `seed`."""
+    import numpy as np
+
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def draw(dist: Dist, rng: np.random.Generator, size: int) -> np.ndarray:
+    """`size` whole numbers from a spec Dist, as int64: fixed -> int(mean) (no draw); uniform ->
+    integers in [min, max]; lognormal with mean m and cv -> sigma^2 = ln(1 + cv^2),
+    mu = ln(m) - sigma^2/2; normal -> std cv x mean. Rounded, then clipped to [min, max] and to >= 1."""
+    import numpy as np
+
+    lo = max(dist.min, 1)
+    hi = dist.max if dist.max is not None else np.iinfo(np.int64).max
+    if dist.dist == "fixed":
+        return np.full(size, min(max(int(dist.mean), lo), hi), dtype=np.int64)
+    if dist.dist == "uniform":
+        values = rng.integers(dist.min, dist.max, size=size, endpoint=True).astype(np.float64)
+    elif dist.dist == "lognormal":
+        sigma2 = math.log1p(dist.cv ** 2)
+        values = rng.lognormal(math.log(dist.mean) - sigma2 / 2, math.sqrt(sigma2), size)
+    else:
+        values = rng.normal(dist.mean, dist.cv * dist.mean, size)
+    return np.clip(np.rint(values), lo, min(hi, 2.0 ** 62)).astype(np.int64)
+
+
+def prefix_lengths(w: Workload, rng: np.random.Generator) -> np.ndarray:
+    """The first draws of every synthetic stream: one length per shared prefix."""
+    import numpy as np
+
+    sp = w.shared_prefixes
+    return draw(sp.tokens, rng, sp.count) if sp is not None else np.zeros(0, dtype=np.int64)
