@@ -165,9 +165,9 @@ class ResolvedCeph(SpecModel):
 
 class RouterThresholds(SpecModel):
     """When vllm-router's cache_aware policy (kvplan's prefix_aware) follows the cache and when it balances the load:
-    vllm-router 0.1.17's defaults of --cache-threshold, --balance-abs-threshold and --balance-rel-threshold, which
-    kvplan.sim.router simulates and kvplan.deploy.stack passes to the router explicitly (tests/test_router.py runs the
-    real router with them)."""
+    vllm-router 0.1.17's defaults of --cache-threshold, --balance-abs-threshold and --balance-rel-threshold
+    (vllm_router/router_args.py RouterArgs), which kvplan.sim.router simulates and kvplan.deploy.stack passes to the
+    router explicitly (tests/test_router.py reads them there and runs the real router with them)."""
 
     cache_threshold: float = 0.3
     """A request goes to the instance it shares its longest routed prefix with when that prefix covers more than this

@@ -11,6 +11,7 @@ instance numbers are compared up to a renaming).
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import socket
@@ -193,6 +194,19 @@ def test_prefix_aware_counts_the_routed_prefix_of_a_prompt():
         keys = chained[-1]
         walked = next((i for i, key in enumerate(keys) if key not in routed), len(keys))
         assert Router._match(routed, keys) == walked
+
+
+def test_the_thresholds_kvplan_resolves_are_the_routers_defaults():
+    """kvplan passes the router its thresholds explicitly; they are vllm-router's own defaults (RouterArgs in
+    vllm_router/router_args.py of the router kvplan installs), so a router started by hand routes the same way."""
+    source = next(ROUTER_BIN.parent.parent.glob("lib/python*/site-packages/vllm_router/router_args.py"), None)
+    assert source is not None, f"no vllm_router beside {ROUTER_BIN}: run scripts/install-router.sh"
+    tree = ast.parse(source.read_text())
+    router_args = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "RouterArgs")
+    defaults = {n.target.id: n.value.value for n in router_args.body
+                if isinstance(n, ast.AnnAssign) and isinstance(n.value, ast.Constant)}
+    assert (defaults["cache_threshold"], defaults["balance_abs_threshold"], defaults["balance_rel_threshold"]) == \
+           (THRESHOLDS.cache_threshold, THRESHOLDS.balance_abs, THRESHOLDS.balance_rel)
 
 
 def test_prefix_aware_follows_the_cache_by_the_thresholds_it_is_given():
