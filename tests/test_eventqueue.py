@@ -18,6 +18,8 @@ from hypothesis import given, settings, strategies as st
 from conftest import source_module
 from kvplan.sim import eventqueue as installed
 
+pytestmark = pytest.mark.compiled
+
 
 source = source_module("kvplan/sim/eventqueue.py", "eventqueue_source")
 QUEUES = [installed.EventQueue, source.EventQueue]

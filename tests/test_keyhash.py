@@ -16,6 +16,8 @@ from conftest import source_module
 from kvplan.sim import keyhash as installed
 from kvplan.sim.content import OUTPUT_TAG, SEGMENTS_ROOT, TRACE_TAG
 
+pytestmark = pytest.mark.compiled
+
 
 source = source_module("kvplan/sim/keyhash.py", "keyhash_source")
 

@@ -38,7 +38,7 @@ class Router:
     """Picks an instance for each request, as the deployed router's policy for `kind` does (prefix_aware with
     `thresholds`, the deployed router's: `Resolved.router_thresholds`)."""
 
-    def __init__(self, kind: str, engines: list, block_size: int, thresholds: RouterThresholds = RouterThresholds()):
+    def __init__(self, kind: str, engines: list, block_size: int, thresholds: RouterThresholds):
         self.kind, self.engines, self.block_size = kind, engines, block_size
         self.thresholds = thresholds
         self.cache_threshold: float = thresholds.cache_threshold
