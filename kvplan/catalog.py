@@ -48,6 +48,11 @@ class DeviceEfficiency(SpecModel):
     its TTFT and E2E; 0 unless measured (kvplan calibrate fits it)."""
     layer_overhead: Duration = 0.0
     """GPU time of every transformer layer in every step outside the roofline (norms, rotary, activation, adds)."""
+    graph_step_overhead: Duration | None = None
+    """step_overhead of a step vLLM runs as a captured CUDA graph (Resolved.cuda_graph_max_tokens); unset: step_overhead."""
+    graph_layer_overhead: Duration | None = None
+    """layer_overhead of a step vLLM runs as a captured CUDA graph, which launches no kernel one by one; unset:
+    layer_overhead."""
     allreduce_efficiency: float = Field(1.0, gt=0, le=1)
     """Achieved bus bandwidth of a large all-reduce / the link's one-direction bandwidth."""
     small_gemm_params: float = Field(0.0, ge=0)

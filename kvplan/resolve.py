@@ -196,6 +196,10 @@ class StepCoefficients(SpecModel):
     """Seconds of each request outside engine steps (HTTP, streaming), added to its TTFT and E2E."""
     layer_overhead: float
     """Seconds every transformer layer adds to every step besides the roofline (small kernels)."""
+    graph_step_overhead: float
+    """step_overhead of a step that runs as a captured CUDA graph (at most Resolved.cuda_graph_max_tokens tokens)."""
+    graph_layer_overhead: float
+    """layer_overhead of a step that runs as a captured CUDA graph."""
     allreduce_efficiency: float
     """Achieved / link bandwidth of a large all-reduce."""
     small_gemm_params: float
@@ -232,6 +236,13 @@ class Resolved(SpecModel):
     gpu_memory_utilization: float
     prefix_caching: bool
     chunked_prefill: bool
+    async_scheduling: bool
+    """vLLM's engine schedules step k+1 while step k runs (vllm/v1/engine/core.py `step_with_batch_queue`, a batch
+    queue of two), so a request arriving during step k is first scheduled into step k+2 (docs/step-time.md)."""
+    cuda_graph_max_tokens: int
+    """The largest step, in tokens, that vLLM runs as a captured CUDA graph: min(2 x max_num_seqs, 512) on a GPU
+    (vllm/config/vllm.py `_set_cudagraph_sizes`, vLLM 0.11 onwards), 0 on a CPU host (--enforce-eager). A step of
+    more tokens runs eagerly and pays step_overhead and layer_overhead; a smaller one the graph_* overheads."""
     router: str
     router_port: int = 30000
     router_metrics_port: int = 30001
@@ -354,7 +365,9 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         instances=s.instances, tensor_parallel=tp, gpus_per_node=s.gpus_per_node, gpus_total=gpus_total, nodes=nodes,
         instances_per_node=instances_per_node, block_size=s.block_size, max_model_len=max_model_len,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batched, gpu_memory_utilization=s.gpu_memory_utilization,
-        prefix_caching=s.prefix_caching, chunked_prefill=s.chunked_prefill, router=s.router,
+        prefix_caching=s.prefix_caching, chunked_prefill=s.chunked_prefill, async_scheduling=s.async_scheduling,
+        cuda_graph_max_tokens=0 if device.kind == "cpu" else min(2 * max_num_seqs, CUDA_GRAPH_MAX_CAPTURE),
+        router=s.router,
         router_port=s.router_port, router_metrics_port=s.router_port + 1, router_thresholds=RouterThresholds(),
         kv_cache_dtype=mem.kv_dtype,
         kv_cache_memory_bytes=s.kv_cache_memory, model_path=s.model_path or model.hf_id, api_host=s.host, api_port=s.port,
@@ -522,8 +535,13 @@ def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype) -
                    s.tensor_parallel, None, f"{fix}, weights_dtype: fp8 with quantization: fp8, or a larger accelerator")
 
 
+CUDA_GRAPH_MAX_CAPTURE = 512
+"""vLLM's default ceiling on CUDA graph capture sizes (1024 on data-center Blackwell; vllm/config/vllm.py
+`_set_cudagraph_sizes`)."""
+
 STEP_FIELDS = ("compute_efficiency", "attention_efficiency", "memory_efficiency", "step_overhead", "allreduce_latency",
-               "request_overhead", "layer_overhead", "allreduce_efficiency", "small_gemm_params")
+               "request_overhead", "layer_overhead", "allreduce_efficiency", "small_gemm_params", "graph_step_overhead",
+               "graph_layer_overhead")
 
 
 def _step_coefficients(device: Device, overrides: StepModel | None, profile: str | None,
@@ -545,6 +563,10 @@ def _step_coefficients(device: Device, overrides: StepModel | None, profile: str
               **default, **given}
     if "compute_efficiency" in values:                         # attention as efficient as the rest unless measured
         values.setdefault("attention_efficiency", values["compute_efficiency"])
+    # steps under CUDA graphs cost what eager steps do unless measured apart
+    if "step_overhead" in values:
+        values.setdefault("graph_step_overhead", values["step_overhead"])
+    values.setdefault("graph_layer_overhead", values["layer_overhead"])
     missing = [k for k in STEP_FIELDS if k not in values]
     if missing:
         problems.append(Problem("serving.gpu", f"the catalog has no efficiency block for {device.name}, so the step-time model "

@@ -338,6 +338,7 @@ def vllm_args(r: Resolved) -> list[str]:
         args += ["--gpu-memory-utilization", repr(r.gpu_memory_utilization)]
     args.append("--enable-prefix-caching" if r.prefix_caching else "--no-enable-prefix-caching")
     args.append("--enable-chunked-prefill" if r.chunked_prefill else "--no-enable-chunked-prefill")
+    args.append("--async-scheduling" if r.async_scheduling else "--no-async-scheduling")
     transfer = kv_transfer_config(r)
     if transfer:
         args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]

@@ -103,6 +103,10 @@ class Engine:
         self.max_seqs = r.max_num_seqs
         self.budget = r.max_num_batched_tokens
         self.chunked = r.chunked_prefill
+        # Steps after the one under way before an arriving request can be scheduled: vLLM schedules the next
+        # step at the end of the one under way, or, with async scheduling, the one after it (the next is
+        # already scheduled; Resolved.async_scheduling).
+        self.admission_lag = 2 if r.async_scheduling else 1
         self.prefix_caching = r.prefix_caching
         self.keyed = r.prefix_caching or r.lmcache is not None   # HBM blocks need their keys (Seq.blocks): the prefix
                                                  # cache looks them up, blocks loaded from LMCache are committed under them
@@ -127,7 +131,15 @@ class Engine:
 
     # ---- arrivals
     def submit(self, req: "Request", record: bool = True) -> None:
-        self.waiting.append(Seq(req, record))
+        seq = Seq(req, record)
+        if self.running:                         # a step is under way: the request waits for a schedule point
+            done = self.steps
+            if self.run_ends:                    # inside a run of decode steps: those already completed
+                done += bisect_right(self.run_ends, self.env.now - self.run_start)
+            seq.ready = done + self.admission_lag
+        else:                                    # an idle engine schedules it at once
+            seq.ready = self.steps
+        self.waiting.append(seq)
         self._wake()
 
     def _wake(self) -> None:
@@ -337,6 +349,8 @@ class Engine:
         if admit:
             while self.waiting and len(self.running) < self.max_seqs and budget > 0:
                 seq = self.waiting[0]
+                if seq.ready > self.steps and self.running:   # not yet seen by the scheduler (submit); with
+                    break                                       # nothing running, nothing delays it
                 new = self._admit(seq, budget)
                 if new == 0:
                     break
@@ -506,7 +520,9 @@ class Engine:
             self.run_ends = []
         else:
             ends = self.steptime.decode_run(seqs, context, horizon)
+            self.run_start, self.run_ends = start, ends          # for an arrival's count of steps done (submit)
             yield env.timeout(ends[-1])
+            self.run_ends = []
             steps = horizon
         for seq, r in zip(decodes, room):   # each the blocks its steps need (the decode set's `due` finds out)
             extra = -(-(steps - r) // bs)

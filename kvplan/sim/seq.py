@@ -24,7 +24,7 @@ class Seq:
 
     __slots__ = ("req", "target", "computed", "generated", "holding", "blocks", "chunks", "saved",
                  "tiers", "hbm_tokens", "admitted", "first_token", "preemptions", "pending_load", "load_wait", "record",
-                 "prompt", "output", "since", "ticket")
+                 "prompt", "output", "since", "ticket", "ready")
 
     def __init__(self, req: "Request", record: bool):
         self.req = req
@@ -47,6 +47,7 @@ class Seq:
         self.output = req.output_tokens
         self.since = -1                          # DecodeSet clock its counters were written at; -1: not decoding there
         self.ticket = 0                          # its DecodeSet membership (heap entries of older ones are stale)
+        self.ready = 0                           # the engine's step count from which it can be scheduled
 
     @property
     def prefilling(self) -> bool:

@@ -131,6 +131,8 @@ class StepParts(NamedTuple):
     hbm_bandwidth: float
     weight_bytes_per_gpu: float
     kv_bytes_per_token_per_rank: float
+    cuda_graph_max_tokens: int = 0
+    """Per-layer operator profiles are measured eagerly: no step runs as a CUDA graph."""
 
 
 class StepTime:
@@ -138,7 +140,7 @@ class StepTime:
 
     __slots__ = ("linear_flops", "head_flops", "head_cost", "attention_flops", "attention_cost", "weight_bytes",
                  "layer_weight_bytes", "token_bytes", "kv_bytes", "flops_rate", "bytes_rate", "layer_overhead",
-                 "allreduce_fixed", "allreduce_per_token", "overhead")
+                 "allreduce_fixed", "allreduce_per_token", "overhead", "graph_overhead", "graph_max")
 
     def __init__(self, r: Resolved | StepParts):
         m, tp = r.model, r.tensor_parallel
@@ -175,6 +177,9 @@ class StepTime:
             self.allreduce_per_token = 0.0
         self.layer_overhead = m.num_layers * c["layer_overhead"]
         self.overhead = c["step_overhead"] + self.layer_overhead
+        # a step of at most graph_max tokens runs as a captured CUDA graph, with its own fixed costs
+        self.graph_max: int = r.cuda_graph_max_tokens
+        self.graph_overhead = c["graph_step_overhead"] + m.num_layers * c["graph_layer_overhead"]
 
     @classmethod
     def of(cls, model: Architecture, tp: int, step: StepCoefficients, peak_flops: float, hbm_bandwidth: float,
@@ -207,7 +212,7 @@ class StepTime:
         compute = (self.linear_flops * tokens + self.head_cost * rows + self.attention_cost * pairs) / self.flops_rate
         memory = (self.weight_bytes + self.kv_bytes * read + self.token_bytes * tokens) / self.bytes_rate
         return (math.pow(math.pow(compute, _P) + math.pow(memory, _P), _INVERSE) + self.allreduce_fixed
-                + self.allreduce_per_token * tokens + self.overhead)
+                + self.allreduce_per_token * tokens + (self.graph_overhead if tokens <= self.graph_max else self.overhead))
 
     def decode_run(self, seqs: int, context: int, steps: int) -> list[float]:
         """Cumulative end times (seconds from now) of `steps` consecutive pure-decode steps of `seqs` sequences
@@ -231,7 +236,8 @@ class StepTime:
         rows_flops = (self.linear_flops + self.head_cost) * seqs
         attention, flops_rate = self.attention_cost, self.flops_rate
         weights, kv, tokens_bytes, bytes_rate = self.weight_bytes, self.kv_bytes, self.token_bytes * seqs, self.bytes_rate
-        fixed, per_step, overhead = self.allreduce_fixed, self.allreduce_per_token * seqs, self.overhead
+        fixed, per_step = self.allreduce_fixed, self.allreduce_per_token * seqs
+        overhead = self.graph_overhead if seqs <= self.graph_max else self.overhead
         first = len(ends)
         end = ends[-1] if ends else 0.0
         for i in range(first, first + steps):
@@ -258,7 +264,8 @@ class StepTime:
         compute = (self.linear_flops * tokens + self.head_cost * rows + self.attention_cost * pairs) / self.flops_rate
         memory = nbytes / self.bytes_rate
         allreduce = self.allreduce_fixed + self.allreduce_per_token * tokens
-        return StepCost(tokens, flops, nbytes, compute, memory, allreduce, self.overhead,
+        overhead = self.graph_overhead if tokens <= self.graph_max else self.overhead
+        return StepCost(tokens, flops, nbytes, compute, memory, allreduce, overhead,
                         self.step(prefills, decode_seqs, decode_context))
 
 

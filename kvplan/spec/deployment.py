@@ -83,6 +83,7 @@ LEDGER: dict[str, tuple[Kind, str]] = {
     "serving.kv_cache_dtype": (DEPLOYED, "vLLM --kv-cache-dtype"),
     "serving.prefix_caching": (DEPLOYED, "vLLM --enable-prefix-caching / --no-enable-prefix-caching"),
     "serving.chunked_prefill": (DEPLOYED, "vLLM --enable-chunked-prefill / --no-enable-chunked-prefill"),
+    "serving.async_scheduling": (DEPLOYED, "vLLM --async-scheduling / --no-async-scheduling"),
     "serving.router": (DEPLOYED, "the router in front of the instances (vllm-router) and its --policy"),
     "serving.router_port": (DEPLOYED, "the router's --port (and --prometheus-port, the next one)"),
     "serving.model_path": (DEPLOYED, "the checkpoint `vllm serve` is given"),

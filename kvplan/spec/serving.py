@@ -56,6 +56,14 @@ class StepModel(SpecModel):
     """Weight parameters per layer per GPU at which the matrix multiplies run at half of compute_efficiency: small
     matrices (a small model, a high tensor-parallel degree) leave part of the GPU idle, e.g. 4e6; 0 = no such loss."""
 
+    graph_step_overhead: Duration | None = None
+    """step_overhead of a step vLLM runs as a captured CUDA graph (a decode step, or any step of at most
+    min(2 x max_num_seqs, 512) tokens), e.g. '0.5ms'; default: the catalog's, else step_overhead."""
+
+    graph_layer_overhead: Duration | None = None
+    """layer_overhead of a step vLLM runs as a captured CUDA graph, e.g. '5us'; default: the catalog's, else
+    layer_overhead."""
+
 
 class Serving(SpecModel):
     gpu: str
@@ -112,6 +120,10 @@ class Serving(SpecModel):
 
     chunked_prefill: bool = True
     """vLLM --enable-chunked-prefill: split long prefills across steps and mix them with decodes."""
+
+    async_scheduling: bool = True
+    """vLLM --async-scheduling: the engine schedules the next step while the current one runs (vLLM's default
+    since late 2025), so a request that arrives during a step joins the step after the next one."""
 
     router: Router = "round_robin"
     """How requests are spread over instances, by the router kvplan deploys in front of them (vllm-router;
