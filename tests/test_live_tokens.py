@@ -8,6 +8,7 @@ the real stack's block and chunk hashes hit exactly where the simulator's keys d
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -74,11 +75,23 @@ RAG_KEYS = {
 }
 
 
-@pytest.mark.parametrize("workload", [CHAT_KEYS, RAG_KEYS], ids=["chat", "rag"])
-def test_prompts_agree_token_for_token_exactly_where_the_simulator_keys_agree(workload):
+SHARED_PREFIX_KEYS = {
+    "kind": "shared_prefix", "seed": 2, "requests": 60, "arrivals": {"rate": "5/s"},
+    "shared_prefix": {"num_groups": 4, "num_prompts_per_group": 5, "system_prompt_len": {"dist": "uniform", "min": 250,
+                      "max": 700}, "question_len": {"dist": "uniform", "min": 20, "max": 300}, "output_len": 20},
+}
+REPLAY_KEYS = {"kind": "replay", "replay": {"path": str(Path(__file__).parent / "fixtures" / "workload" /
+                                                     "tiny_replay.jsonl")}}
+
+
+@pytest.mark.parametrize("workload, pairs", [(CHAT_KEYS, (200, 50)), (RAG_KEYS, (200, 50)),
+                                             (SHARED_PREFIX_KEYS, (400, 200)), (REPLAY_KEYS, (10, 4))],
+                         ids=["chat", "rag", "shared_prefix", "replay"])
+def test_prompts_agree_token_for_token_exactly_where_the_simulator_keys_agree(workload, pairs):
     """The claim the bench rests on: for every pair of requests of a real workload and unit in (vLLM-ish 16,
     LMCache's 256), the materialised prompts agree on their first (i+1)*unit tokens iff keys(unit)[i] agree.
-    Generated tokens come from `outputs` (here fake replies keyed by OUTPUT identity)."""
+    Generated tokens come from `outputs` (here fake replies keyed by OUTPUT identity). `pairs`: how many pairs at
+    least share a first key, and how many share some keys but not all (so the claim is not vacuous)."""
     r = local(workload)
     reqs = requests(r)
     outputs = fake_outputs(reqs)
@@ -98,7 +111,7 @@ def test_prompts_agree_token_for_token_exactly_where_the_simulator_keys_agree(wo
             shared_pairs += by_keys[0]
             partial_pairs += by_keys[0] and not by_keys[-1]
     # not vacuous: many pairs share a prefix, and many share only part of it
-    assert shared_pairs > 200 and partial_pairs > 50, (shared_pairs, partial_pairs)
+    assert shared_pairs > pairs[0] and partial_pairs > pairs[1], (shared_pairs, partial_pairs)
 
 
 def test_a_later_chat_turn_carries_the_earlier_turns_real_reply():

@@ -137,7 +137,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             out.print(table)
     from ..report.next_steps import cold_tiers, next_steps
 
-    for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=resolved.workload.kind == "trace"):
+    for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=resolved.workload.kind in ("trace", "replay")):
         out.print(line)
     if ablation:
         err.print(f"ablation on {seeds} seeds: a change is marked within noise when its paired 95 % interval holds 0"

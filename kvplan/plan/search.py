@@ -205,10 +205,12 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
     if not slo.targets():
         raise SpecError([Problem("--slo", "no latency target to plan for", None, ", ".join(Slo.model_fields),
                                  "give --slo ttft_p99=500ms (repeatable), or add an slo: section to the spec")])
-    if topo.workload.kind == "trace":
-        raise SpecError([Problem("workload.kind", "a trace replays its own timestamps, so the planner cannot set its rate",
-                                 "trace", "chat, codegen, rag", "plan with a synthetic workload shaped like the trace "
-                                 "(or scale the trace with workload.trace.time_scale and simulate it)")])
+    if topo.workload.kind in ("trace", "replay"):
+        kind = topo.workload.kind
+        raise SpecError([Problem("workload.kind", f"a {'trace' if kind == 'trace' else 'per-request log'} replays its "
+                                 "own timestamps, so the planner cannot set its rate", kind,
+                                 "chat, codegen, rag, shared_prefix", "plan with a workload shaped like it that has an "
+                                 f"arrival rate (or scale it with workload.{kind}.time_scale and simulate it)")])
     if gpus:
         problems = []
         for name in gpus:

@@ -36,6 +36,14 @@ USER_TEXT = 3
 """New text a user sends (a chat turn, a code request, a question, a unique document): (USER_TEXT, n)."""
 OUTPUT = 4
 """Generated tokens of one request: (OUTPUT, n)."""
+GROUP_PROMPT = 5
+"""The system prompt of a shared_prefix group (kvplan.sim.shapes): (GROUP_PROMPT, group)."""
+QUESTION = 6
+"""The question of one shared_prefix prompt, after its group's system prompt: (QUESTION, prompt)."""
+LOG_PREFIX = 7
+"""A shared prefix of a replayed per-request log (kvplan.sim.replay): (LOG_PREFIX, prefix id)."""
+LOG_PROMPT = 8
+"""A replayed log's prompt text after its prefix: (LOG_PROMPT, prompt id)."""
 
 SEGMENTS_ROOT = 0x7365676D656E7473
 """The key before key 0 in a Segments chain."""

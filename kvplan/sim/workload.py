@@ -60,7 +60,9 @@ from .. import warmup as warm
 from ..errors import Problem, SpecError
 from ..spec.workload import draw, generator, hash_ids_needed
 from ..spec.workload import prefix_lengths as _prefix_lengths
+from . import replay
 from .content import OUTPUT, OUTPUT_TAG, SHARED_PREFIX, TEMPLATE, TRACE_TAG, USER_TEXT, Segments, TraceBlocks
+from .shapes import SharedPrefixSet
 
 __all__ = [
     "Content", "Segments", "TraceBlocks", "Request", "RequestList", "RequestStream", "requests", "stream", "warmup",
@@ -135,6 +137,9 @@ def requests(resolved, seed: int | None = None) -> RequestList:
     seed = w.seed if seed is None else seed
     if w.kind == "trace":
         return _replay(resolved)
+    if w.kind in BENCHMARK_KINDS:
+        with _gc_paused():
+            return _benchmark(resolved, seed).listed()
     if w.requests is None and w.duration is None:
         raise SpecError([Problem("workload", "a synthetic workload needs an end: requests or duration",
                                  fix="add workload.requests: 1000 or workload.duration: 10min")])
@@ -240,6 +245,8 @@ def stream(resolved, seed: int | None = None) -> RequestStream:
     seed = w.seed if seed is None else seed
     if w.kind == "trace":
         return RequestStream.of(_replay(resolved))
+    if w.kind in BENCHMARK_KINDS:
+        return _benchmark(resolved, seed)
     if w.requests is None and w.duration is None:
         raise SpecError([Problem("workload", "a synthetic workload needs an end: requests or duration",
                                  fix="add workload.requests: 1000 or workload.duration: 10min")])
@@ -508,3 +515,62 @@ def _replay(resolved) -> RequestList:
         else:
             result.append(Request(len(result), r.arrival, r.prompt_tokens, r.output_tokens, r.content))
     return result
+
+
+# --------------------------------------------------------------------------- benchmark kinds
+
+BENCHMARK_KINDS = ("shared_prefix", "replay")
+"""Kinds whose prompts a benchmark defines: inference-perf's shared_prefix (kvplan.sim.shapes), a per-request log
+(kvplan.sim.replay)."""
+
+
+def _benchmark(resolved, seed: int) -> RequestStream:
+    """kind shared_prefix or replay as a stream: every request's numbers first, in arrival order, its content built
+    when the run reaches it. A request whose prompt and output exceed max_model_len is rejected (counted, not
+    returned), as vLLM refuses it; ids count the requests returned.
+
+    shared_prefix: the prompt set's draws (kvplan.sim.shapes) then the arrivals of workload.arrivals, one load stage:
+    the k-th arrival sends the k-th prompt of the set's order. replay: the log's requests (kvplan.sim.replay)."""
+    w = resolved.workload
+    if w.kind == "replay":
+        log = replay.read_log(w.replay.path)
+        plan = replay.planned(log, w.replay.time_scale, w.replay.limit, w.requests, w.duration)
+        arrival, prompt, out, entry = plan.arrival, plan.prompt_tokens, plan.output_tokens, plan.entry.tolist()
+
+        def content(j: int) -> Segments:
+            return log.content(entry[j])
+    else:
+        rng = generator(seed)
+        prompts = SharedPrefixSet(w.shared_prefix, rng)
+        arrival = _open_loop_arrivals(w, rng)
+        sent = prompts.sends(np.arange(len(arrival))).tolist()
+        prompt, out = prompts.prompt_tokens[sent], prompts.output_tokens[sent]
+
+        def content(j: int) -> Segments:
+            return prompts.content(sent[j], j)
+    fits = prompt + out <= resolved.max_model_len
+    kept = np.flatnonzero(fits).tolist()
+    times, prompt_list, out_list = arrival.tolist(), prompt.tolist(), out.tolist()
+
+    def made():
+        for new_id, j in enumerate(kept):
+            yield Request(new_id, times[j], prompt_list[j], out_list[j], content(j))
+    return RequestStream(len(kept), times[kept[-1]] if kept else 0.0, int((out[fits] > 1).sum()), made(),
+                         len(times) - len(kept))
+
+
+def _open_loop_arrivals(w, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times of workload.arrivals from time 0 (the first one gap after it), drawn in batches of _BATCH gaps,
+    until workload.requests of them or the last one at or before workload.duration."""
+    batches: list[np.ndarray] = []
+    t0, count = 0.0, 0
+    while True:
+        times = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH))
+        batches.append(times)
+        t0, count = float(times[-1]), count + len(times)
+        if (w.requests is not None and count >= w.requests) or (w.duration is not None and t0 > w.duration):
+            break
+    every = np.concatenate(batches)
+    if w.duration is not None:
+        every = every[every <= w.duration]
+    return every[:w.requests]

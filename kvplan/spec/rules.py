@@ -180,9 +180,39 @@ def _workload(topo: "Topology") -> Iterator[Problem]:
     if w.kind != "trace" and w.trace is not None:
         yield Problem("workload.trace", f"a trace is only replayed with kind: trace (kind is {w.kind})", None,
                       fix="set kind: trace, or remove workload.trace")
-    if w.kind != "trace" and w.requests is None and w.duration is None:
+    if w.kind not in ("trace", "replay") and w.requests is None and w.duration is None:
         yield Problem("workload", "a synthetic workload needs an end: requests or duration", None,
                       fix="add workload.requests: 1000 or workload.duration: 10min")
+    yield from _benchmark_shapes(topo)
+
+
+OWN_SECTION = {"shared_prefix": "shared_prefix", "replay": "replay"}
+"""The benchmark kinds and the workload section each one takes its requests from."""
+
+NOT_FOR = {"shared_prefix": ("sessions", "shared_prefixes", "prompt", "output"),
+           "replay": ("arrivals", "sessions", "shared_prefixes", "prompt", "output")}
+"""The workload fields each benchmark kind has no use for: its own section (or its log) says what they would."""
+
+
+def _benchmark_shapes(topo: "Topology") -> Iterator[Problem]:
+    """kind shared_prefix takes its prompts from workload.shared_prefix, kind replay its requests from the log that
+    workload.replay names: each needs its section, the section means nothing to another kind, and a field the kind
+    does not read is refused rather than ignored."""
+    w = topo.workload
+    for kind, section in OWN_SECTION.items():
+        given = getattr(w, section) is not None
+        if w.kind == kind and not given:
+            example = "{num_groups: 10, num_prompts_per_group: 10}" if kind == "shared_prefix" else "{path: <log.jsonl>}"
+            yield Problem(f"workload.{section}", f"kind {kind} needs a {section} section", None,
+                          fix=f"add workload.{section}: {example}")
+        elif w.kind != kind and given:
+            yield Problem(f"workload.{section}", f"workload.{section} is only read with kind: {kind} (kind is {w.kind})",
+                          None, fix=f"set kind: {kind}, or remove workload.{section}")
+    where = {"shared_prefix": "workload.shared_prefix", "replay": "the log workload.replay names"}.get(w.kind)
+    for name in NOT_FOR.get(w.kind, ()):
+        if name in w.model_fields_set:
+            yield Problem(f"workload.{name}", f"kind {w.kind} does not read workload.{name}: its requests come from "
+                          f"{where}", None, fix=f"remove workload.{name}")
 
 
 RULES = (_serving, _quantization, _lmcache, _ceph, _workload)

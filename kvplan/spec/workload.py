@@ -3,7 +3,9 @@
 Synthetic kinds build prompts from shared prefixes plus new text, so cache reuse is exact:
 `chat` (sessions whose history grows turn by turn, over popular system prompts), `codegen`
 (shared repository context), `rag` (long, mostly unique documents). `trace` replays a Mooncake
-JSONL trace. Every random choice is drawn from `seed`.
+JSONL trace. Benchmarks' workloads as the benchmarks run them: `shared_prefix` is inference-perf's
+data shape of that name, `replay` a benchmark's per-request log. Every random choice is drawn from
+`seed`.
 """
 
 from __future__ import annotations
@@ -129,6 +131,59 @@ class Trace(SpecModel):
         return self
 
 
+MAX_SHARED_PREFIX_PROMPTS = 10_000_000
+"""The most prompts a shared_prefix set may have (kvplan keeps a few numbers per prompt)."""
+
+
+class SharedPrefixShape(SpecModel):
+    """inference-perf's `shared_prefix` data (kind: shared_prefix): `num_groups` system prompts, each followed by
+    `num_prompts_per_group` questions of its own. The groups x prompts prompts are made once and sent over and over in
+    one shuffled order: request k of a run sends prompt k mod (groups x prompts) of that order (kvplan.sim.shapes)."""
+
+    num_groups: int = Field(10, ge=1, le=1_000_000)
+    """How many system prompts (groups) there are."""
+
+    num_prompts_per_group: int = Field(10, ge=1, le=1_000_000)
+    """How many prompts (questions) each system prompt is followed by."""
+
+    system_prompt_len: Dist = Dist(dist="fixed", mean=100)
+    """Tokens of a group's system prompt, drawn once per group (a bare integer: every group's)."""
+
+    question_len: Dist = Dist(dist="fixed", mean=50)
+    """Tokens of a prompt's own question after its system prompt, drawn once per prompt."""
+
+    output_len: Dist = Dist(dist="fixed", mean=50)
+    """Tokens generated for a prompt, drawn once per prompt (the same every time it is sent)."""
+
+    @model_validator(mode="after")
+    def _a_set_kvplan_can_hold(self) -> "SharedPrefixShape":
+        if self.num_groups * self.num_prompts_per_group > MAX_SHARED_PREFIX_PROMPTS:
+            raise ValueError(f"{self.num_groups} groups x {self.num_prompts_per_group} prompts is "
+                             f"{self.num_groups * self.num_prompts_per_group:,} prompts, more than the "
+                             f"{MAX_SHARED_PREFIX_PROMPTS:,} kvplan holds; fix: use fewer groups or prompts per group")
+        return self
+
+
+class Replay(SpecModel):
+    """A benchmark's per-request log (kind: replay): one JSON object per line with the request's arrival, prompt and
+    output tokens, and which prompt and shared prefix it used, so that reuse is exact (docs/benchmarks.md, the
+    format; kvplan.sim.replay, the reader). A file ending in .gz is read as gzip."""
+
+    path: str
+    """The log; a relative path is read from the spec file's folder."""
+
+    time_scale: float = Field(1.0, gt=0)
+    """Multiply arrival times by this (0.5 replays twice as fast)."""
+
+    limit: int | None = Field(None, ge=1)
+    """Replay only the first N requests of the file."""
+
+    @field_validator("path")
+    @classmethod
+    def _exists(cls, value: str, info: ValidationInfo) -> str:
+        return spec_file(value, info, "replay log", "point path at a per-request log (JSON lines, .jsonl or .jsonl.gz)")
+
+
 def hash_ids_needed(input_length: int, block_size: int) -> int:
     """How many hash_ids a trace request of `input_length` tokens has: one per block, the last one partial."""
     return -(-input_length // block_size)
@@ -152,8 +207,9 @@ def _first_request(path: Path) -> tuple[int, int] | None:
 
 
 class Workload(SpecModel):
-    kind: Literal["chat", "codegen", "rag", "trace"]
-    """chat, codegen, rag (synthetic) or trace (replay a trace file)."""
+    kind: Literal["chat", "codegen", "rag", "trace", "shared_prefix", "replay"]
+    """chat, codegen, rag (synthetic), trace (replay a trace file), shared_prefix (inference-perf's data shape) or
+    replay (a benchmark's per-request log)."""
 
     seed: int = Field(0, ge=0)
     """Seed for every random choice; the same spec and seed give the same result."""
@@ -181,6 +237,12 @@ class Workload(SpecModel):
 
     trace: Trace | None = None
     """The trace to replay (kind: trace)."""
+
+    shared_prefix: SharedPrefixShape | None = None
+    """The groups of prompts to send (kind: shared_prefix)."""
+
+    replay: Replay | None = None
+    """The per-request log to replay (kind: replay)."""
 
 
 # --------------------------------------------------------------------------- draws

@@ -4,8 +4,9 @@ The searched knob is the workload's load:
 
 - synthetic workloads (chat, codegen, rag): `workload.arrivals.rate`, in requests per second
   (new sessions per second for chat with sessions);
-- trace replays: the replay speed, a multiple of the spec's own pace; speed x sets
-  `workload.trace.time_scale` to the spec's time_scale / x (x2 replays twice as fast).
+- replays of a trace or a per-request log: the replay speed, a multiple of the spec's own pace; speed x
+  sets `workload.trace.time_scale` (`workload.replay.time_scale`) to the spec's time_scale / x (x2 replays
+  twice as fast).
 
 A *probe* runs the spec at one rate on MIN_SEEDS seeds, adding one at a time up to `seeds`
 while it is undecided (kvplan.sweep.confidence): it *surely meets* the SLO when every target's
@@ -55,11 +56,11 @@ class Knob:
     """What a rate means for this spec, and how to set it."""
 
     path: str
-    """workload.arrivals.rate or workload.trace.time_scale."""
+    """workload.arrivals.rate, workload.trace.time_scale or workload.replay.time_scale."""
     start: float
-    """The spec's own rate (1/s), or 1.0 for a trace (its own pace)."""
+    """The spec's own rate (1/s), or 1.0 for a trace or log (its own pace)."""
     time_scale: float | None
-    """The spec's trace time_scale (None for synthetic workloads)."""
+    """The spec's trace or log time_scale (None for workloads with an arrival rate)."""
 
     sessions: bool = False
     """The rate counts new sessions (chat with sessions), each bringing several requests."""
@@ -69,12 +70,14 @@ class Knob:
         w = topo.workload
         if w.kind == "trace":
             return cls("workload.trace.time_scale", 1.0, w.trace.time_scale)
+        if w.kind == "replay":
+            return cls("workload.replay.time_scale", 1.0, w.replay.time_scale)
         return cls("workload.arrivals.rate", float(w.arrivals.rate), None, w.sessions is not None)
 
     @property
     def meaning(self) -> str:
         if self.time_scale is not None:
-            return "the trace's replay speed"
+            return "the replay speed"
         return "new sessions/s" if self.sessions else "arrivals/s"
 
     @property
@@ -104,7 +107,7 @@ class Knob:
             else:
                 rate = float(text) if _is_number(text) else parse_rate(text)
         except Exception:
-            what = "a replay speed such as 2 or 0.5x (this spec replays a trace)" if self.time_scale is not None \
+            what = "a replay speed such as 2 or 0.5x (this spec replays a trace or log)" if self.time_scale is not None \
                 else "a rate such as 2/s or 120/min"
             raise SloUsageError(f"{flag} '{text}' is not {what}") from None
         if not rate > 0:
