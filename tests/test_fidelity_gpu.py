@@ -281,7 +281,7 @@ def test_results_of_one_prompt_length_fit_only_the_overheads(tmp_path):
     files = [str(result(tmp_path, f"r{k}.json", input_lens=[1024] * 4, output_lens=[64] * 4, errors=[""] * 4))
              for k in range(2)]
     profile = fit_vllm_results(resolve(topo), topo, files)
-    assert profile.fitted == ["step_overhead", "request_overhead"]
+    assert profile.fitted == ["graph_step_overhead", "request_overhead"]
     assert profile.step_model.compute_efficiency == 0.676
 
 

@@ -294,11 +294,12 @@ def step_model(step: StepCoefficients) -> dict[str, float]:
 
 
 def fit_overheads(train: list[Benchmark], replay: Replay, step: StepCoefficients) -> dict[str, float]:
-    """step_overhead and request_overhead: a few rounds of replaying the training benchmarks, each moving
-    step_overhead by the median gap in TPOT and request_overhead by the median gap in TTFT."""
-    step_o, req_o = step.step_overhead, step.request_overhead
+    """graph_step_overhead and request_overhead: a few rounds of replaying the training benchmarks, each moving
+    graph_step_overhead (the fixed cost of a decode step, which vLLM runs as a CUDA graph) by the median gap in
+    TPOT and request_overhead by the median gap in TTFT."""
+    step_o, req_o = step.graph_step_overhead, step.request_overhead
     for _ in range(OVERHEAD_ROUNDS):
-        trial = step_model(step.model_copy(update={"step_overhead": step_o, "request_overhead": req_o}))
+        trial = step_model(step.model_copy(update={"graph_step_overhead": step_o, "request_overhead": req_o}))
         pred = [replay.predict(b, trial) for b in train]
         gaps: dict[str, list[float]] = {"ttft": [], "tpot": []}
         for b, p in zip(train, pred):
@@ -308,4 +309,4 @@ def fit_overheads(train: list[Benchmark], replay: Replay, step: StepCoefficients
         ttft, tpot = gaps["ttft"], gaps["tpot"]
         step_o = max(step_o + (float(np.median(tpot)) * 1e-3 if tpot else 0.0), 0.0)
         req_o = max(req_o + (float(np.median(ttft)) * 1e-3 if ttft else 0.0), 0.0)
-    return {"step_overhead": round(step_o, 6), "request_overhead": round(req_o, 6)}
+    return {"graph_step_overhead": round(step_o, 6), "request_overhead": round(req_o, 6)}

@@ -106,6 +106,48 @@ class DecodePoint:
     without_overhead: float
 
 
+def blis_root() -> Path:
+    from ..resources import data_root
+
+    return data_root() / "models" / "profiles" / "e2e" / "blis"
+
+
+def _figures(measured: dict, output_tokens: int) -> Figures:
+    ttft, e2e = measured["ttft"], measured["e2e"]
+    # every request generated output_tokens, so the mean TPOT is the difference of the means over output_tokens - 1
+    return Figures(ttft["mean"], ttft["p90"], ttft["p99"], e2e["mean"], e2e["p90"], e2e["p99"],
+                   (e2e["mean"] - ttft["mean"]) / (output_tokens - 1))
+
+
+def blis_runs() -> list[Run]:
+    """The BLIS runs (models/profiles/e2e/blis/runs.yaml), each with the spec that replays it: one instance of
+    the run's model, GPU and scheduler limits, its KV cache exactly the GPU blocks the engine reported, and its
+    own replay log as the workload."""
+    import yaml
+
+    from ..catalog import load_catalog
+
+    root = blis_root()
+    catalog = load_catalog()
+    runs = []
+    for name, r in yaml.safe_load((root / "runs.yaml").read_text())["runs"].items():
+        arch = catalog.llm(r["catalog_model"])
+        tp = r["tensor_parallel"]
+        kv_per_rank = 2 * arch.num_layers * arch.num_kv_heads * arch.head_dim * 2 // tp   # bf16 K and V, one rank's heads
+        out = r["shared_prefix"]["output_len"]
+        spec = {"name": name, "model": r["catalog_model"],
+                "serving": {"gpu": r["gpu"], "gpus_per_node": tp, "tensor_parallel": tp, "instances": 1,
+                            "block_size": r["block_size"], "max_model_len": r["max_model_len"],
+                            "max_num_seqs": r["max_num_seqs"], "max_num_batched_tokens": r["max_num_batched_tokens"],
+                            "kv_cache_memory": r["gpu_kv_blocks"] * r["block_size"] * kv_per_rank},
+                "workload": {"kind": "replay", "replay": {"path": r["replay"]}}}
+        measured = r["measured"]
+        stages = [Stage(load["rate"], m["requests"], _figures(m, out), ip["prompt_len"]["mean"])
+                  for load, m, ip in zip(r["load"]["stages"], measured["stages"], r["inference_perf"]["stages"])]
+        runs.append(Run(name, r["catalog_model"], spec, root, out, stages, _figures(measured["run"], out)))
+    return runs
+
+
 def decode_points(run: Run) -> list[DecodePoint]:
     """A point per load stage (see the module docstring): the batch by Little's law, the mean context, the
     step time without its fixed overhead from the catalog's coefficients."""
