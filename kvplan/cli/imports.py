@@ -1,5 +1,6 @@
 """`kvplan import`: a spec from the configs a team already runs (a `vllm serve` command line, LMCache's config or
-server command, production-stack Helm values), with every flag it could not map listed (kvplan.interop)."""
+server command, production-stack Helm values, the benchmark it runs: an inference-perf config or a `vllm bench serve`
+command line), with every flag it could not map listed (kvplan.interop)."""
 
 from __future__ import annotations
 
@@ -18,31 +19,59 @@ def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vl
                model_spec: Optional[str] = typer.Option(None, "--model-spec", help="With --helm-values: the "
                                                                                    "modelSpec entry to import (default: "
                                                                                    "the first)."),
-               gpu: str = typer.Option(..., "--gpu", help="The accelerator it runs on, by catalog name (the command "
-                                                          "line does not say)."),
+               gpu: Optional[str] = typer.Option(None, "--gpu", help="The accelerator it runs on, by catalog name (the "
+                                                                     "command line does not say); needed for a spec."),
                lmcache: Optional[str] = typer.Option(None, "--lmcache", help="The LMCache engine config (YAML) that "
                                                                              "LMCACHE_CONFIG_FILE names (in-process)."),
                lmcache_server: Optional[str] = typer.Option(None, "--lmcache-server", help="The `lmcache server ...` "
                                                                                            "command line (MP mode)."),
+               inference_perf: Optional[str] = typer.Option(None, "--inference-perf", help="An inference-perf config "
+                                                                                           "(YAML): the workload."),
+               vllm_bench: Optional[str] = typer.Option(None, "--vllm-bench", help="The `vllm bench serve ...` command "
+                                                                                   "line, quoted as one argument: the "
+                                                                                   "workload."),
                name: str = typer.Option("imported", "--name", help="The spec's name."),
                out_file: str = typer.Option("-", "-o", "--out", help="Write the spec here (default: stdout).")) -> None:
     """Make a spec from a vLLM command line (and LMCache's config or server command) or production-stack Helm values,
-    listing every flag it could not map."""
+    its workload from an inference-perf config or a vllm bench command, listing every flag it could not map. A
+    benchmark alone gives a spec with --gpu (its model from the benchmark), else the workload section alone."""
     from pathlib import Path
 
     import yaml
 
-    from ..interop import add_lmcache_config, add_lmcache_server, from_helm_values, from_vllm_command
+    from ..interop import (add_lmcache_config, add_lmcache_server, check_workload, from_helm_values, from_inference_perf,
+                           from_vllm_bench, from_vllm_command, spec_of)
     from ..resolve import resolve
     from ..spec import from_mapping, read_yaml
 
-    if (vllm is None) == (helm_values is None):
+    if vllm is not None and helm_values is not None:
         raise typer.BadParameter("give one of --vllm \"vllm serve ...\" and --helm-values FILE", param_hint="--vllm")
+    if inference_perf is not None and vllm_bench is not None:
+        raise typer.BadParameter("give one of --inference-perf FILE and --vllm-bench \"vllm bench serve ...\"",
+                                 param_hint="--inference-perf")
+    serving_given = vllm is not None or helm_values is not None
+    if not serving_given and inference_perf is None and vllm_bench is None:
+        raise typer.BadParameter("give --vllm \"vllm serve ...\" or --helm-values FILE (the serving), "
+                                 "--inference-perf FILE or --vllm-bench \"vllm bench serve ...\" (the workload)",
+                                 param_hint="--vllm")
+    if serving_given and gpu is None:
+        raise typer.BadParameter("name the accelerator the command runs on, e.g. --gpu H100-SXM", param_hint="--gpu")
+    if not serving_given and (lmcache is not None or lmcache_server is not None):
+        raise typer.BadParameter("LMCache's settings go with the serving: give --vllm or --helm-values too",
+                                 param_hint="--lmcache")
     try:
+        bench = None
+        if inference_perf is not None:
+            bench = from_inference_perf(read_yaml(inference_perf), Path(inference_perf).name)
+        elif vllm_bench is not None:
+            bench = from_vllm_bench(vllm_bench)
+        imported = None
         if helm_values is not None:
             imported = from_helm_values(read_yaml(helm_values), gpu, model_spec)
-        else:
+        elif vllm is not None:
             imported = from_vllm_command(vllm, gpu, name)
+        elif bench is not None and gpu is not None:
+            imported = spec_of(bench, gpu, name)
         if lmcache is not None:
             config = read_yaml(lmcache)
             if not isinstance(config, dict):
@@ -53,19 +82,33 @@ def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vl
             add_lmcache_server(imported, lmcache_server)
     except SpecError as exc:
         _fail(exc)
-    text = ("# made by kvplan import from " + ("production-stack Helm values" if helm_values else "a vLLM command line")
-            + (" and an LMCache config" if lmcache else "") + (" and an LMCache server command" if lmcache_server else "")
-            + "\n# workload: a placeholder; describe your traffic (docs/spec-reference.md, workload)\n"
-            + yaml.safe_dump(imported.spec, sort_keys=False))
+    sources = [("production-stack Helm values" if helm_values else "a vLLM command line") if serving_given else None,
+               "an LMCache config" if lmcache else None, "an LMCache server command" if lmcache_server else None,
+               "an inference-perf config" if inference_perf else "a vllm bench command" if vllm_bench else None]
+    head = "# made by kvplan import from " + " and ".join(s for s in sources if s) + "\n"
+    if bench is None:
+        head += "# workload: a placeholder; describe your traffic (docs/spec-reference.md, workload)\n"
+    elif imported is not None:
+        imported.spec["workload"] = bench.workload
+    else:
+        head += "# the workload section of a spec (give --gpu for a whole spec)\n"
+    body = {"workload": bench.workload} if imported is None else imported.spec
+    text = head + yaml.safe_dump(body, sort_keys=False)
     if out_file == STDOUT:
         typer.echo(text, nl=False)
     else:
         Path(out_file).write_text(text)
         err.print(f"spec written to {out_file}")
-    for what, why in imported.unmapped:
+    for what, why in (imported.unmapped if imported is not None else []) + (bench.unmapped if bench else []):
         warn(f"not imported: {what}: {why}")
+    for what, how in bench.approximated if bench else []:
+        warn(f"imported with a difference: {what}: {how}")
     try:
-        resolve(from_mapping(imported.spec, source=out_file))
+        if imported is not None:
+            resolve(from_mapping(imported.spec, source=out_file))
+        else:
+            check_workload(bench.workload, out_file)
     except SpecError as exc:
         err.print("the imported spec does not validate yet; fill in what the problems below name")
         _fail(exc)
+
