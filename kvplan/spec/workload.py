@@ -138,7 +138,8 @@ MAX_SHARED_PREFIX_PROMPTS = 10_000_000
 class SharedPrefixShape(SpecModel):
     """inference-perf's `shared_prefix` data (kind: shared_prefix): `num_groups` system prompts, each followed by
     `num_prompts_per_group` questions of its own. The groups x prompts prompts are made once and sent over and over in
-    one shuffled order: request k of a run sends prompt k mod (groups x prompts) of that order (kvplan.sim.shapes)."""
+    one shuffled order: request k of a load stage sends prompt k mod (groups x prompts) of that order
+    (kvplan.sim.shapes; docs/benchmarks.md)."""
 
     num_groups: int = Field(10, ge=1, le=1_000_000)
     """How many system prompts (groups) there are."""
@@ -147,13 +148,13 @@ class SharedPrefixShape(SpecModel):
     """How many prompts (questions) each system prompt is followed by."""
 
     system_prompt_len: Dist = Dist(dist="fixed", mean=100)
-    """Tokens of a group's system prompt, drawn once per group (a bare integer: every group's)."""
+    """Tokens of a group's system prompt, drawn once per group (a bare integer: every group's; 100 unless given)."""
 
     question_len: Dist = Dist(dist="fixed", mean=50)
-    """Tokens of a prompt's own question after its system prompt, drawn once per prompt."""
+    """Tokens of a prompt's own question after its system prompt, drawn once per prompt (50 unless given)."""
 
     output_len: Dist = Dist(dist="fixed", mean=50)
-    """Tokens generated for a prompt, drawn once per prompt (the same every time it is sent)."""
+    """Tokens generated for a prompt, drawn once per prompt, the same every time it is sent (50 unless given)."""
 
     @model_validator(mode="after")
     def _a_set_kvplan_can_hold(self) -> "SharedPrefixShape":
