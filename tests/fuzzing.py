@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted([*(REPO / "examples").glob("*.yaml"), *(REPO / "examples" / "claims").glob("*.yaml"),
-                   *(REPO / "docs" / "examples").glob("*.yaml")])
+                   *(REPO / "docs" / "examples").glob("*.yaml"), *(REPO / "docs" / "examples" / "benchmarks").glob("*.yaml")])
 """Every shipped spec example: the seeds the mutations start from."""
 PARSED = {p.name: yaml.safe_load(p.read_text()) for p in EXAMPLES}
 REGRESSIONS = REPO / "tests" / "fixtures" / "fuzz"
@@ -135,6 +135,38 @@ def trace_texts(draw) -> str:
             continue
         elif kind == "digits":
             lines.append('{"timestamp": ' + "9" * 5000 + ', "input_length": 1, "output_length": 1, "hash_ids": [0]}')
+            continue
+        elif kind == "deep":
+            lines.append("[" * 100_000 + "]" * 100_000)
+            continue
+        lines.append(json.dumps(row))
+    return "\n".join(lines) + "\n"
+
+
+@st.composite
+def replay_texts(draw) -> str:
+    """A per-request log (kind: replay) with some lines valid, some bent (fields missing, wrong, unknown, huge,
+    contradicting an earlier line; not JSON)."""
+    lines = []
+    for _ in range(draw(st.integers(0, 8))):
+        n_in = draw(st.integers(1, 3000))
+        row: dict[str, Any] = {"arrival": draw(st.floats(0, 1e6)), "prompt_tokens": n_in,
+                               "output_tokens": draw(st.integers(1, 500))}
+        if draw(st.booleans()):
+            row.update(prompt=draw(st.integers(0, 3)), prefix=draw(st.integers(0, 2)),
+                       prefix_tokens=draw(st.integers(1, n_in)))
+        kind = draw(st.sampled_from(["valid", "valid", "field", "drop", "extra", "text", "digits", "deep"]))
+        if kind == "field":
+            row[draw(st.sampled_from(sorted(row)))] = draw(trace_values)
+        elif kind == "drop":
+            del row[draw(st.sampled_from(sorted(row)))]
+        elif kind == "extra":
+            row[draw(st.sampled_from(ODD_TEXT))] = draw(trace_values)
+        elif kind == "text":
+            lines.append(draw(st.sampled_from(ODD_TEXT)))
+            continue
+        elif kind == "digits":
+            lines.append('{"arrival": ' + "9" * 5000 + ', "prompt_tokens": 1, "output_tokens": 1}')
             continue
         elif kind == "deep":
             lines.append("[" * 100_000 + "]" * 100_000)

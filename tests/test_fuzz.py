@@ -1,7 +1,7 @@
 """No input crashes kvplan, hangs it or eats the machine.
 
 Fuzzed inputs (tests/fuzzing.py: every example mutated, YAML texts bent out of shape, Mooncake trace
-lines, inventories, result files, and what a server answers) are each accepted or refused with a SpecError whose rendering prints as text; anything else
+lines, replay logs, inventories, result files, and what a server answers) are each accepted or refused with a SpecError whose rendering prints as text; anything else
 escaping the library is a traceback for the user, and fails here. Hypothesis runs with a fixed seed
 and budget, so CI sees the same cases every time; benchmarks/fuzz.py runs many more by hand. Every
 input that ever broke kvplan is kept in tests/fixtures/fuzz/ and must stay a clean error.
@@ -9,6 +9,7 @@ input that ever broke kvplan is kept in tests/fixtures/fuzz/ and must stay a cle
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import signal
@@ -25,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from answering import Answering
-from fuzzing import EXAMPLES, REGRESSIONS, REPO, mutate, mutated_specs, odd_specs, trace_texts, yaml_texts
+from fuzzing import (EXAMPLES, REGRESSIONS, REPO, mutate, mutated_specs, odd_specs, replay_texts, trace_texts,
+                     yaml_texts)
 from kvplan.cli.console import TextConsole
 from kvplan.deploy import inventory
 from kvplan.errors import SpecError
@@ -33,6 +35,7 @@ from kvplan.live.bench import Outcome, Target, check_target, stream_completion
 from kvplan.live.observe import parse_lmcache_metrics, parse_metrics
 from kvplan.report.inputs import load as read_result
 from kvplan.resolve import resolve
+from kvplan.sim.replay import read_log
 from kvplan.sim.run import Bounds, run
 from kvplan.sim.workload import read_trace
 from kvplan.spec import from_mapping, load
@@ -106,6 +109,22 @@ def test_any_trace_is_read_or_refused_with_its_line(text):
                 read_trace(str(path))
             except SpecError as exc:
                 refused_cleanly(exc)
+
+
+@FUZZ
+@given(replay_texts(), st.booleans())
+def test_any_replay_log_is_read_or_refused_with_its_line(text, packed):
+    """A per-request log, plain or gzip, is read or refused line by line, never showing a line's content."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / ("log.jsonl.gz" if packed else "log.jsonl")
+        raw = text.encode("utf-8", errors="surrogatepass")
+        path.write_bytes(gzip.compress(raw, mtime=0) if packed else raw)
+        with bounded():
+            try:
+                read_log(str(path))
+            except SpecError as exc:
+                refused_cleanly(exc)
+                assert all(p.value is None for p in exc.problems)
 
 
 @settings(FUZZ, max_examples=max(EXAMPLES_PER_TEST // 6, 10))
