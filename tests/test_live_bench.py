@@ -263,3 +263,37 @@ def test_warmup_prefills_are_sent_one_by_one_with_one_token_back():
     assert [len(b["prompt"]) for b in fake.bodies] == [50, 70]
     assert all(b["max_tokens"] == b["min_tokens"] == 1 for b in fake.bodies)
     assert [o.ok for o in warm] == [True, True]
+
+
+SHARED_PREFIX_BENCH = {"kind": "shared_prefix", "seed": 5, "requests": 12, "arrivals": {"process": "poisson", "rate": "50/s"},
+                       "shared_prefix": {"num_groups": 2, "num_prompts_per_group": 3, "system_prompt_len": 40,
+                                         "question_len": 12, "output_len": 4}}
+REPLAY_BENCH = {"kind": "replay", "replay": {"path": str(REPO / "tests" / "fixtures" / "workload" / "tiny_replay.jsonl"),
+                                             "time_scale": 0.05}}
+
+
+@pytest.mark.parametrize("workload", [SHARED_PREFIX_BENCH, REPLAY_BENCH], ids=["shared_prefix", "replay"])
+def test_bench_sends_a_benchmarks_prompts_token_for_token_as_the_simulator_reuses_them(workload):
+    """kind shared_prefix sends its 6 prompts twice, in the same order, a group's prompts starting with the same 40
+    tokens; kind replay sends a repeated prompt id's prompt again, exactly. What the server receives shares a prefix
+    exactly where the simulator's keys do (tests/test_live_tokens.py holds the rule for every pair)."""
+    r = local(workload)
+    with fake_vllm() as fake:
+        bench = Bench(r, [fake.target()], salt=SALT, timeout=10.0)
+        outcomes = bench.run()
+    reqs = bench.requests()
+    assert all(o.ok for o in outcomes) and len(fake.bodies) == len(reqs)
+    sent = {tuple(b["prompt"]) for b in fake.bodies}
+    prompts = [prompt_of(bench, q) for q in reqs]
+    assert {tuple(p) for p in prompts} == sent
+    for a, b in zip(reqs, prompts):
+        for c, d in zip(reqs, prompts):
+            n = min(a.prompt_tokens, c.prompt_tokens) // 4
+            same_keys = sum(1 for x, y in zip(a.content.keys(4, a.prompt_tokens), c.content.keys(4, c.prompt_tokens))
+                            if x == y)
+            assert (common_prefix(b, d) >= 4 * n) == (same_keys == n)
+    if workload is SHARED_PREFIX_BENCH:
+        assert prompts[6:] == prompts[:6] and len({tuple(p) for p in prompts}) == 6
+        assert len({tuple(p[:40]) for p in prompts}) == 2
+    else:
+        assert prompts[3] == prompts[0] and prompts[5] == prompts[0][:200]
