@@ -79,6 +79,15 @@ SOURCE = {
     "load_generator": "kubernetes-sigs/inference-perf at commit e8e0aa99c57f2ffa0912df7ba1fbd2a8a596a041, data type "
                       "shared_prefix, load type constant",
 }
+DERIVATION = ("One log line per CSV row of a run, in the CSV's order. arrival = arrival_time_us / 10^6; output_tokens = "
+              "the config's output_len (ignore_eos: every request generated all of it; output_tokens_reported is "
+              "re-tokenised and not used); prompt_tokens = input_tokens (vLLM's measured prompt length). prompt = k mod "
+              "100 for request k of its load stage (inference-perf's send order), corrected where two requests sent "
+              "microseconds apart traded places (the nearest free place within swap_window whose prompt has the "
+              "request's measured length). prefix = the prompt's group, drawn from group_seed because the records do "
+              "not say which prompts share a system prompt (a reconstruction); prefix_tokens = round(system_prompt_len "
+              "x the group's mean measured / configured prompt length). The four reasoning runs are left out.")
+"""What SOURCE.yaml says of how the logs were made (the module docstring says it at length)."""
 GPU = "H100-SXM"
 LEFT_OUT = {"reasoning": "the server was overloaded: most requests timed out after about 300 s without a first token "
                          "(has_error = 1), so the run measures the client's timeout, not the serving"}
@@ -241,6 +250,7 @@ def main(folder: str) -> None:
                                                             default_flow_style=None, width=120))
     source = {**SOURCE, "files": {name: {**info, "sha256": SHA256[name]} for name, info in SOURCE["files"].items()},
               "derived_by": "scripts/blis_replays.py (its docstring says how a CSV row becomes a log line)",
+              "derivation": DERIVATION,
               "group_seed": GROUP_SEED, "swap_window": SWAP_WINDOW,
               "logs": {f"{exp}.jsonl.gz": run["sha256"] for exp, run in runs.items()}, "left_out": left_out}
     (OUT / "SOURCE.yaml").write_text("# Written by scripts/blis_replays.py; do not edit by hand.\n"
