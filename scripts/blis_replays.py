@@ -79,10 +79,11 @@ SOURCE = {
     "load_generator": "kubernetes-sigs/inference-perf at commit e8e0aa99c57f2ffa0912df7ba1fbd2a8a596a041, data type "
                       "shared_prefix, load type constant",
 }
-DERIVATION = ("One log line per CSV row of a run, in the CSV's order. arrival = arrival_time_us / 10^6; output_tokens = "
-              "the config's output_len (ignore_eos: every request generated all of it; output_tokens_reported is "
-              "re-tokenised and not used); prompt_tokens = input_tokens (vLLM's measured prompt length). prompt = k mod "
-              "100 for request k of its load stage (inference-perf's send order), corrected where two requests sent "
+DERIVATION = ("One log line per CSV row of a run, in the CSV's order. arrival = arrival_time_us / 10^6; "
+              "output_tokens = the config's output_len (ignore_eos: every request generated all of it; "
+              "output_tokens_reported is re-tokenised and not used); prompt_tokens = input_tokens (vLLM's measured "
+              "prompt length). prompt = k mod 100 for request k of its load stage (inference-perf's send order), "
+              "corrected where two requests sent "
               "microseconds apart traded places (the nearest free place within swap_window whose prompt has the "
               "request's measured length). prefix = the prompt's group, drawn from group_seed because the records do "
               "not say which prompts share a system prompt (a reconstruction); prefix_tokens = round(system_prompt_len "
@@ -197,9 +198,9 @@ def convert(exp: str, rows: list[dict[str, str]], bundle: dict) -> dict:
     lines = []
     for row, prompt in zip(rows, sent):
         g = group_of[prompt]
-        lines.append(json.dumps({"arrival": int(row["arrival_time_us"]) / 1e6, "prompt_tokens": int(row["input_tokens"]),
-                                 "output_tokens": output, "prompt": prompt, "prefix": g, "prefix_tokens": prefix_tokens[g]},
-                                separators=(", ", ": ")))
+        line = {"arrival": int(row["arrival_time_us"]) / 1e6, "prompt_tokens": int(row["input_tokens"]),
+                "output_tokens": output, "prompt": prompt, "prefix": g, "prefix_tokens": prefix_tokens[g]}
+        lines.append(json.dumps(line, separators=(", ", ": ")))
     OUT.mkdir(parents=True, exist_ok=True)
     log = OUT / f"{exp}.jsonl.gz"
     with log.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
@@ -214,12 +215,14 @@ def convert(exp: str, rows: list[dict[str, str]], bundle: dict) -> dict:
         "model": hf_model, "catalog_model": entry.name if entry else None, "gpu": GPU,
         "tensor_parallel": server["tensor_parallelism"], "max_num_seqs": server["max_num_seqs"],
         "max_num_batched_tokens": server["max_num_batched_tokens"], "max_model_len": server["max_model_len"],
-        "block_size": bundle["replay_config"]["block_size"], "gpu_kv_blocks": bundle["replay_config"]["kv_blocks_total_gpu"],
+        "block_size": bundle["replay_config"]["block_size"],
+        "gpu_kv_blocks": bundle["replay_config"]["kv_blocks_total_gpu"],
         "preset": exp.rsplit("-", 1)[1],
-        "shared_prefix": {k: shape[k] for k in ("num_groups", "num_prompts_per_group", "system_prompt_len", "question_len",
-                                                "output_len")},
+        "shared_prefix": {k: shape[k] for k in ("num_groups", "num_prompts_per_group", "system_prompt_len",
+                                                "question_len", "output_len")},
         "load": {"type": config["load"]["type"],
-                 "stages": [{"rate": s["rate"], "duration": s["duration"], "requests": n} for s, n in zip(stages, sizes)]},
+                 "stages": [{"rate": s["rate"], "duration": s["duration"], "requests": n}
+                            for s, n in zip(stages, sizes)]},
         "reconstructed": {"prefix_tokens": prefix_tokens,
                           "prompt_tokens_over_nominal": round(float(np.mean(ratio)), 4),
                           "requests_moved_back": moved},
@@ -244,8 +247,8 @@ def main(folder: str) -> None:
             left_out[exp] = LEFT_OUT[preset]
             continue
         runs[exp] = convert(exp, rows[exp], bundle[exp])
-    header = ("# Written by scripts/blis_replays.py; do not edit by hand. The runs' configuration and what they measured\n"
-              "# (seconds); SOURCE.yaml says where they come from and how the replay logs were made.\n")
+    header = ("# Written by scripts/blis_replays.py; do not edit by hand. The runs' configuration and what they "
+              "measured\n# (seconds); SOURCE.yaml says where they come from and how the replay logs were made.\n")
     (OUT / "runs.yaml").write_text(header + yaml.safe_dump({"runs": runs, "left_out": left_out}, sort_keys=False,
                                                             default_flow_style=None, width=120))
     source = {**SOURCE, "files": {name: {**info, "sha256": SHA256[name]} for name, info in SOURCE["files"].items()},

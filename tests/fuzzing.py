@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted([*(REPO / "examples").glob("*.yaml"), *(REPO / "examples" / "claims").glob("*.yaml"),
-                   *(REPO / "docs" / "examples").glob("*.yaml"), *(REPO / "docs" / "examples" / "benchmarks").glob("*.yaml")])
+                   *(REPO / "docs" / "examples").glob("*.yaml"),
+                   *(REPO / "docs" / "examples" / "benchmarks").glob("*.yaml")])
 """Every shipped spec example: the seeds the mutations start from."""
 PARSED = {p.name: yaml.safe_load(p.read_text()) for p in EXAMPLES}
 REGRESSIONS = REPO / "tests" / "fixtures" / "fuzz"

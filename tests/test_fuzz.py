@@ -1,7 +1,8 @@
 """No input crashes kvplan, hangs it or eats the machine.
 
 Fuzzed inputs (tests/fuzzing.py: every example mutated, YAML texts bent out of shape, Mooncake trace
-lines, replay logs, inventories, result files, and what a server answers) are each accepted or refused with a SpecError whose rendering prints as text; anything else
+lines, replay logs, inventories, result files, and what a server answers) are each accepted or
+refused with a SpecError whose rendering prints as text; anything else
 escaping the library is a traceback for the user, and fails here. Hypothesis runs with a fixed seed
 and budget, so CI sees the same cases every time; benchmarks/fuzz.py runs many more by hand. Every
 input that ever broke kvplan is kept in tests/fixtures/fuzz/ and must stay a clean error.

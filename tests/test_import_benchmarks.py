@@ -105,8 +105,8 @@ def test_the_newer_names_and_options_of_shared_prefix_are_read():
         "question_len": 466, "output_len": 247, "seed": 42, "enable_multi_turn_chat": True}})
     imported = from_inference_perf(data)
     assert imported.workload["seed"] == 42
-    assert imported.workload["shared_prefix"] == {"num_groups": 11, "num_prompts_per_group": 4, "system_prompt_len": 100,
-                                                  "question_len": 466, "output_len": 247}
+    assert imported.workload["shared_prefix"] == {"num_groups": 11, "num_prompts_per_group": 4,
+                                                  "system_prompt_len": 100, "question_len": 466, "output_len": 247}
     assert "data.shared_prefix.enable_multi_turn_chat" in keys(imported.unmapped)
 
 
@@ -128,7 +128,8 @@ def test_inference_perfs_defaults_apply_to_what_a_config_leaves_out():
     ({"type": "fixed", "mean": 128}, 128, []),
     ({"type": "skew_normal", "mean": 400, "std_dev": 100, "skew": 2}, {"dist": "normal", "mean": 400.0, "cv": 0.25,
                                                                       "min": 10, "max": 1024}, ["skew_normal"]),
-    ({"type": "poisson", "mean": 100}, {"dist": "normal", "mean": 100.0, "cv": 0.1, "min": 10, "max": 1024}, ["poisson"]),
+    ({"type": "poisson", "mean": 100}, {"dist": "normal", "mean": 100.0, "cv": 0.1, "min": 10, "max": 1024},
+     ["poisson"]),
 ])
 def test_a_length_distribution_is_a_dist_with_the_same_bounds(given, dist, approximated):
     data = config(data={"type": "shared_prefix", "shared_prefix": {"question_len": given}})
@@ -280,7 +281,8 @@ def test_flags_are_read_as_vllms_parser_reads_them():
     assert imported.workload == {"kind": "chat", "prompt": 64, "output": 128, "requests": 10,
                                  "arrivals": {"concurrency": 10}}
     assert keys(imported.unmapped) == ["--metadata a=1 b=2", "--save-result"]
-    older = from_vllm_bench("python benchmarks/benchmark_serving.py --backend vllm --model m --num-prompts 5 --ignore-eos")
+    older = from_vllm_bench("python benchmarks/benchmark_serving.py --backend vllm --model m --num-prompts 5 "
+                            "--ignore-eos")
     assert older.workload["requests"] == 5 and older.unmapped == []
 
 

@@ -265,11 +265,12 @@ def test_warmup_prefills_are_sent_one_by_one_with_one_token_back():
     assert [o.ok for o in warm] == [True, True]
 
 
-SHARED_PREFIX_BENCH = {"kind": "shared_prefix", "seed": 5, "requests": 12, "arrivals": {"process": "poisson", "rate": "50/s"},
+SHARED_PREFIX_BENCH = {"kind": "shared_prefix", "seed": 5, "requests": 12,
+                       "arrivals": {"process": "poisson", "rate": "50/s"},
                        "shared_prefix": {"num_groups": 2, "num_prompts_per_group": 3, "system_prompt_len": 40,
                                          "question_len": 12, "output_len": 4}}
-REPLAY_BENCH = {"kind": "replay", "replay": {"path": str(REPO / "tests" / "fixtures" / "workload" / "tiny_replay.jsonl"),
-                                             "time_scale": 0.05}}
+REPLAY_LOG = REPO / "tests" / "fixtures" / "workload" / "tiny_replay.jsonl"
+REPLAY_BENCH = {"kind": "replay", "replay": {"path": str(REPLAY_LOG), "time_scale": 0.05}}
 
 
 @pytest.mark.parametrize("workload", [SHARED_PREFIX_BENCH, REPLAY_BENCH], ids=["shared_prefix", "replay"])

@@ -178,7 +178,8 @@ def test_a_prompt_id_names_one_prompt(tmp_path):
         with pytest.raises(SpecError) as err:
             read_log(write(tmp_path, line.format(1, 50), GOOD, line.format(prefix, tokens)))
         [problem] = err.value.problems
-        assert problem.path.endswith(":3") and "prompt 4 starts with another prefix here than on line 1" in problem.message
+        assert problem.path.endswith(":3")
+        assert "prompt 4 starts with another prefix here than on line 1" in problem.message
     with pytest.raises(SpecError, match="another prefix"):
         read_log(write(tmp_path, line.format(1, 50), GOOD.replace("}", ', "prompt": 4}')))
 

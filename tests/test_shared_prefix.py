@@ -97,7 +97,8 @@ def test_lengths_may_be_distributions_drawn_per_group_and_per_prompt():
     """system_prompt_len is drawn once per group, question_len and output_len once per prompt (as the newest
     inference-perf does): a prompt keeps its lengths every time it is sent."""
     shape = {**SHAPE, "system_prompt_len": {"dist": "uniform", "min": 50, "max": 300},
-             "question_len": {"dist": "uniform", "min": 10, "max": 90}, "output_len": {"dist": "uniform", "min": 5, "max": 60}}
+             "question_len": {"dist": "uniform", "min": 10, "max": 90},
+             "output_len": {"dist": "uniform", "min": 5, "max": 60}}
     reqs = requests(setup(shape, requests=36))
     by_prompt: dict[int, set] = {}
     system: dict[int, set] = {}

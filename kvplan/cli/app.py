@@ -137,7 +137,8 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             out.print(table)
     from ..report.next_steps import cold_tiers, next_steps
 
-    for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=resolved.workload.kind in ("trace", "replay")):
+    replayed = resolved.workload.kind in ("trace", "replay")
+    for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=replayed):
         out.print(line)
     if ablation:
         err.print(f"ablation on {seeds} seeds: a change is marked within noise when its paired 95 % interval holds 0"

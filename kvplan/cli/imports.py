@@ -39,8 +39,8 @@ def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vl
 
     import yaml
 
-    from ..interop import (add_lmcache_config, add_lmcache_server, check_workload, from_helm_values, from_inference_perf,
-                           from_vllm_bench, from_vllm_command, spec_of)
+    from ..interop import (add_lmcache_config, add_lmcache_server, check_workload, from_helm_values,
+                           from_inference_perf, from_vllm_bench, from_vllm_command, spec_of)
     from ..resolve import resolve
     from ..spec import from_mapping, read_yaml
 

@@ -19,9 +19,9 @@ It is the inverse of the deployment: what `kvplan.deploy.stack.vllm_args` and `i
 write for a spec, imported again, gives that spec's serving and LMCache settings back (the
 tests check it on every shipped example). A vLLM command does not say which accelerator it
 runs on, nor what traffic it serves: `--gpu` names the accelerator, and the workload is a
-placeholder the spec says to replace unless a benchmark's configuration gives it. Every flag or key without a kvplan setting is listed with
-the reason, never dropped; what kvplan sets by itself (the served model name, --enforce-eager on
-CPUs) is listed as such.
+placeholder the spec says to replace unless a benchmark's configuration gives it. Every flag or
+key without a kvplan setting is listed with the reason, never dropped; what kvplan sets by itself
+(the served model name, --enforce-eager on CPUs) is listed as such.
 """
 
 from __future__ import annotations
@@ -34,4 +34,5 @@ from .vllm import ENV_SET_BY_KVPLAN, from_vllm_command
 from .vllm_bench import from_vllm_bench
 
 __all__ = ["ENV_SET_BY_KVPLAN", "Imported", "ImportedWorkload", "add_lmcache_config", "add_lmcache_server",
-           "check_workload", "from_helm_values", "from_inference_perf", "from_vllm_bench", "from_vllm_command", "spec_of"]
+           "check_workload", "from_helm_values", "from_inference_perf", "from_vllm_bench", "from_vllm_command",
+           "spec_of"]

@@ -60,8 +60,8 @@ DATASETS = {"mock", "shareGPT", "synthetic", "cnn_dailymail", "infinity_instruct
 RECORDS = {"metrics": "the metrics inference-perf scrapes from the server", "report": "what inference-perf reports",
            "storage": "where inference-perf writes its report", "circuit_breakers": "when inference-perf stops a stage"}
 """Top-level sections about the client's records, not the traffic."""
-CLIENT = {"num_workers": "the client's worker processes", "worker_max_concurrency": "a cap on each worker's requests in "
-          "flight: kvplan's open-loop arrivals have none",
+CLIENT = {"num_workers": "the client's worker processes",
+          "worker_max_concurrency": "a cap on each worker's requests in flight: kvplan's open-loop arrivals have none",
           "worker_max_tcp_connections": "the client's connection pool", "circuit_breakers": "when the client stops",
           "request_timeout": "when the client gives up on a request", "base_seed": "the client's seed: kvplan draws "
           "from workload.seed", "lora_traffic_split": "LoRA adapters, which kvplan does not simulate"}
@@ -122,7 +122,8 @@ def _server(server: dict, tokenizer: dict, out: ImportedWorkload) -> None:
     for key in ("api_key", "cert_path", "key_path"):
         if server.get(key):
             out.unmapped.append((f"server.{key}", "how inference-perf authenticates: kvplan bench --api-key"))
-    for key in sorted(set(server) - {"type", "model_name", "base_url", "ignore_eos", "api_key", "cert_path", "key_path"}):
+    read = {"type", "model_name", "base_url", "ignore_eos", "api_key", "cert_path", "key_path"}
+    for key in sorted(set(server) - read):
         out.unmapped.append((f"server.{key}", "kvplan has no setting for it"))
     for key in sorted(set(tokenizer) - {"pretrained_model_name_or_path"}):
         if tokenizer[key] is not None:
@@ -139,11 +140,13 @@ def _data(data: dict, source: str, out: ImportedWorkload) -> dict[str, Any]:
                        "with kind shared_prefix or chat by hand")
     for key in sorted(set(data) - {"type", "shared_prefix", "input_distribution", "output_distribution"}):
         if data[key] not in (None, False, [], {}):
-            out.unmapped.append((f"data.{key}", f"the {kind} generator does not read it, or kvplan has no setting for it"))
+            out.unmapped.append((f"data.{key}", f"the {kind} generator does not read it, or kvplan has no setting "
+                                                "for it"))
     if kind == "random":
         for key in ("input_distribution", "output_distribution"):
             if not isinstance(data.get(key), dict):
-                raise _refused(source, f"data.{key}", "the random generator needs it", f"give data.{key}: {{mean: ...}}")
+                raise _refused(source, f"data.{key}", "the random generator needs it",
+                               f"give data.{key}: {{mean: ...}}")
         if data.get("shared_prefix") is not None:
             out.unmapped.append(("data.shared_prefix", "the random generator does not read it"))
         return {"kind": "chat", "prompt": _length(data["input_distribution"], "data.input_distribution", source, out),
@@ -181,8 +184,8 @@ def _data(data: dict, source: str, out: ImportedWorkload) -> dict[str, Any]:
         result["seed"] = given["seed"]
     if given.get("enable_multi_turn_chat"):
         out.unmapped.append(("data.shared_prefix.enable_multi_turn_chat", "each group's prompts as the turns of one "
-                             "conversation: kvplan's shared_prefix sends each prompt on its own (kind chat with sessions "
-                             "draws conversations)"))
+                             "conversation: kvplan's shared_prefix sends each prompt on its own (kind chat with "
+                             "sessions draws conversations)"))
     if given.get("multimodal") is not None:
         out.unmapped.append(("data.shared_prefix.multimodal", "kvplan simulates text prompts"))
     known = {*SHARED_PREFIX_DEFAULTS, "seed", "enable_multi_turn_chat", "multimodal", "question_distribution",
@@ -262,8 +265,8 @@ def _load(load: dict, source: str, out: ImportedWorkload) -> dict[str, Any]:
         raise _refused(source, "load.stages", "there are no stages: nothing is sent",
                        "give load.stages: [{rate: 5, duration: 600}]")
     if kind == "concurrent":
-        pairs = [(_number(s, "concurrency_level", i, source, whole=True), _number(s, "num_requests", i, source,
-                                                                                   whole=True)) for i, s in enumerate(stages)]
+        pairs = [(_number(s, "concurrency_level", i, source, whole=True),
+                  _number(s, "num_requests", i, source, whole=True)) for i, s in enumerate(stages)]
         if len(pairs) == 1:
             return {"requests": pairs[0][1], "arrivals": {"concurrency": pairs[0][0]}}
         return {"stages": [{"concurrency": c, "requests": n} for c, n in pairs]}
@@ -272,9 +275,10 @@ def _load(load: dict, source: str, out: ImportedWorkload) -> dict[str, Any]:
                        "use constant, poisson or concurrent")
     pairs = [(_number(s, "rate", i, source), _number(s, "duration", i, source)) for i, s in enumerate(stages)]
     if kind == "constant":
+        kept = " (requests keeps the count)" if len(pairs) == 1 else ""
         out.approximated.append(("load.type constant", "inference-perf sends exactly rate x duration requests per "
                                  "stage, its exponential gaps rescaled to fill the stage; kvplan draws Poisson "
-                                 "arrivals at the same rate" + (" (requests keeps the count)" if len(pairs) == 1 else "")))
+                                 f"arrivals at the same rate{kept}"))
     if len(pairs) == 1:
         rate, duration = pairs[0]
         end = {"requests": int(rate * duration)} if kind == "constant" else {"duration": f"{duration:g}s"}

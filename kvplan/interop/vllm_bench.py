@@ -61,7 +61,8 @@ READ = {"--dataset-name", "--num-prompts", "--seed", "--model", "--output-len", 
 """Flags the mapping reads (the module docstring says how)."""
 CLIENT = {flag: "how vllm bench reaches the server or reports the run: nothing to simulate" for flag in (
     "--label", "--base-url", "--host", "--port", "--endpoint", "--header", "--save-result", "--save-detailed",
-    "--append-result", "--metadata", "--result-dir", "--result-filename", "--percentile-metrics", "--metric-percentiles",
+    "--append-result", "--metadata", "--result-dir", "--result-filename", "--percentile-metrics",
+    "--metric-percentiles",
     "--goodput", "--disable-tqdm", "--request-id-prefix", "--ready-check-timeout-sec", "--insecure", "--plot-timeline",
     "--timeline-itl-thresholds", "--plot-dataset-stats", "--profile", "--tokenizer", "--tokenizer-mode",
     "--trust-remote-code", "--served-model-name", "--skip-tokenizer-init", "-h", "--help")}
@@ -101,7 +102,8 @@ FLAGS = SWITCHES | LISTS | READ | set(CLIENT) | set(SAMPLING) | set(OTHER)
 DEFAULTS: dict[str, Any] = {
     "--dataset-name": "random", "--num-prompts": 1000, "--seed": 0, "--random-input-len": 1024,
     "--random-output-len": 128, "--random-range-ratio": "0.0", "--random-prefix-len": 0,
-    "--prefix-repetition-prefix-len": 256, "--prefix-repetition-suffix-len": 256, "--prefix-repetition-num-prefixes": 10,
+    "--prefix-repetition-prefix-len": 256, "--prefix-repetition-suffix-len": 256,
+    "--prefix-repetition-num-prefixes": 10,
     "--prefix-repetition-output-len": 128, "--request-rate": math.inf, "--burstiness": 1.0}
 """vLLM 0.32's defaults of the flags the mapping reads (tests/test_import_benchmarks.py holds them to its parser)."""
 DATASETS_REFUSED = ("sharegpt", "burstgpt", "random-mm", "random-rerank", "hf", "custom", "custom_audio",
@@ -150,10 +152,11 @@ def from_vllm_bench(command: str) -> ImportedWorkload:
                        "use random or prefix_repetition")
     for other, read_by_it in DATASET_FLAGS.items():
         if other != dataset:
-            out.unmapped += [(f"{flag} {flags[flag]}", f"read only by the {other} dataset, and this command's is {dataset}")
-                             for flag in flags if flag in read_by_it]
+            why = f"read only by the {other} dataset, and this command's is {dataset}"
+            out.unmapped += [(f"{flag} {flags[flag]}", why) for flag in flags if flag in read_by_it]
     if "--disable-shuffle" in flags and dataset != "prefix_repetition":
-        out.unmapped.append(("--disable-shuffle", "the random dataset's prompts share nothing: their order says nothing"))
+        out.unmapped.append(("--disable-shuffle", "the random dataset's prompts share nothing: their order says "
+                                                  "nothing"))
     if "--seed" in flags:
         workload = {"seed": _int(flags, "--seed", low=0), **workload}
     workload = {"kind": workload.pop("kind"), **workload}
@@ -276,7 +279,8 @@ def _arrivals(flags: dict, sent: int, out: ImportedWorkload) -> dict[str, Any]:
     else:
         cv = 1 / math.sqrt(burstiness)
         if not 0.001 <= cv <= 100:
-            raise _refused("--burstiness", f"{burstiness:g} gives gaps with a cv of {cv:.3g}; kvplan draws 0.001 to 100",
+            raise _refused("--burstiness", f"{burstiness:g} gives gaps with a cv of {cv:.3g}; kvplan draws 0.001 "
+                           "to 100",
                            "give --burstiness between 1e-4 and 1e6")
         arrivals = {"process": "gamma", "cv": round(cv, 6)}
     arrivals["rate"] = f"{rate:g}/s"

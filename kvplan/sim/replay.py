@@ -132,7 +132,8 @@ def read_log(path: str) -> Log:
         if len(problems) < _MAX_PROBLEMS:
             problems.append(Problem(f"{file}:{number}", error[0], fix=error[1]))
     if bad > len(problems):
-        problems.append(Problem(str(file), f"... and {bad - len(problems)} more bad lines", fix="fix the lines above first"))
+        problems.append(Problem(str(file), f"... and {bad - len(problems)} more bad lines",
+                                fix="fix the lines above first"))
     if not problems and not columns["line"]:
         problems.append(Problem(str(file), "the log has no requests", fix=FIX_FORMAT))
     if problems:
@@ -166,8 +167,8 @@ def _text(file: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _unreadable(file, f"is not UTF-8 text (at byte offset {exc.start:,})", "give a per-request log: JSON lines in UTF-8") \
-            from None
+        raise _unreadable(file, f"is not UTF-8 text (at byte offset {exc.start:,})",
+                          "give a per-request log: JSON lines in UTF-8") from None
 
 
 def _unreadable(file: Path, what: str, fix: str) -> SpecError:

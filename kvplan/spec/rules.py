@@ -202,12 +202,13 @@ def _benchmark_shapes(topo: "Topology") -> Iterator[Problem]:
     for kind, section in OWN_SECTION.items():
         given = getattr(w, section) is not None
         if w.kind == kind and not given:
-            example = "{num_groups: 10, num_prompts_per_group: 10}" if kind == "shared_prefix" else "{path: <log.jsonl>}"
+            example = {"shared_prefix": "{num_groups: 10, num_prompts_per_group: 10}",
+                       "replay": "{path: <log.jsonl>}"}[kind]
             yield Problem(f"workload.{section}", f"kind {kind} needs a {section} section", None,
                           fix=f"add workload.{section}: {example}")
         elif w.kind != kind and given:
-            yield Problem(f"workload.{section}", f"workload.{section} is only read with kind: {kind} (kind is {w.kind})",
-                          None, fix=f"set kind: {kind}, or remove workload.{section}")
+            yield Problem(f"workload.{section}", f"workload.{section} is only read with kind: {kind} (kind is "
+                          f"{w.kind})", None, fix=f"set kind: {kind}, or remove workload.{section}")
     where = {"shared_prefix": "workload.shared_prefix", "replay": "the log workload.replay names"}.get(w.kind)
     for name in NOT_FOR.get(w.kind, ()):
         if name in w.model_fields_set:

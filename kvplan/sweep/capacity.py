@@ -107,8 +107,8 @@ class Knob:
             else:
                 rate = float(text) if _is_number(text) else parse_rate(text)
         except Exception:
-            what = "a replay speed such as 2 or 0.5x (this spec replays a trace or log)" if self.time_scale is not None \
-                else "a rate such as 2/s or 120/min"
+            what = "a rate such as 2/s or 120/min" if self.time_scale is None \
+                else "a replay speed such as 2 or 0.5x (this spec replays a trace or log)"
             raise SloUsageError(f"{flag} '{text}' is not {what}") from None
         if not rate > 0:
             raise SloUsageError(f"{flag} must be above 0, not '{text}'")
