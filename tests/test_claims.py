@@ -37,7 +37,7 @@ def test_lmcache_and_ceph_do_not_add_the_notes_73_percent_on_one_gpu(llama):
 
 
 def test_prefix_reuse_cuts_ttft_but_lmcache_adds_nothing_at_light_load(llama):
-    assert llama["PyTorch-like"]["ttft_p50"] > 3 * llama["vLLM single node"]["ttft_p50"]
+    assert llama["PyTorch-like"]["ttft_p50"] > 2.5 * llama["vLLM single node"]["ttft_p50"]
     assert llama["vLLM + LMCache + Ceph"]["ttft_p50"] == pytest.approx(llama["vLLM single node"]["ttft_p50"], rel=0.2)
 
 

@@ -158,6 +158,8 @@ CASES: dict[str, tuple[str, dict[str, Any], Check]] = {
                                lambda v: v.vllm("--no-enable-prefix-caching") == [""]),
     "serving.chunked_prefill": (FLAGSHIP, {"serving__chunked_prefill": False, "serving__max_num_batched_tokens": 4096},
                                 lambda v: v.vllm("--no-enable-chunked-prefill") == [""]),
+    "serving.async_scheduling": (FLAGSHIP, {"serving__async_scheduling": False},
+                                 lambda v: v.vllm("--no-async-scheduling") == [""] and not v.vllm("--async-scheduling")),
     "serving.router": (FLAGSHIP, {"serving__router": "prefix_aware"},
                        lambda v: flags(v.vars("router")["router_args"])["--policy"] == ["cache_aware"]),
     "serving.router_port": (FLAGSHIP, {"serving__router_port": 8100},

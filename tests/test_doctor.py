@@ -361,7 +361,8 @@ def test_the_command_exits_6_on_a_problem_and_writes_the_fixed_spec(tmp_path):
 
 
 def test_the_command_exits_0_on_a_healthy_spec(tmp_path):
-    done = run(str(EXAMPLE), "--seeds", "2", "--no-cache")
+    """With the doctor's own three seeds: the example's Ceph op latency sits at its alert, within their noise."""
+    done = run(str(EXAMPLE), "--no-cache")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "healthy" in done.stdout.splitlines()[0]
 

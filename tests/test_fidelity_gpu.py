@@ -241,7 +241,7 @@ def test_calibrate_from_vllm_results_writes_a_profile_a_spec_can_name(tmp_path):
     done = run("calibrate", str(spec_path), *[a for f in files for a in ("--vllm-result", str(f))], "-o", str(profile))
     assert done.returncode == 0, done.stderr
     written = yaml.safe_load(profile.read_text())
-    assert written["fitted"] == ["compute_efficiency", "attention_efficiency", "step_overhead", "request_overhead"]
+    assert written["fitted"] == ["compute_efficiency", "attention_efficiency", "graph_step_overhead", "request_overhead"]
     assert written["step_model"]["compute_efficiency"] == pytest.approx(0.676, abs=0.02)    # the catalog's H100 figure
     assert all(abs(err) < 0.05 for err in written["fit"].values()), written["fit"]
     overheads = {k: float(v.rstrip("ms")) for k, v in written["step_model"].items() if k.endswith("_overhead")}

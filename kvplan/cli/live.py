@@ -234,8 +234,10 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
     write_profile(profile, Path(out_file))
     s, f = profile.step_model, profile.fit
     out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
+    decode = (f"graph_step_overhead {fmt_duration(s.graph_step_overhead)}" if "graph_step_overhead" in profile.fitted
+              else f"step_overhead {fmt_duration(s.step_overhead)}")
     out.print(f"  compute_efficiency {s.compute_efficiency:.3f}, attention_efficiency {s.attention_efficiency:.3f}, "
-              f"step_overhead {fmt_duration(s.step_overhead)}, request_overhead {fmt_duration(s.request_overhead)}")
+              f"{decode}, request_overhead {fmt_duration(s.request_overhead)}")
     if vllm_result:
         for name, error in f.items():
             out.print(f"  {name} with the profile: {error:+.1%}")

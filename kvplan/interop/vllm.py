@@ -37,7 +37,8 @@ VLLM_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
 
 VLLM_SWITCHES = {"--enable-prefix-caching": ("prefix_caching", True), "--no-enable-prefix-caching": ("prefix_caching", False),
                  "--enable-chunked-prefill": ("chunked_prefill", True),
-                 "--no-enable-chunked-prefill": ("chunked_prefill", False)}
+                 "--no-enable-chunked-prefill": ("chunked_prefill", False),
+                 "--async-scheduling": ("async_scheduling", True), "--no-async-scheduling": ("async_scheduling", False)}
 """vLLM's boolean flags kvplan has a setting for."""
 
 SET_BY_KVPLAN = {"--served-model-name": "kvplan serves the model under its catalog name (the spec's model)",
