@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from ..errors import Problem
+from . import stages
 from .deployment import simulation_only
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ def _workload(topo: "Topology") -> Iterator[Problem]:
     if w.kind != "trace" and w.trace is not None:
         yield Problem("workload.trace", f"a trace is only replayed with kind: trace (kind is {w.kind})", None,
                       fix="set kind: trace, or remove workload.trace")
-    if w.kind not in ("trace", "replay") and w.requests is None and w.duration is None:
+    if w.kind not in ("trace", "replay") and w.stages is None and w.requests is None and w.duration is None:
         yield Problem("workload", "a synthetic workload needs an end: requests or duration", None,
                       fix="add workload.requests: 1000 or workload.duration: 10min")
     yield from _benchmark_shapes(topo)
@@ -216,4 +217,4 @@ def _benchmark_shapes(topo: "Topology") -> Iterator[Problem]:
                           f"{where}", None, fix=f"remove workload.{name}")
 
 
-RULES = (_serving, _quantization, _lmcache, _ceph, _workload)
+RULES = (_serving, _quantization, _lmcache, _ceph, _workload, stages.problems)

@@ -19,6 +19,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..units import Duration, Rate
 from .base import SpecModel, spec_file
+from .stages import MAX_USERS, Process, Stage, unset
 
 if TYPE_CHECKING:
     import numpy as np
@@ -62,14 +63,20 @@ class Dist(SpecModel):
 
 
 class Arrivals(SpecModel):
-    process: Literal["poisson", "gamma", "constant"] = "poisson"
-    """Inter-arrival process: poisson (exponential gaps), gamma (bursty when cv > 1), constant."""
+    process: Process = "poisson"
+    """Inter-arrival process: poisson (exponential gaps), gamma (bursty when cv > 1), constant (equal gaps),
+    rescaled_poisson (inference-perf's constant: int(rate x duration) arrivals, exponential gaps rescaled to fill
+    the duration)."""
 
     rate: Rate = "1/s"
     """Mean arrival rate of new requests (new sessions for chat)."""
 
     cv: float = Field(1.0, ge=0.001, le=100)
     """Coefficient of variation of the gaps for gamma (1 = Poisson; > 1 bursty; below 0.001 use constant)."""
+
+    concurrency: int | None = Field(None, ge=1, le=MAX_USERS, exclude_if=unset)
+    """A closed loop instead of arrivals: this many users, each sending its next request once the reply to its last
+    one has come (vllm bench serve --max-concurrency). Exclusive with rate."""
 
 
 class Sessions(SpecModel):
@@ -244,6 +251,10 @@ class Workload(SpecModel):
 
     replay: Replay | None = None
     """The per-request log to replay (kind: replay)."""
+
+    stages: list[Stage] | None = Field(None, exclude_if=unset)
+    """Loads run one after the other on the same servers, each a rate or a concurrency until a duration or a number
+    of requests (docs/stages.md). Replaces arrivals.rate, arrivals.concurrency, requests and duration."""
 
 
 # --------------------------------------------------------------------------- draws

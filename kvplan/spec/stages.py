@@ -1,0 +1,234 @@
+"""Load stages and closed-loop concurrency: how hard a synthetic workload pushes, and for how long.
+
+A workload without `stages` is one load: an open loop of arrivals at `arrivals.rate`, or a closed
+loop of `arrivals.concurrency` users, until `workload.requests` or `workload.duration`. With
+`stages` the run is a list of such loads, one after the other on the same servers: one
+simulation, so what a stage leaves in the caches (and in the queues) is there for the next.
+
+A stage is an open loop at a `rate` or a closed loop of `concurrency` users (one of the two). An
+open loop ends at its `duration` or once it has sent `requests` requests, whichever comes first
+(at least one of the two); a closed loop by one of them. The next stage starts when this one ends, so requests still in flight
+finish while the next stage sends; `drain: true` makes the next stage wait for them, and `pause`
+adds idle time before it.
+
+- Open loop: session starts (plain requests without `sessions`) follow the stage's `process`,
+  by default `workload.arrivals.process`; a chat session's later turns follow their think times
+  from their arrival, as in a workload without stages. `rescaled_poisson` is inference-perf's
+  `constant` load type (kubernetes-sigs/inference-perf, commit e8e0aa99,
+  inference_perf/loadgen/load_timer.py, ConstantLoadTimer): exactly int(rate x duration) arrivals,
+  whose exponential gaps are rescaled to add up to the duration, so the last one arrives as the
+  stage ends; without a duration, `requests` arrivals over requests / rate.
+- Closed loop (`vllm bench serve --max-concurrency`, inference-perf's `concurrent` load): a user
+  sends a request, waits for its whole reply, then sends the next. With `sessions` a user is one
+  person in one conversation at a time: it sends a session's turns in order, each a think time
+  (`sessions.think_time`) after the reply to the one before, and starts the next session as soon
+  as the last reply has come. Users take sessions in the order they are drawn.
+
+Which of a workload's settings conflict, and why, is `problems` below; every one names the
+fields and the fix. How inference-perf's and vllm bench serve's loads map onto stages is in
+docs/stages.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, Literal
+
+from pydantic import Field
+
+from ..errors import Problem
+from ..units import Duration, Rate, fmt_duration
+from .base import SpecModel
+
+if TYPE_CHECKING:
+    from .topology import Topology
+    from .workload import Workload
+
+Process = Literal["poisson", "gamma", "constant", "rescaled_poisson"]
+"""The open-loop arrival processes (kvplan.sim.arrivals draws them)."""
+
+MAX_STAGES = 1000
+MAX_USERS = 1_000_000
+
+
+def unset(value: object) -> bool:
+    """Whether a field added with stages (workload.stages, arrivals.concurrency) is left out of the spec's JSON: when
+    unset, so that every spec without them keeps the hash it had before they existed (its identity in run caches and
+    rendered files)."""
+    return value is None
+
+
+class Stage(SpecModel):
+    """One load stage: an open loop at `rate` or a closed loop of `concurrency` users, until its `duration` has
+    passed or it has sent `requests` requests (an open loop may have both: whichever comes first)."""
+
+    rate: Rate | None = None
+    """Arrivals per second (new sessions with `sessions`): an open loop. Exclusive with concurrency."""
+
+    concurrency: int | None = Field(None, ge=1, le=MAX_USERS)
+    """Users in a closed loop, each sending its next request once the reply to its last one has come. Exclusive with rate."""
+
+    process: Process | None = None
+    """Inter-arrival process of a rate stage; default: workload.arrivals.process."""
+
+    cv: float | None = Field(None, ge=0.001, le=100)
+    """Coefficient of variation of the gaps with process gamma; default: workload.arrivals.cv."""
+
+    duration: Duration | None = None
+    """The stage ends this long after it starts: no request of it is sent later."""
+
+    requests: int | None = Field(None, ge=1)
+    """The stage ends once it has sent this many requests (every turn, and requests rejected as too long, counted)."""
+
+    drain: bool = False
+    """Start the next stage only once every request of this one has finished (inference-perf waits so)."""
+
+    pause: Duration = "0s"
+    """Idle time between this stage's end (after its drain) and the next stage's start (inference-perf's load.interval)."""
+
+    def describe(self) -> str:
+        """The stage's load and end in a few words, e.g. 'rate 8/s poisson, 10.0 min' or 'concurrency 4, 100 requests'."""
+        load = f"concurrency {self.concurrency}" if self.concurrency is not None else \
+            f"rate {self.rate:g}/s {self.process or ''}".rstrip()
+        ends = [fmt_duration(self.duration) if self.duration is not None else "",
+                f"{self.requests:,} requests" if self.requests is not None else ""]
+        return f"{load}, {' or '.join(e for e in ends if e)}"
+
+
+def stages_of(w: "Workload") -> list[Stage] | None:
+    """The loads a synthetic workload runs, each with its process and cv filled in: its `stages`, or the one stage its
+    `arrivals` and end make when they need the staged generator (a closed loop, or rescaled_poisson arrivals). None
+    for a workload that is one open loop of poisson, gamma or constant arrivals, or a trace: kvplan.sim.workload
+    draws it as it always has."""
+    a = w.arrivals
+    if w.kind == "trace":
+        return None
+    if w.stages is None:
+        if a.concurrency is None and a.process != "rescaled_poisson":
+            return None
+        rate = None if a.concurrency is not None else a.rate
+        listed = [Stage(rate=rate, concurrency=a.concurrency, duration=w.duration, requests=w.requests)]
+    else:
+        listed = list(w.stages)
+    return [s if s.concurrency is not None else
+            s.model_copy(update={"process": s.process or a.process, "cv": s.cv if s.cv is not None else a.cv})
+            for s in listed]
+
+
+def window(stage: Stage) -> float:
+    """The span a rescaled_poisson stage's arrivals fill: its duration, or requests / rate without one."""
+    if stage.duration is not None:
+        return stage.duration
+    assert stage.requests is not None and stage.rate
+    return stage.requests / stage.rate
+
+
+def rescaled_count(stage: Stage) -> int:
+    """How many arrivals a rescaled_poisson stage has: int(rate x duration), as inference-perf counts them (its
+    ConstantLoadTimer and run_stage), or `requests` without a duration."""
+    if stage.duration is not None:
+        assert stage.rate is not None
+        return int(stage.rate * stage.duration)
+    assert stage.requests is not None
+    return stage.requests
+
+
+def unrated(w: "Workload", what: str, fix: str) -> Problem | None:
+    """Why `what`, which sets workload.arrivals.rate, cannot vary this workload's load (its stages set their own rates,
+    a closed loop has none); None when it can."""
+    if w.stages is not None:
+        return Problem("workload.stages", f"{what} sets workload.arrivals.rate, and a staged workload's rates are its "
+                       "stages'", None, fix=fix)
+    if w.arrivals.concurrency is not None:
+        return Problem("workload.arrivals.concurrency", f"{what} sets workload.arrivals.rate, and a closed loop has no "
+                       "rate: its users send as their replies come", w.arrivals.concurrency, fix=fix)
+    return None
+
+
+# --------------------------------------------------------------------------- rules
+
+def problems(topo: "Topology") -> Iterator[Problem]:
+    """What is wrong with the workload's load: stages and concurrency against the fields they replace, and each stage."""
+    w = topo.workload
+    a = w.arrivals
+    given = a.model_fields_set
+    if w.stages is None:
+        if a.concurrency is None:
+            return
+        if w.kind == "trace":
+            yield Problem("workload.arrivals.concurrency", "a trace is replayed at its own timestamps, not by users "
+                          "waiting for replies", a.concurrency, fix="remove arrivals.concurrency, or use a synthetic "
+                          "kind (chat, codegen, rag)")
+        if "rate" in given:
+            yield Problem("workload.arrivals.rate", "conflicts with arrivals.concurrency: rate makes an open loop (requests "
+                          "arrive whatever the replies), concurrency a closed one (each user waits for its reply)",
+                          a.rate, fix="keep one of the two: remove arrivals.rate for a closed loop of "
+                          f"{a.concurrency} users, or arrivals.concurrency for arrivals at the rate")
+        yield from _no_process(given, "workload.arrivals", "arrivals.concurrency")
+        if w.duration is not None and w.requests is not None:
+            yield from _one_end("workload", "workload.duration", "workload.requests")
+        return
+    if w.kind == "trace":
+        yield Problem("workload.stages", "a trace is replayed at its own timestamps, so it has no load stages", None,
+                      fix="remove workload.stages (trace.time_scale replays it faster or slower), or use a synthetic kind")
+    for name, value in (("requests", w.requests), ("duration", w.duration)):
+        if value is not None:
+            yield Problem(f"workload.{name}", f"conflicts with workload.stages: each stage ends by its own duration or "
+                          "requests", value, fix=f"move it into the stages (e.g. {name}: {value:g} on the last one), "
+                          "or remove workload.stages")
+    for name in ("rate", "concurrency"):
+        if name in given:
+            yield Problem(f"workload.arrivals.{name}", "conflicts with workload.stages: each stage sets its own rate or "
+                          "concurrency", getattr(a, name), fix=f"give each stage its {name} (stages: [{{{name}: "
+                          f"{'8/s' if name == 'rate' else 16}, duration: 10min}}]) and remove arrivals.{name}")
+    if len(w.stages) > MAX_STAGES:
+        yield Problem("workload.stages", f"more than {MAX_STAGES} stages", len(w.stages), f"1..{MAX_STAGES} stages",
+                      "merge stages that have the same load")
+    elif not w.stages:
+        yield Problem("workload.stages", "an empty list of stages sends nothing", None,
+                      fix="give at least one stage, e.g. stages: [{rate: 8/s, duration: 10min}], or remove it")
+    for i, stage in enumerate(w.stages):
+        yield from _stage(stage, f"workload.stages[{i}]", a.process)
+
+
+def _stage(s: Stage, path: str, default_process: str) -> Iterator[Problem]:
+    if s.rate is None and s.concurrency is None:
+        yield Problem(path, "a stage needs a rate (an open loop) or a concurrency (a closed loop of users)", None,
+                      fix=f"add rate: 8/s or concurrency: 16 to {path}")
+    if s.rate is not None and s.concurrency is not None:
+        yield Problem(path, "rate and concurrency are exclusive: a stage is an open loop at a rate or a closed loop of "
+                      "users", {"rate": s.rate, "concurrency": s.concurrency},
+                      fix="keep one of the two, or make them two stages one after the other")
+    if s.rate is not None and s.rate <= 0:
+        yield Problem(f"{path}.rate", "must be above 0 arrivals per second", s.rate, "> 0, like 8/s",
+                      fix="give a positive rate, or remove the stage")
+    if s.duration is None and s.requests is None:
+        yield Problem(path, "a stage needs an end: a duration or requests (an open loop may have both: whichever "
+                      "comes first)", None,
+                      fix=f"add duration: 10min or requests: 1000 to {path}")
+    if s.duration is not None and s.duration <= 0:
+        yield Problem(f"{path}.duration", "must be above 0 s", s.duration, "> 0, like 10min",
+                      fix="give a positive duration, or remove it and end the stage by requests")
+    if s.concurrency is not None and s.rate is None:
+        yield from _no_process(s.model_fields_set, path, "its concurrency")
+        if s.duration is not None and s.requests is not None:
+            yield from _one_end(path, f"{path}.duration", f"{path}.requests")
+    elif s.rate is not None and s.rate > 0 and s.duration is not None and s.duration > 0 \
+            and (s.process or default_process) == "rescaled_poisson" and int(s.rate * s.duration) < 1:
+        yield Problem(path, f"rescaled_poisson sends int(rate x duration) = int({s.rate:g} x {s.duration:g}) = 0 "
+                      "requests", None, fix="raise the rate or the duration, or use process: poisson")
+
+
+def _no_process(given: set[str], path: str, what: str) -> Iterator[Problem]:
+    """process and cv make no sense for a closed loop: its requests leave when replies come, not on a schedule."""
+    for name in ("process", "cv"):
+        if name in given:
+            yield Problem(f"{path}.{name}", f"a closed loop has no arrival process: with {what} each user sends its next "
+                          "request when the reply to its last one has come", None,
+                          fix=f"remove {path}.{name}, or use a rate for arrivals on a schedule")
+
+
+def _one_end(path: str, duration: str, requests: str) -> Iterator[Problem]:
+    """A closed loop ends by its duration or by its requests: its users' pace decides which would come first."""
+    yield Problem(path, "a closed loop ends by its duration or by its requests, not both (how fast its users send "
+                  "depends on the replies, so neither can stand in for the other)", None,
+                  fix=f"keep {duration} or {requests}")
