@@ -77,10 +77,22 @@ class Ledger:
         self.e2e[row] = now - arrival + overhead
         self.preemptions[row] = seq.preemptions
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """RequestTable's columns, over the same memory (row i is request i)."""
+    def grow(self, rows: int) -> None:
+        """Make room for at least `rows` rows, doubling: a staged or closed-loop run learns how many requests it has as
+        it sends them (kvplan.sim.load)."""
+        have = len(self.id)
+        if rows <= have:
+            return
+        zeros = bytes(8 * (max(rows, 2 * have) - have))
+        for name in RequestRow._fields:
+            column: array = getattr(self, name)
+            column.frombytes(zeros)
+
+    def columns(self, rows: int = -1) -> dict[str, np.ndarray]:
+        """RequestTable's columns, over the same memory (row i is request i): the first `rows` rows (-1: all)."""
         out = {}
         for name in RequestRow._fields:
             column = getattr(self, name)
-            out[name] = np.frombuffer(column, dtype=column.typecode)   # numpy reads "d" as float64, "q" as int64
+            values = np.frombuffer(column, dtype=column.typecode)   # numpy reads "d" as float64, "q" as int64
+            out[name] = values if rows < 0 else values[:rows]
         return out

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..resolve import Resolved
 from ..units import fmt_duration
-from .result import RequestTable, SloCheck, Summary
+from .result import RequestRow, RequestTable, SloCheck, StageResult, Summary
 
 
 def summary(values) -> Summary:
@@ -82,3 +82,22 @@ def alerts(r: Resolved, cache_hit: float | None, mean_block_utilisation: float,
         out.append(f"Ceph op latency {fmt_duration(ceph_op)} (mean of one OSD op, slowest OSD) is above "
                    f"{fmt_duration(r.ceph.op_latency_alert)}")
     return out
+
+
+def stage(r: Resolved, table: RequestTable, index: int, load: str, first: int, last: int, start: float, end: float,
+          rejected: int) -> StageResult:
+    """The figures of one load stage, from its requests' rows first..last-1 (ids are given in the order requests are
+    sent, so a stage's requests are consecutive rows). Its span runs from its first arrival to its last completion at
+    the engine, as the run's does (the run's duration ends at its last completion)."""
+    part = RequestTable(**{name: getattr(table, name)[first:last] for name in RequestRow._fields})
+    n = len(part)
+    done = part.arrival + part.e2e - r.step.request_overhead
+    span = float(done.max() - part.arrival.min()) if n else 0.0
+    lat = latency(part)
+    prompt, generated = int(part.prompt_tokens.sum()), int(part.output_tokens.sum())
+    rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
+    return StageResult(index=index, load=load, start=start, end=end, requests=n, rejected_requests=rejected,
+                       duration=span, prompt_tokens=prompt, generated_tokens=generated,
+                       recomputed_tokens=int(part.recomputed_tokens.sum()), ttft=lat["ttft"], tpot=lat["tpot"],
+                       e2e=lat["e2e"], queue=lat["queue"], requests_per_s=rate(n), prompt_tokens_per_s=rate(prompt),
+                       generated_tokens_per_s=rate(generated), goodput_per_s=rate(good_requests(r, part)))

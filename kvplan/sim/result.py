@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Annotated, Iterator, NamedTuple, get_type_hints
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, WithJsonSchema
+from pydantic import (BaseModel, ConfigDict, PlainSerializer, PlainValidator, SerializerFunctionWrapHandler,
+                      WithJsonSchema, model_serializer)
 
 from .steady import TierState
 
@@ -149,6 +150,36 @@ class SloCheck(_Result):
     met: bool
 
 
+class StageResult(_Result):
+    """One load stage of a run (workload.stages): the requests it sent and what they saw, wherever they finished (a
+    request still in flight when the next stage starts is its own stage's)."""
+
+    index: int
+    """Its place in workload.stages, from 0."""
+    load: str
+    """Its load and end in words, e.g. 'rate 8/s poisson, 10.0 min'."""
+    start: float
+    """Seconds from the start of traffic to the stage's start."""
+    end: float
+    """Seconds from the start of traffic to its end: its duration passed or its last request sent (before any drain)."""
+    requests: int
+    rejected_requests: int
+    duration: float
+    """Seconds from its first request's arrival to its last request's completion (inference-perf's per-stage
+    span: throughput is requests over it)."""
+    prompt_tokens: int
+    generated_tokens: int
+    recomputed_tokens: int
+    ttft: Summary
+    tpot: Summary
+    e2e: Summary
+    queue: Summary
+    requests_per_s: float
+    prompt_tokens_per_s: float
+    generated_tokens_per_s: float
+    goodput_per_s: float
+
+
 class SimResult(_Result):
     name: str
     spec_hash: str
@@ -200,7 +231,21 @@ class SimResult(_Result):
     """Per LMCache tier: whether the run was long enough for it to fill (kvplan.sim.steady)."""
     tiers: list[TierResult]
     links: list[LinkResult]
+    stages: list[StageResult] = []
+    """Per load stage, when the spec has workload.stages; absent from the JSON of a run without them."""
     per_request: RequestTable
 
     def tier(self, name: str) -> TierResult | None:
         return next((t for t in self.tiers if t.name == name), None)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_stages(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """A run without stages serialises as it did before there were stages: no "stages" key."""
+        data = handler(self)
+        if not self.stages:
+            data.pop("stages", None)
+        return data
+
+    def fields(self) -> dict:
+        """Its fields by name, as its JSON has them: `stages` only when the run has stages."""
+        return {name: value for name, value in self if name != "stages" or value}

@@ -20,19 +20,24 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import math
+
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
+from ..spec.stages import stages_of
 from . import metrics, steady
 from . import workload as wl
 from .clock import Environment, Event
 from .engine import Engine
 from .fabric import Fabric
 from .ledger import Ledger
+from .load import Load
 from .lmcache import TIERS, LMCacheModel
 from .prefix_cache import PrefixCache
 from .router import Router
 from .seq import Seq
 from .slo_watch import SloWatch
+from .stages import Staged
 from .steptime import StepTime
 
 from .result import LinkResult, RequestTable, SimResult, TierResult
@@ -71,7 +76,8 @@ class Simulation:
                  bounds: Bounds = Bounds(), stop_at_miss: dict[str, float] | None = None,
                  requests: wl.RequestStream | None = None):
         self.r = r
-        self.requests = requests                 # None: the spec's workload (wl.stream)
+        self.requests = requests                 # None: the spec's workload (wl.stream, or a Load of its stages)
+        self.load: Load | None = None            # a staged or closed-loop workload's sender
         self.bounds = bounds
         self.stop_at_miss = stop_at_miss
         self.watch: SloWatch | None = None
@@ -112,7 +118,20 @@ class Simulation:
         if self.watch is not None:
             i = seq.req.id
             self.watch.see(ledger.ttft[i], ledger.tpot[i], ledger.e2e[i], seq.req.output_tokens)
+        if self.load is not None:
+            self.load.finished(seq.req, now)
         if self.finished_count == self.expected:
+            self.finished_event.succeed()
+
+    def _submit(self, req: wl.Request) -> None:
+        """A request of a Load, to the instance the router picks (its row made room for first)."""
+        self.ledger.grow(req.id + 1)
+        self.engines[self.router.pick(req)].submit(req)
+
+    def _load_done(self, sent: int) -> None:
+        """The Load has sent its last request: the run ends once all `sent` have finished."""
+        self.expected = sent
+        if self.finished_count == sent:
             self.finished_event.succeed()
 
     # ---- the run
@@ -128,7 +147,9 @@ class Simulation:
                 interval *= 2
                 for samples in (*self.occupancy.values(), self.block_utilisation):
                     samples[:] = samples[::2]
-            if self.progress and end_hint > 0:
+            if self.progress and self.load is not None:
+                self.progress(self.load.progress())
+            elif self.progress and end_hint > 0:
                 self.progress(min(1.0, self.env.now / end_hint))
             yield self.env.timeout(interval)
 
@@ -163,15 +184,24 @@ class Simulation:
         self.offset = offset = env.now
         for engine in self.engines:              # their request merging times a window from an arrival
             engine.offset = offset
-        reqs = wl.stream(r, self.seed) if self.requests is None else self.requests
-        self.expected = len(reqs)
-        self.ledger = Ledger(len(reqs), offset, self.request_overhead)
-        if self.stop_at_miss:
-            self.watch = SloWatch(self.stop_at_miss, len(reqs), reqs.decoding)
         self.finished_event = env.event()
-        last = reqs.last_arrival
-        env.process(self.router.deliver(env, reqs, offset))
-        self.sim_limit = self.bounds.sim_limit(last)
+        if self.requests is None and stages_of(r.workload) is not None:
+            reqs = self._start_load(offset)
+            span = self.load.staged.span()
+            if span is None:                     # a closed loop paces itself: only --max-sim-time bounds it
+                self.sim_limit = self.bounds.max_sim_time if self.bounds.max_sim_time is not None else math.inf
+            else:
+                self.sim_limit = self.bounds.sim_limit(span)
+            last = span if span is not None else 1.0
+        else:
+            reqs = wl.stream(r, self.seed) if self.requests is None else self.requests
+            self.expected = len(reqs)
+            self.ledger = Ledger(len(reqs), offset, self.request_overhead)
+            if self.stop_at_miss:
+                self.watch = SloWatch(self.stop_at_miss, len(reqs), reqs.decoding)
+            last = reqs.last_arrival
+            env.process(self.router.deliver(env, reqs, offset))
+            self.sim_limit = self.bounds.sim_limit(last)
         env.process(self.sample(max(last / 100, 1e-3), last + offset))
         if self.expected:
             env.run(self.finished_event)
@@ -180,6 +210,23 @@ class Simulation:
         env.run()                                # idle engines wait on nothing: this lets in-flight writes land
         self._sample()
         return self._result(reqs, warm, duration)
+
+    def _start_load(self, offset: float) -> Load:
+        """Send a staged or closed-loop workload (kvplan.sim.load): how many requests it has is known once it has sent
+        them, so the run ends when the Load says so (`_load_done`)."""
+        staged = Staged(self.r, self.seed)
+        if self.stop_at_miss:
+            counts = staged.counts()
+            if counts is None:
+                raise SpecError([Problem("workload", "stopping a run at its first certain SLO miss needs its requests "
+                                         "known in advance, which a closed loop's or a draining stage's are not", None,
+                                         fix="search a workload of rate stages without drain")])
+            self.watch = SloWatch(self.stop_at_miss, *counts)
+        self.expected = -1
+        self.ledger = Ledger(0, offset, self.request_overhead)
+        self.load = Load(self.env, staged, self._submit, offset, self.request_overhead, self._load_done)
+        self.env.process(self.load.run())
+        return self.load
 
     def _progress(self) -> str:
         done = self.finished_count
@@ -199,7 +246,7 @@ class Simulation:
                                     "allow more (--max-sim-time)")
 
     def _table(self) -> RequestTable:
-        return RequestTable(**self.ledger.columns())
+        return RequestTable(**self.ledger.columns(self.load.sent if self.load is not None else -1))
 
     def _result(self, reqs, warm, duration: float) -> SimResult:
         r, recs = self.r, self._table()
@@ -268,7 +315,14 @@ class Simulation:
             relookups=relookups, relookup_hit_ratio=relookup_hit, tiers=tiers,
             steady_state=[steady.judge(t.name, t.capacity_bytes, t.peak_used_bytes, t.final_used_bytes, t.evictions,
                                        r.lmcache.tier(t.name).ttl_s, duration) for t in tiers if t.name != "hbm"],
-            links=links, per_request=recs)
+            links=links, stages=self._stages(recs), per_request=recs)
+
+    def _stages(self, recs: RequestTable) -> list:
+        """Each stage's figures, when the spec lists stages (kvplan.sim.load keeps what each sent)."""
+        if self.load is None or not self.load.staged.reported:
+            return []
+        return [metrics.stage(self.r, recs, s.index, self.load.staged.stages[s.index].spec.describe(), s.first, s.last,
+                              s.start, s.end, s.rejected) for s in self.load.spans]
 
 
 def _ratio(a: float, b: float) -> float:

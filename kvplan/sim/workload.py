@@ -58,9 +58,11 @@ import numpy as np
 
 from .. import warmup as warm
 from ..errors import Problem, SpecError
+from ..spec.stages import stages_of
 from ..spec.workload import draw, generator, hash_ids_needed
 from ..spec.workload import prefix_lengths as _prefix_lengths
 from . import replay
+from .arrivals import gaps as _gaps
 from .content import OUTPUT, OUTPUT_TAG, SHARED_PREFIX, TEMPLATE, TRACE_TAG, USER_TEXT, Segments, TraceBlocks
 from .shapes import SharedPrefixSet
 
@@ -137,6 +139,7 @@ def requests(resolved, seed: int | None = None) -> RequestList:
     seed = w.seed if seed is None else seed
     if w.kind == "trace":
         return _replay(resolved)
+    _not_staged(w)
     if w.kind in BENCHMARK_KINDS:
         with _gc_paused():
             return _benchmark(resolved, seed).listed()
@@ -187,16 +190,6 @@ def zipf_cdf(count: int, skew: float) -> np.ndarray:
     return cdf / cdf[-1]
 
 
-def _gaps(arrivals, rng: np.random.Generator, size: int) -> np.ndarray:
-    rate = arrivals.rate
-    if arrivals.process == "poisson":
-        return rng.exponential(1.0 / rate, size)
-    if arrivals.process == "gamma":
-        k = 1.0 / arrivals.cv ** 2
-        return rng.gamma(k, 1.0 / (rate * k), size)
-    return np.full(size, 1.0 / rate)
-
-
 # --------------------------------------------------------------------------- synthetic kinds
 
 class RequestStream:
@@ -245,12 +238,20 @@ def stream(resolved, seed: int | None = None) -> RequestStream:
     seed = w.seed if seed is None else seed
     if w.kind == "trace":
         return RequestStream.of(_replay(resolved))
+    _not_staged(w)
     if w.kind in BENCHMARK_KINDS:
         return _benchmark(resolved, seed)
     if w.requests is None and w.duration is None:
         raise SpecError([Problem("workload", "a synthetic workload needs an end: requests or duration",
                                  fix="add workload.requests: 1000 or workload.duration: 10min")])
     return _Drawn(resolved, seed).stream()
+
+
+def _not_staged(w) -> None:
+    """Load stages and closed loops are kvplan.sim.stages' (which draws each open-loop stage with `_Drawn`): a caller
+    that reached here with one would replay the workload without its stages."""
+    if stages_of(w) is not None:
+        raise ValueError("a staged or closed-loop workload's requests come from kvplan.sim.stages.requests")
 
 
 class _Drawn:
@@ -263,7 +264,7 @@ class _Drawn:
     CHUNK = 4096
     """Records turned into Python numbers at a time, as the stream reaches them."""
 
-    def __init__(self, resolved, seed: int):
+    def __init__(self, resolved, seed: int, stage=None):
         w = resolved.workload
         rng = generator(seed)
         max_len = resolved.max_model_len
@@ -279,9 +280,12 @@ class _Drawn:
         columns: dict[str, list[np.ndarray]] = {f: [] for f in self.FIELDS}
         ended: list[float] = []                      # arrivals of turns that no longer fit
         n_records, t0, session, turn_n = 0, 0.0, 0, 0
+        if stage is not None:      # one open-loop stage (kvplan.sim.stages.OpenStage): its draws, starts, end and names
+            rng, limit, duration = stage.generator(rng), stage.requests, stage.duration
+            session = turn_n = stage.first
         finished = False
         while not finished:
-            starts = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH))
+            starts = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH)) if stage is None else stage.starts(rng, t0, _BATCH)
             t0 = float(starts[-1])
             if cdf is not None:
                 ranks = np.minimum(np.searchsorted(cdf, rng.random(_BATCH), side="right"), len(cdf) - 1).tolist()
