@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
+from ..sim import stages
 from ..sim import workload as wl
 from ..sim.result import SimResult
 from .observed import TIER_SOURCES, BenchRun
@@ -97,7 +98,7 @@ def predict(r: Resolved, run: BenchRun) -> SimResult:
 def as_sent(r: Resolved, run: BenchRun) -> wl.RequestStream:
     """The run's requests, each arriving when the bench sent it (one it never sent, at its arrival time)."""
     sent = dict(zip(run.requests["id"], run.requests["sent"]))
-    planned = wl.requests(r, run.seed)
+    planned = stages.requests(r, run.seed)
     retimed = [q._replace(arrival=sent[q.id]) if sent.get(q.id, -1.0) >= 0 else q for q in planned]
     retimed.sort(key=lambda q: (q.arrival, q.id))
     return wl.RequestStream.of(wl.RequestList(retimed, planned.rejected, planned.shortened, planned.sessions_ended_early))

@@ -45,9 +45,10 @@ class WorkloadStats:
 
 
 def workload_stats(r: Resolved, seed: int) -> WorkloadStats:
+    from ..sim import stages
     from ..sim import workload as wl
 
-    reqs = wl.requests(r, seed)
+    reqs = stages.requests(r, seed)
     seen: set[int] = set()
     chunks: set[int] = set()
     chunk = r.lmcache.chunk_size if r.lmcache else None
@@ -90,10 +91,11 @@ def at_rate(topo: Topology, rate: float, slo: Slo, seed: int,
         return base, offered, stats
     except (KeyError, TypeError, ValueError):  # none kept, or a file from elsewhere: measure it again
         pass
+    from ..sim import stages
     from ..sim import workload as wl
 
     def offered_by(r: Resolved) -> float:
-        reqs = wl.requests(r, seed)
+        reqs = stages.requests(r, seed)
         span = reqs[-1].arrival if reqs else 0.0
         return len(reqs) / span if span > 0 else rate
 

@@ -44,6 +44,7 @@ from ..resolve import Resolved, accelerator_problems, resolve
 from ..sim.result import SimResult
 from ..sim.slo_watch import SloMiss
 from ..spec import Topology, from_mapping
+from ..spec import stages
 from ..spec.slo import Slo
 from ..units import fmt_bytes, fmt_duration, parse_rate
 from .bounds import Floors, WorkloadStats, at_rate, behaviour as plan_behaviour, floors
@@ -205,6 +206,10 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
     if not slo.targets():
         raise SpecError([Problem("--slo", "no latency target to plan for", None, ", ".join(Slo.model_fields),
                                  "give --slo ttft_p99=500ms (repeatable), or add an slo: section to the spec")])
+    unrated = stages.unrated(topo.workload, "the planner", "plan for an open loop at --rate (a spec without "
+                             "stages or arrivals.concurrency), then simulate the winner under this load")
+    if unrated is not None:
+        raise SpecError([unrated])
     if topo.workload.kind in ("trace", "replay"):
         kind = topo.workload.kind
         raise SpecError([Problem("workload.kind", f"a {'trace' if kind == 'trace' else 'per-request log'} replays its "

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import SpecError
 from ..resolve import Resolved, resolve
+from ..sim import stages
 from ..sim import workload as wl
 from ..sim.eviction import make
 from ..spec import Topology
@@ -237,7 +238,7 @@ class _Streams:
 
 def workload_streams(r: Resolved, seed: int) -> _Streams:
     """The chunk and block streams of `r`'s workload for `seed` (warm-up first), as `size` builds them."""
-    return _Streams(r, wl.warmup(r, seed), wl.requests(r, seed))
+    return _Streams(r, wl.warmup(r, seed), stages.requests(r, seed))
 
 
 def replayed_hit_ratio(streams: _Streams, r: Resolved, tier_name: str, policy: str) -> float:
@@ -411,7 +412,7 @@ def size(topo: Topology, resolved: Resolved | None = None, seed: int | None = No
     r = resolved or resolve(topo, catalog)
     seed = r.workload.seed if seed is None else seed
     warm = wl.warmup(r, seed)
-    reqs = wl.requests(r, seed)
+    reqs = stages.requests(r, seed)
     streams = _Streams(r, warm, reqs)
     prices = _Prices(topo, r, catalog)
     prompt = streams.prompt_tokens

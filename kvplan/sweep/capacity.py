@@ -35,7 +35,7 @@ from typing import Callable, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import Problem, SpecError
-from ..spec import from_mapping, read_yaml
+from ..spec import from_mapping, read_yaml, stages
 from ..spec.topology import Topology
 from .cache import RunCache, run_cached
 from .executor import Task
@@ -68,6 +68,10 @@ class Knob:
     @classmethod
     def of(cls, topo: Topology) -> "Knob":
         w = topo.workload
+        unrated = stages.unrated(w, "kvplan capacity", "search an open loop (a spec without stages or "
+                                 "arrivals.concurrency), or simulate each load with kvplan simulate")
+        if unrated is not None:
+            raise SpecError([unrated])
         if w.kind == "trace":
             return cls("workload.trace.time_scale", 1.0, w.trace.time_scale)
         if w.kind == "replay":
