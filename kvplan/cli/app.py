@@ -119,7 +119,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         from pydantic_core import to_json
 
         if seeds == 1 and not ablation:   # the SimResult's own keys, with "cost" beside them as the last key
-            payload: dict = dict(results[0])
+            payload: dict = results[0].fields()
         else:
             payload = {"results": results}
             if ablation:

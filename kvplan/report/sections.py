@@ -56,10 +56,27 @@ def result_sections(res: SimResult) -> list[Section]:
     links = Section("Busiest links", ["link", "transfers", "utilisation"],
                     [[link.name, fmt_count(link.transfers), pct(link.utilisation)]
                      for link in sorted(res.links, key=lambda l: (-l.utilisation, l.name))[:6]])
-    sections = [head, latency, tiers, links]
+    sections = [head, latency, *([stages_section(res)] if res.stages else []), tiers, links]
     if res.alerts:
         sections.append(Section("Alerts (design-note thresholds)", None, [[a] for a in res.alerts]))
     return sections
+
+
+def stages_section(res: SimResult) -> Section:
+    """Per load stage (workload.stages): what it sent, at what throughput, and the latencies its requests saw. A
+    stage's three rows are its TTFT, TPOT and E2E; its load, end and span read down the second column."""
+    section = Section("Stages (each stage's requests, wherever they finished)",
+                      ["stage", "load", "requests", "req/s", "", "mean", "p50", "p90", "p99"])
+    for st in res.stages:
+        load, _, ends = st.load.partition(", ")
+        sent = fmt_count(st.requests) + (f" (+{fmt_count(st.rejected_requests)} rejected)" if st.rejected_requests else "")
+        left = [[str(st.index), load, sent, f"{st.requests_per_s:.2f}"], ["", f"until {ends}", "", ""],
+                ["", f"at {st.start:,.1f}-{st.end:,.1f} s", "", ""]]
+        for lead, name in zip(left, ("ttft", "tpot", "e2e")):
+            dist = getattr(st, name)
+            section.rows.append([*lead, name.upper(), fmt_duration(dist.mean), fmt_duration(dist.p50),
+                                 fmt_duration(dist.p90), fmt_duration(dist.p99)])
+    return section
 
 
 ABLATION_METRICS = [("req/s", lambda r: r.requests_per_s, lambda x: f"{x:.2f}"),
