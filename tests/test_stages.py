@@ -231,6 +231,48 @@ def test_requests_too_long_count_as_sent_and_a_loop_that_only_draws_them_is_stop
     assert "workload.arrivals.concurrency: the last 10,000 sessions its users drew were all rejected" in caught.value.render()
 
 
+# ------------------------------------------------------------------------------------------- shared_prefix
+
+SHAPE = {"num_groups": 3, "num_prompts_per_group": 4, "system_prompt_len": 300, "question_len": 60, "output_len": 20}
+
+
+def prompt_of(req) -> int:
+    """The shared_prefix prompt a request sends: its content's (QUESTION, prompt) run."""
+    return req.content.parts[1][0][1]
+
+
+def test_a_shared_prefix_load_as_one_stage_is_the_same_run():
+    plain = simulate({"kind": "shared_prefix", "shared_prefix": SHAPE, "requests": 40, "arrivals": {"rate": "4/s"}})
+    one = simulate({"kind": "shared_prefix", "shared_prefix": SHAPE, "stages": [{"rate": "4/s", "requests": 40}]})
+    for column in type(plain.per_request).model_fields:
+        assert np.array_equal(getattr(plain.per_request, column), getattr(one.per_request, column)), column
+
+
+def test_every_shared_prefix_stage_starts_again_at_the_first_prompt_of_the_order():
+    """inference-perf numbers each stage's requests from 0 and sends prompt k mod (groups x prompts) of one order."""
+    reqs = staged.requests(resolve(local({"kind": "shared_prefix", "shared_prefix": SHAPE, "stages": [
+        {"rate": "4/s", "requests": 15}, {"rate": "8/s", "duration": "2s", "process": "rescaled_poisson"}]})))
+    order = [prompt_of(q) for q in reqs]
+    assert len(reqs) == 15 + 16 and sorted(order[:12]) == list(range(12))
+    assert order[15:] == order[:12] + order[:4]
+    assert reqs[15].content.keys(1, reqs[15].prompt_tokens) == reqs[0].content.keys(1, reqs[0].prompt_tokens)
+    assert reqs[15].content.keys(1, len(reqs[15].content)) != reqs[0].content.keys(1, len(reqs[0].content))  # outputs
+
+
+def test_a_closed_loop_of_shared_prefix_users_sends_the_prompts_in_order():
+    spec = resolve(local({"kind": "shared_prefix", "shared_prefix": SHAPE, "arrivals": {"concurrency": 4},
+                          "requests": 30}))
+    sim = Simulation(spec)
+    sent = []
+    submit = sim._submit
+    sim._submit = lambda req: (sent.append(req), submit(req))
+    res = sim.run()
+    listed = staged.requests(resolve(local({"kind": "shared_prefix", "shared_prefix": SHAPE, "requests": 30,
+                                            "arrivals": {"rate": "1/s"}})))
+    assert [prompt_of(q) for q in sent] == [prompt_of(q) for q in listed]
+    assert (in_flight(res) == 4).all()
+
+
 # ------------------------------------------------------------------------------------------- results
 
 def test_the_stages_figures_add_up_to_the_whole_runs():

@@ -6,8 +6,8 @@ after the other (kvplan.spec.stages says what a stage is):
 - An open-loop stage's requests go to the router at their times, counted from the stage's start,
   as `Router.deliver` sends a workload without stages; the stage ends at its end
   (`OpenStage.end`).
-- A closed-loop stage starts `concurrency` users at once. A user takes the next session, sends a
-  turn, and waits until its reply has come: the engine's last token plus the run's
+- A closed-loop stage starts `concurrency` users at once. A user takes the next session (one
+  prompt for shared_prefix), sends a turn, and waits until its reply has come: the engine's last token plus the run's
   request_overhead (HTTP and streaming), the same instant the result's E2E counts to. It then
   thinks for the turn's think time and sends the next turn, or takes the next session at once.
   The stage ends when it has sent its `requests`, or when its duration has passed (a closed loop
@@ -188,8 +188,8 @@ class Load:
         """One user of a closed-loop stage: sessions one after the other, each turn after the reply to the one before."""
         env = self.env
         while not closing.over:
-            session = stage.take()
-            if session.rejected:
+            talk = stage.take()
+            if talk.rejected:
                 span.rejected += 1
                 closing.count()
                 closing.rejected_in_a_row += 1
@@ -197,8 +197,7 @@ class Load:
                     raise SpecError([self._stalled(stage)])
                 continue
             closing.rejected_in_a_row = 0
-            span.shortened += session.shortened
-            talk = stage.conversation(session)
+            span.shortened += talk.shortened
             for k in range(len(talk)):
                 if closing.over:
                     return
@@ -211,7 +210,7 @@ class Load:
                 pause = self.overhead + (talk.think(k) if k + 1 < len(talk) else 0.0)
                 if pause > 0:
                     yield env.timeout(pause)
-            if session.ended_early:
+            if talk.ended_early:
                 span.sessions_ended_early += 1
 
     def _stalled(self, stage: ClosedStage) -> Problem:
@@ -219,4 +218,4 @@ class Load:
         return Problem(path, f"the last {MAX_REJECTED_IN_A_ROW:,} sessions its users drew were all rejected: their first "
                        "request is longer than serving.max_model_len even with one token of new text, so they send "
                        "nothing and the clock never moves", None,
-                       fix="shorten workload.output or the shared prefixes, or raise serving.max_model_len")
+                       fix="shorten the requests (workload.output, the prompts' lengths), or raise serving.max_model_len")

@@ -40,6 +40,7 @@ from ..spec.workload import prefix_lengths as draw_prefix_lengths
 from . import workload as wl
 from .arrivals import Rescaled, gaps
 from .content import OUTPUT, SHARED_PREFIX, USER_TEXT, Segments
+from .shapes import SharedPrefixSet
 
 STAGE_SPAN = 1 << 40
 """Sessions and turns of stage k are numbered from k x STAGE_SPAN (far more than a stage ever draws)."""
@@ -57,23 +58,45 @@ def stage_generator(seed: int, index: int, first: np.random.Generator) -> np.ran
 
 
 class OpenStage:
-    """An open-loop stage: every request it sends and when, from its start (drawn in full when made).
+    """An open-loop stage: every request it sends and when, from its start (drawn in full when made). Known before
+    it runs: `count` (requests it sends), `last_arrival`, `decoding` (those with more than one output token), what a
+    RequestList counts (`rejected`, `shortened`, `sessions_ended_early`) and `end`.
 
-    Also what `_Drawn` reads to draw it: `generator`, `starts`, `requests`, `duration` (for rescaled_poisson its
-    window, past which no turn arrives) and `first` (the number of its first session and turn)."""
+    A synthetic kind's stage is what `_Drawn` reads to draw it: `generator`, `starts`, `requests`, `duration` (for
+    rescaled_poisson its window, past which no turn arrives) and `first` (the number of its first session and turn).
+    A shared_prefix stage's k-th arrival sends prompt k of the set's order (kvplan.sim.shapes: every stage starts
+    again at the first, as inference-perf's do); a prompt too long for max_model_len is rejected."""
 
     closed = False
 
-    def __init__(self, resolved, seed: int, index: int, stage: Stage):
+    def __init__(self, resolved, seed: int, index: int, stage: Stage, prompts: SharedPrefixSet | None = None,
+                 after_prompts: np.random.Generator | None = None):
         self.index, self.spec, self.seed = index, stage, seed
         self.first = index * STAGE_SPAN
         self.requests = stage.requests
         self.rescaled = stage.process == "rescaled_poisson"
         self.duration = window(stage) if self.rescaled else stage.duration
         self._rescaled: Rescaled | None = None
-        self.drawn = wl._Drawn(resolved, seed, stage=self)
-        reached = stage.requests is not None and len(self.drawn.arrival) == stage.requests
-        self.end = float(self.drawn.arrival[-1]) if reached or self.duration is None else self.duration
+        self.prompts = prompts
+        if prompts is None:
+            self.drawn = wl._Drawn(resolved, seed, stage=self)
+            d = self.drawn
+            arrivals = d.arrival                                # every record's, the rejected ones too
+            self.count, self.decoding, self.last_arrival = d.count, d.decoding, d.last_arrival
+            self.rejected, self.shortened, self.sessions_ended_early = d.rejected, d.shortened, d.sessions_ended_early
+        else:
+            assert after_prompts is not None
+            arrivals = self._arrivals(stage_generator(seed, index, after_prompts))
+            self.sent = prompts.sends(np.arange(len(arrivals)))
+            prompt, out = prompts.prompt_tokens[self.sent], prompts.output_tokens[self.sent]
+            fits = prompt + out <= resolved.max_model_len
+            self.kept = np.flatnonzero(fits)
+            self.times, self.prompt_tokens, self.output_tokens = arrivals, prompt, out
+            self.count, self.decoding = len(self.kept), int((out[fits] > 1).sum())
+            self.last_arrival = float(arrivals[self.kept[-1]]) if len(self.kept) else 0.0
+            self.rejected, self.shortened, self.sessions_ended_early = len(arrivals) - len(self.kept), 0, 0
+        reached = stage.requests is not None and len(arrivals) == stage.requests
+        self.end = float(arrivals[-1]) if reached or self.duration is None else self.duration
         """Seconds from the stage's start to its end: its duration, or the arrival of its last request."""
 
     def generator(self, first: np.random.Generator) -> np.random.Generator:
@@ -87,9 +110,33 @@ class OpenStage:
             self._rescaled = Rescaled(self.spec.rate, self.duration, rescaled_count(self.spec), rng)
         return self._rescaled.next(size)
 
+    def _arrivals(self, rng: np.random.Generator) -> np.ndarray:
+        """Its arrival times, drawn _BATCH at a time until it has `requests` of them or one falls past its duration (as
+        kvplan.sim.workload draws a shared_prefix workload's), then cut to those."""
+        batches: list[np.ndarray] = []
+        t0, count = 0.0, 0
+        while True:
+            times = self.starts(rng, t0, _BATCH)
+            batches.append(times)
+            t0, count = float(times[-1]), count + len(times)
+            if (self.requests is not None and count >= self.requests) or (self.duration is not None and t0 > self.duration):
+                break
+        every = np.concatenate(batches)
+        if self.duration is not None:
+            every = every[every <= self.duration]
+        return every[:self.requests]
+
     def stream(self) -> wl.RequestStream:
         """Its requests in arrival order, each built when taken (ids from 0; the sender numbers them anew)."""
-        return self.drawn.stream()
+        if self.prompts is None:
+            return self.drawn.stream()
+        prompts, kept = self.prompts, self.kept.tolist()
+        times, prompt, out, sent = (a.tolist() for a in (self.times, self.prompt_tokens, self.output_tokens, self.sent))
+
+        def made():
+            for new_id, j in enumerate(kept):
+                yield wl.Request(new_id, times[j], prompt[j], out[j], prompts.content(sent[j], self.first + j))
+        return wl.RequestStream(self.count, self.last_arrival, self.decoding, made(), self.rejected)
 
 
 class Session(NamedTuple):
@@ -108,30 +155,36 @@ class Session(NamedTuple):
 
 
 class ClosedStage:
-    """A closed-loop stage: its sessions in draw order, drawn a batch at a time as its users take them."""
+    """A closed-loop stage: what its users send, taken in order (`take`): a synthetic kind's sessions, drawn a batch
+    at a time as they are taken; a shared_prefix set's prompts, the k-th taken sending prompt k of the set's order."""
 
     closed = True
 
-    def __init__(self, resolved, seed: int, index: int, stage: Stage):
+    def __init__(self, resolved, seed: int, index: int, stage: Stage, prompts: SharedPrefixSet | None = None):
         w = resolved.workload
         self.index, self.spec = index, stage
         self.first = index * STAGE_SPAN
-        first = generator(seed)
-        self.prefix_lengths: list[int] = draw_prefix_lengths(w, first).tolist()
-        self.rng = stage_generator(seed, index, first)
-        sp = w.shared_prefixes
-        self.cdf = wl.zipf_cdf(sp.count, sp.skew) if sp is not None and sp.count > 1 else None
         self.workload, self.max_len = w, resolved.max_model_len
-        self.sessions = w.sessions is not None
-        self._queue: deque[Session] = deque()
-        self._drawn_sessions = 0
-        self._turns = 0
+        self.prompts = prompts
+        self.taken = 0
+        if prompts is None:
+            first = generator(seed)
+            self.prefix_lengths: list[int] = draw_prefix_lengths(w, first).tolist()
+            self.rng = stage_generator(seed, index, first)
+            sp = w.shared_prefixes
+            self.cdf = wl.zipf_cdf(sp.count, sp.skew) if sp is not None and sp.count > 1 else None
+            self.sessions = w.sessions is not None
+            self._queue: deque[Session] = deque()
+            self._sessions = self._turns = 0            # drawn so far
 
-    def take(self) -> Session:
-        """The next session in draw order."""
+    def take(self) -> "Conversation | Prompt":
+        """What the next user to be free sends: a session's turns, or one prompt."""
+        k, self.taken = self.taken, self.taken + 1
+        if self.prompts is not None:
+            return Prompt(self.prompts, int(self.prompts.sends(np.array([k]))[0]), self.first + k, self.max_len)
         if not self._queue:
             self._draw()
-        return self._queue.popleft()
+        return Conversation(self._queue.popleft(), self.prefix_lengths, self.sessions)
 
     def _draw(self) -> None:
         """A batch of sessions, drawn as `_Drawn` draws one (its ranks, turns, new text, outputs and think times, in
@@ -168,11 +221,8 @@ class ClosedStage:
                 self._turns += 1
                 used += new + out
             j += n_turns
-            self._queue.append(Session(self.first + self._drawn_sessions, rank, fitted, rejected, shortened, ended))
-            self._drawn_sessions += 1
-
-    def conversation(self, session: Session) -> "Conversation":
-        return Conversation(session, self.prefix_lengths, self.sessions)
+            self._queue.append(Session(self.first + self._sessions, rank, fitted, rejected, shortened, ended))
+            self._sessions += 1
 
 
 class Conversation:
@@ -181,6 +231,7 @@ class Conversation:
 
     def __init__(self, session: Session, prefix_lengths: list[int], sessions: bool):
         self.session = session
+        self.rejected, self.shortened, self.ended_early = session.rejected, session.shortened, session.ended_early
         self.used = prefix_lengths[session.rank] if session.rank >= 0 else 0
         self.prefix = self.used
         self.parent: Segments | None = None
@@ -209,6 +260,28 @@ class Conversation:
         return wl.Request(ident, arrival, prompt, out, content, self.label, k)
 
 
+class Prompt:
+    """One prompt of a shared_prefix set as a closed-loop user sends it: one request, its output named `number`;
+    rejected when its prompt and output exceed max_model_len."""
+
+    shortened = ended_early = False
+
+    def __init__(self, prompts: SharedPrefixSet, prompt: int, number: int, max_len: int):
+        self.prompts, self.prompt, self.number = prompts, prompt, number
+        self.prompt_tokens, self.output_tokens = int(prompts.prompt_tokens[prompt]), int(prompts.output_tokens[prompt])
+        self.rejected = self.prompt_tokens + self.output_tokens > max_len
+
+    def __len__(self) -> int:
+        return 1
+
+    def think(self, k: int) -> float:
+        return 0.0
+
+    def request(self, k: int, ident: int, arrival: float) -> wl.Request:
+        return wl.Request(ident, arrival, self.prompt_tokens, self.output_tokens,
+                          self.prompts.content(self.prompt, self.number))
+
+
 class Staged:
     """A staged or closed-loop workload: its stages, each ready to send (`stages_of` says which workloads are)."""
 
@@ -220,9 +293,13 @@ class Staged:
         self.reported = w.stages is not None
         """Whether the spec lists its stages (a result then reports each); a closed loop or rescaled_poisson arrivals
         without `stages` is one stage, the whole run."""
+        prompts = after = None
+        if w.kind == "shared_prefix":            # one prompt set for every stage: its draws come first, as without stages
+            after = generator(self.seed)
+            prompts = SharedPrefixSet(w.shared_prefix, after)
         self.stages: list[OpenStage | ClosedStage] = [
-            ClosedStage(resolved, self.seed, i, s) if s.concurrency is not None else OpenStage(resolved, self.seed, i, s)
-            for i, s in enumerate(loads)]
+            ClosedStage(resolved, self.seed, i, s, prompts) if s.concurrency is not None else
+            OpenStage(resolved, self.seed, i, s, prompts, after) for i, s in enumerate(loads)]
 
     @property
     def static(self) -> bool:
@@ -236,8 +313,8 @@ class Staged:
         for s in self.stages:
             if s.closed and s.spec.duration is None:
                 return None
-            if not s.closed and s.drawn.count:
-                last = start + s.drawn.last_arrival
+            if isinstance(s, OpenStage) and s.count:
+                last = start + s.last_arrival
             start += (s.end if not s.closed else s.spec.duration) + s.spec.pause
         return last if self.static else start
 
@@ -247,7 +324,7 @@ class Staged:
         if not self.static:
             return None
         open_stages = [s for s in self.stages if isinstance(s, OpenStage)]
-        return sum(s.drawn.count for s in open_stages), sum(s.drawn.decoding for s in open_stages)
+        return sum(s.count for s in open_stages), sum(s.decoding for s in open_stages)
 
     def listed(self) -> wl.RequestList:
         """Every request of a static workload, in arrival order, ids 0..; SpecError for one that is not."""
@@ -259,9 +336,9 @@ class Staged:
             assert isinstance(s, OpenStage)
             for req in s.stream():
                 out.append(req._replace(id=len(out), arrival=start + req.arrival))
-            out.rejected += s.drawn.rejected
-            out.shortened += s.drawn.shortened
-            out.sessions_ended_early += s.drawn.sessions_ended_early
+            out.rejected += s.rejected
+            out.shortened += s.shortened
+            out.sessions_ended_early += s.sessions_ended_early
             start += s.end + s.spec.pause
         return out
 

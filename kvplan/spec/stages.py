@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from .topology import Topology
     from .workload import Workload
 
+REPLAYED = {"trace": "a trace", "replay": "a per-request log"}
+"""The kinds that replay their own timestamps: neither stages nor a closed loop apply to them."""
+
 Process = Literal["poisson", "gamma", "constant", "rescaled_poisson"]
 """The open-loop arrival processes (kvplan.sim.arrivals draws them)."""
 
@@ -95,12 +98,12 @@ class Stage(SpecModel):
 
 
 def stages_of(w: "Workload") -> list[Stage] | None:
-    """The loads a synthetic workload runs, each with its process and cv filled in: its `stages`, or the one stage its
-    `arrivals` and end make when they need the staged generator (a closed loop, or rescaled_poisson arrivals). None
-    for a workload that is one open loop of poisson, gamma or constant arrivals, or a trace: kvplan.sim.workload
-    draws it as it always has."""
+    """The loads a workload runs, each with its process and cv filled in: its `stages`, or the one stage its `arrivals`
+    and end make when they need the staged generator (a closed loop, or rescaled_poisson arrivals). None for a
+    workload that is one open loop of poisson, gamma or constant arrivals, or that replays its own timestamps (trace,
+    replay): kvplan.sim.workload draws it as it always has."""
     a = w.arrivals
-    if w.kind == "trace":
+    if w.kind in REPLAYED:
         return None
     if w.stages is None:
         if a.concurrency is None and a.process != "rescaled_poisson":
@@ -154,10 +157,10 @@ def problems(topo: "Topology") -> Iterator[Problem]:
     if w.stages is None:
         if a.concurrency is None:
             return
-        if w.kind == "trace":
-            yield Problem("workload.arrivals.concurrency", "a trace is replayed at its own timestamps, not by users "
-                          "waiting for replies", a.concurrency, fix="remove arrivals.concurrency, or use a synthetic "
-                          "kind (chat, codegen, rag)")
+        if w.kind in REPLAYED:
+            yield Problem("workload.arrivals.concurrency", f"{REPLAYED[w.kind]} is replayed at its own timestamps, not "
+                          "by users waiting for replies", a.concurrency, fix="remove arrivals.concurrency, or use a "
+                          "kind that draws its requests (chat, codegen, rag, shared_prefix)")
         if "rate" in given:
             yield Problem("workload.arrivals.rate", "conflicts with arrivals.concurrency: rate makes an open loop (requests "
                           "arrive whatever the replies), concurrency a closed one (each user waits for its reply)",
@@ -167,9 +170,10 @@ def problems(topo: "Topology") -> Iterator[Problem]:
         if w.duration is not None and w.requests is not None:
             yield from _one_end("workload", "workload.duration", "workload.requests")
         return
-    if w.kind == "trace":
-        yield Problem("workload.stages", "a trace is replayed at its own timestamps, so it has no load stages", None,
-                      fix="remove workload.stages (trace.time_scale replays it faster or slower), or use a synthetic kind")
+    if w.kind in REPLAYED:
+        yield Problem("workload.stages", f"{REPLAYED[w.kind]} is replayed at its own timestamps, so it has no load "
+                      "stages", None, fix=f"remove workload.stages ({w.kind}.time_scale replays it faster or slower), or "
+                      "use a kind that draws its requests (chat, codegen, rag, shared_prefix)")
     for name, value in (("requests", w.requests), ("duration", w.duration)):
         if value is not None:
             yield Problem(f"workload.{name}", f"conflicts with workload.stages: each stage ends by its own duration or "
