@@ -298,3 +298,61 @@ def test_bench_sends_a_benchmarks_prompts_token_for_token_as_the_simulator_reuse
         assert len({tuple(p[:40]) for p in prompts}) == 2
     else:
         assert prompts[3] == prompts[0] and prompts[5] == prompts[0][:200]
+
+
+# ---- load stages and closed loops (kvplan.spec.stages): bench sends them as the simulator does
+
+def overlap(outcomes: list[Outcome]) -> int:
+    """The most requests in flight at once, as the client saw them: from sending to the last token."""
+    events = sorted([(o.sent, 1) for o in outcomes] + [(o.last_token, -1) for o in outcomes])
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def slowly(body: dict) -> str:
+    """A server that takes a little while per request, so that a closed loop's users overlap."""
+    import time
+    time.sleep(0.02)
+    return "ok"
+
+
+def test_bench_runs_a_closed_loop_with_exactly_its_users_in_flight():
+    r = local({**PLAIN_BENCH, "requests": 24, "arrivals": {"concurrency": 3}})
+    with fake_vllm(behave=slowly) as fake:
+        outcomes = Bench(r, [fake.target()], salt=SALT, timeout=10.0).run()
+    assert len(outcomes) == len(fake.bodies) == 24 and all(o.ok for o in outcomes)
+    assert [o.id for o in outcomes] == list(range(24))                  # ids in the order they were sent
+    assert overlap(outcomes) == 3
+
+
+def test_a_closed_loop_user_sends_a_chat_turn_after_the_reply_before_it_carrying_that_reply():
+    r = local({**CHAT_BENCH, "requests": 12, "arrivals": {"concurrency": 2}})
+    with fake_vllm() as fake:
+        outcomes = Bench(r, [fake.target()], salt=SALT, timeout=10.0).run()
+    assert len(outcomes) == 12 and all(o.ok for o in outcomes) and overlap(outcomes) <= 2
+    prompt_of = {tuple(ids): prompt for prompt, ids in fake.replies}     # each reply's ids are unique
+    by_session: dict[int, list[Outcome]] = {}
+    for o in outcomes:
+        by_session.setdefault(o.session, []).append(o)
+    assert any(len(turns) > 1 for turns in by_session.values())
+    for turns in by_session.values():
+        assert [o.turn for o in turns] == list(range(len(turns)))
+        for before, after in zip(turns, turns[1:]):
+            assert after.sent >= before.last_token                       # after the reply, and its think time
+            carried = prompt_of[tuple(before.output)] + before.output    # its prompt, then the reply it got
+            assert prompt_of[tuple(after.output)][:len(carried)] == carried
+
+
+def test_bench_runs_stages_one_after_the_other_and_a_drain_waits_for_the_replies():
+    plain = {k: v for k, v in PLAIN_BENCH.items() if k not in ("requests", "arrivals")}
+    r = local({**plain, "stages": [
+        {"rate": "40/s", "requests": 6, "drain": True}, {"concurrency": 2, "requests": 6}, {"rate": "40/s", "requests": 4}]})
+    with fake_vllm(behave=slowly) as fake:
+        outcomes = Bench(r, [fake.target()], salt=SALT, timeout=10.0).run()
+    assert len(outcomes) == len(fake.bodies) == 16 and all(o.ok for o in outcomes)
+    first, closed = outcomes[:6], outcomes[6:12]
+    assert min(o.sent for o in closed) >= max(o.last_token for o in first)   # the first stage drained
+    assert overlap(closed) == 2

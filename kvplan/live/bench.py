@@ -8,6 +8,12 @@ reply is late (counted as `waited`); every other request leaves on time. What ea
 measured at the client: TTFT (send to the first streamed token), TPOT (mean gap between later
 tokens) and E2E (send to the last token), plus the error of a request that failed.
 
+Load stages and closed loops (kvplan.spec.stages) are sent as the simulator sends them
+(kvplan.sim.load): stages one after the other, each open loop's requests at their times from its
+start, each closed loop's users sending the next turn once the reply to the last has come (and
+its think time has passed), a draining stage's successor only after its replies. Ids then count
+the requests in the order they were sent.
+
 Nothing waits forever: each request has a timeout (connect, and every read of the stream), and a
 request still running `timeout` after the last arrival is recorded as timed out. A target that
 does not answer before the run starts is a BenchError naming the URL.
@@ -29,7 +35,11 @@ from urllib.parse import urlsplit
 from .. import warmup as warm
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
+from ..sim import stages
 from ..sim import workload as wl
+from ..sim.load import MAX_REJECTED_IN_A_ROW
+from ..sim.stages import ClosedStage, OpenStage, Staged
+from ..spec.stages import stages_of
 from .tokens import output_identity, prompt_tokens
 
 
@@ -225,7 +235,8 @@ class Bench:
         return self.resolved.workload.seed if self.seed is None else self.seed
 
     def requests(self) -> wl.RequestList:
-        return wl.requests(self.resolved, seed=self.seed)
+        """Every request, listed in advance (a workload without stages, or whose stages are open loops without drain)."""
+        return stages.requests(self.resolved, seed=self.seed)
 
     def body(self, req: wl.Request, outputs: dict) -> dict:
         vocab = self.resolved.model.vocab_size
@@ -251,74 +262,83 @@ class Bench:
 
     def run(self) -> list[Outcome]:
         """Send every request at its arrival time (seconds from now) and wait for all of them, at most
-        `timeout` past the last arrival; one Outcome per request, in arrival order."""
+        `timeout` past the last arrival; one Outcome per request, in arrival order. A workload whose stages are not
+        all open loops without drain is run stage by stage as it goes (`run_stages`)."""
+        if stages_of(self.resolved.workload) is not None:
+            staged = Staged(self.resolved, self.seed)
+            if not staged.static:
+                return self.run_stages(staged)
         reqs = self.requests()
-        outcomes = [Outcome(r.id, r.session, r.turn, -1 if self.router else r.id % len(self.targets), r.arrival,
-                            r.prompt_tokens, r.output_tokens) for r in reqs]
-        done_events = [threading.Event() for _ in reqs]
-        previous: dict[int, int] = {}              # session -> index of its latest turn so far
-        waits_on: list[int | None] = []
-        for i, r in enumerate(reqs):
-            waits_on.append(previous.get(r.session) if r.session >= 0 else None)
-            if r.session >= 0:
-                previous[r.session] = i
-        outputs: dict[tuple[int, ...], list[int]] = {}
-        lock = threading.Lock()
-        counts = {"done": 0, "failed": 0, "in_flight": 0}
-        start = time.monotonic()
-        clock = lambda: time.monotonic() - start  # noqa: E731
-
-        def worker(i: int) -> None:
-            req, out = reqs[i], outcomes[i]
-            sending = False
-            try:
-                before = waits_on[i]
-                if before is not None:
-                    done_events[before].wait()
-                    out.waited = clock() - req.arrival > LATE
-                    if not outcomes[before].ok:
-                        out.error = f"not sent: turn {outcomes[before].turn} of its session failed"
-                        return
-                with lock:
-                    body = self.body(req, outputs)
-                    counts["in_flight"] += 1
-                sending = True
-                stream_completion(self.router or self.targets[out.target], body, self.timeout, clock, out, req.session)
-                ident = output_identity(req.content, req.prompt_tokens)
-                if ident is not None and out.ok:
-                    with lock:
-                        outputs[ident] = out.output
-            except Exception as exc:                 # a bug or an unexpected reply: record it, never hang the run
-                out.error = f"{type(exc).__name__}: {exc}"
-            finally:
-                with lock:
-                    counts["in_flight"] -= sending
-                    counts["done"] += 1
-                    counts["failed"] += not out.ok
-                done_events[i].set()
-
+        sending = _Sending(self, len(reqs))
+        for r in reqs:
+            sending.add(r)
         threads = []
-        last_report = 0.0
         for i, req in enumerate(reqs):
-            while True:
-                now = clock()
-                if now >= req.arrival:
-                    break
-                time.sleep(min(req.arrival - now, 0.25))
-                last_report = self._report(counts, len(reqs), last_report, clock)
-            t = threading.Thread(target=worker, args=(i,), name=f"kvplan-bench-{i}", daemon=True)
-            t.start()
-            threads.append(t)
-        deadline = clock() + self.timeout + 5.0
-        for t in threads:
-            while t.is_alive() and clock() < deadline:
-                t.join(0.25)
-                last_report = self._report(counts, len(reqs), last_report, clock)
-        for out, t in zip(outcomes, threads):
-            if t.is_alive() and out.error is None:
-                out.error = f"still running {self.timeout:g} s after the last arrival"
-        self._report(counts, len(reqs), -1.0, clock)
-        return outcomes
+            sending.sleep_until(req.arrival)
+            threads.append(sending.start(i, sending.waits_on(i)))
+        return sending.finish(threads)
+
+    def run_stages(self, staged: Staged) -> list[Outcome]:
+        """Send a staged or closed-loop workload as kvplan.sim.load sends it in a simulation: an open-loop stage's
+        requests at their times from the stage's start; a closed loop's users each sending the next turn (or taking
+        the next session) once the reply to the last has come, after the turn's think time; the next stage when this
+        one ends (after its drain and pause). Ids are given in the order requests are sent. A user whose request
+        failed leaves its session, whose next turn would carry the reply it did not get."""
+        sending = _Sending(self, 0)
+        threads: list[threading.Thread] = []
+        for stage in staged.stages:
+            begun = sending.clock()
+            mine: list[threading.Thread] = []
+            if isinstance(stage, OpenStage):
+                for req in stage.stream():
+                    i = sending.add(req._replace(id=len(sending.outcomes), arrival=begun + req.arrival))
+                    sending.sleep_until(begun + req.arrival)
+                    mine.append(sending.start(i, sending.waits_on(i)))
+                sending.sleep_until(begun + stage.end)
+            else:
+                closing = _Users(stage)
+                mine = [threading.Thread(target=self._user, args=(sending, stage, closing), daemon=True,
+                                         name=f"kvplan-bench-user-{stage.index}-{u}") for u in range(stage.spec.concurrency or 0)]
+                for t in mine:
+                    t.start()
+                if stage.spec.duration is not None:
+                    sending.sleep_until(begun + stage.spec.duration)
+                    closing.end()
+                else:
+                    while not closing.ended.wait(0.25):
+                        sending.report()
+                if closing.stalled:
+                    raise BenchError([Problem(f"workload.stages[{stage.index}]", closing.stalled,
+                                              fix="shorten the requests, or raise serving.max_model_len")])
+            threads += mine
+            if stage.spec.drain:
+                sending.join(mine)
+            sending.sleep_until(sending.clock() + stage.spec.pause)
+        return sending.finish(threads)
+
+    def _user(self, sending: "_Sending", stage: ClosedStage, closing: "_Users") -> None:
+        """One user of a closed-loop stage (run_stages)."""
+        while True:
+            with sending.lock:
+                if closing.ended.is_set():
+                    return
+                talk = stage.take()
+                if talk.rejected:
+                    closing.count(rejected=True)
+                    continue
+                closing.count(rejected=False, sent=False)
+            for k in range(len(talk)):
+                with sending.lock:
+                    if closing.ended.is_set():
+                        return
+                    req = talk.request(k, len(sending.outcomes), sending.clock())
+                    i = sending.add(req)
+                    closing.count(rejected=False)
+                sending.send(i)
+                if not sending.outcomes[i].ok:
+                    break                            # its next turn would carry the reply it did not get
+                if k + 1 < len(talk):
+                    time.sleep(talk.think(k))
 
     def _report(self, counts: dict, total: int, last: float, clock) -> float:
         now = clock()
@@ -326,6 +346,136 @@ class Bench:
             self.progress(counts["done"], counts["failed"], counts["in_flight"], total)
             return now
         return last
+
+
+class _Sending:
+    """What one bench run's requests share while they are sent: their outcomes (index = id), the real outputs later
+    chat turns carry, the counts progress reports, and the clock (seconds from the run's start)."""
+
+    def __init__(self, bench: Bench, total: int):
+        self.bench, self.total = bench, total
+        self.outcomes: list[Outcome] = []
+        self.requests: list[wl.Request] = []
+        self.done: list[threading.Event] = []
+        self.before: list[int | None] = []
+        self._latest: dict[int, int] = {}        # session -> index of its latest turn so far
+        self.outputs: dict[tuple[int, ...], list[int]] = {}
+        self.lock = threading.Lock()
+        self.counts = {"done": 0, "failed": 0, "in_flight": 0}
+        self.start_time = time.monotonic()
+        self.last_report = 0.0
+
+    def clock(self) -> float:
+        return time.monotonic() - self.start_time
+
+    def add(self, req: wl.Request) -> int:
+        """Take `req` on (its id must be the next index); returns that index."""
+        b = self.bench
+        self.outcomes.append(Outcome(req.id, req.session, req.turn, -1 if b.router else req.id % len(b.targets),
+                                     req.arrival, req.prompt_tokens, req.output_tokens))
+        self.requests.append(req)
+        self.done.append(threading.Event())
+        self.before.append(self._latest.get(req.session) if req.session >= 0 else None)
+        if req.session >= 0:
+            self._latest[req.session] = req.id
+        self.total = max(self.total, len(self.outcomes))
+        return req.id
+
+    def waits_on(self, i: int) -> int | None:
+        """The index of the latest earlier turn of request i's session, which it carries (None: its first)."""
+        return self.before[i]
+
+    def sleep_until(self, when: float) -> None:
+        while True:
+            now = self.clock()
+            if now >= when:
+                return
+            time.sleep(min(when - now, 0.25))
+            self.report()
+
+    def start(self, i: int, before: int | None) -> threading.Thread:
+        """Send request i in a thread of its own, after the turn `before` it carries has finished."""
+        t = threading.Thread(target=self.send, args=(i, before), name=f"kvplan-bench-{i}", daemon=True)
+        t.start()
+        return t
+
+    def send(self, i: int, before: int | None = None) -> None:
+        """Send request i now (once `before` has finished) and record what it saw; never raises."""
+        req, out = self.requests[i], self.outcomes[i]
+        sending = False
+        try:
+            if before is not None:
+                self.done[before].wait()
+                out.waited = self.clock() - req.arrival > LATE
+                if not self.outcomes[before].ok:
+                    out.error = f"not sent: turn {self.outcomes[before].turn} of its session failed"
+                    return
+            with self.lock:
+                body = self.bench.body(req, self.outputs)
+                self.counts["in_flight"] += 1
+            sending = True
+            b = self.bench
+            stream_completion(b.router or b.targets[out.target], body, b.timeout, self.clock, out, req.session)
+            ident = output_identity(req.content, req.prompt_tokens)
+            if ident is not None and out.ok:
+                with self.lock:
+                    self.outputs[ident] = out.output
+        except Exception as exc:                 # a bug or an unexpected reply: record it, never hang the run
+            out.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            with self.lock:
+                self.counts["in_flight"] -= sending
+                self.counts["done"] += 1
+                self.counts["failed"] += not out.ok
+            self.done[i].set()
+
+    def join(self, threads: list[threading.Thread]) -> None:
+        """Wait for `threads`, at most the request timeout (and a margin) from now."""
+        deadline = self.clock() + self.bench.timeout + 5.0
+        for t in threads:
+            while t.is_alive() and self.clock() < deadline:
+                t.join(0.25)
+                self.report()
+
+    def finish(self, threads: list[threading.Thread]) -> list[Outcome]:
+        """Wait for every request, at most `timeout` past the last send; a request still running is timed out."""
+        self.join(threads)
+        with self.lock:
+            for out, done in zip(self.outcomes, self.done):
+                if not done.is_set() and out.error is None:
+                    out.error = f"still running {self.bench.timeout:g} s after the last arrival"
+        self.report(final=True)
+        return list(self.outcomes)
+
+    def report(self, final: bool = False) -> None:
+        self.last_report = self.bench._report(self.counts, self.total, -1.0 if final else self.last_report, self.clock)
+
+
+class _Users:
+    """How far a closed-loop stage of a bench run has got: requests sent (rejected ones too), and whether it has
+    ended (its `requests` sent, or its duration passed). Changed under the run's lock."""
+
+    def __init__(self, stage: ClosedStage):
+        self.stage = stage
+        self.sent = 0
+        self.rejected_in_a_row = 0
+        self.stalled: str | None = None
+        self.ended = threading.Event()
+
+    def end(self) -> None:
+        self.ended.set()
+
+    def count(self, rejected: bool, sent: bool = True) -> None:
+        """A request sent (`sent`), or a session taken whose first request is `rejected` (sent and refused)."""
+        self.rejected_in_a_row = self.rejected_in_a_row + 1 if rejected else 0
+        if self.rejected_in_a_row > MAX_REJECTED_IN_A_ROW:
+            self.stalled = (f"the last {MAX_REJECTED_IN_A_ROW:,} sessions its users drew were all longer than "
+                            "serving.max_model_len")
+            self.end()
+        if sent:
+            self.sent += 1
+            if self.stage.spec.requests is not None and self.sent >= self.stage.spec.requests:
+                self.end()
 
 
 def new_salt() -> int:
