@@ -53,11 +53,14 @@ MAX_STAGES = 1000
 MAX_USERS = 1_000_000
 
 
-def unset(value: object) -> bool:
-    """Whether a field added with stages (workload.stages, arrivals.concurrency) is left out of the spec's JSON: when
-    unset, so that every spec without them keeps the hash it had before they existed (its identity in run caches and
-    rendered files)."""
-    return value is None
+def without_unset(model: SpecModel, data: dict, names: tuple[str, ...]) -> dict:
+    """A section's serialised `data` without the fields added with stages (workload.stages, arrivals.concurrency)
+    that `model` leaves unset: every spec without them keeps the JSON, and so the hash, it had before they existed
+    (its identity in run caches and rendered files)."""
+    for name in names:
+        if getattr(model, name) is None:
+            data.pop(name, None)
+    return data
 
 
 class Stage(SpecModel):

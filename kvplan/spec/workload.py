@@ -15,11 +15,11 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, ValidationInfo, field_validator, model_serializer, model_validator
 
 from ..units import Duration, Rate
 from .base import SpecModel, spec_file
-from .stages import MAX_USERS, Process, Stage, unset
+from .stages import MAX_USERS, Process, Stage, without_unset
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,9 +74,13 @@ class Arrivals(SpecModel):
     cv: float = Field(1.0, ge=0.001, le=100)
     """Coefficient of variation of the gaps for gamma (1 = Poisson; > 1 bursty; below 0.001 use constant)."""
 
-    concurrency: int | None = Field(None, ge=1, le=MAX_USERS, exclude_if=unset)
+    concurrency: int | None = Field(None, ge=1, le=MAX_USERS)
     """A closed loop instead of arrivals: this many users, each sending its next request once the reply to its last
     one has come (vllm bench serve --max-concurrency). Exclusive with rate."""
+
+    @model_serializer(mode="wrap")
+    def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict:
+        return without_unset(self, handler(self), ("concurrency",))
 
 
 class Sessions(SpecModel):
@@ -252,9 +256,13 @@ class Workload(SpecModel):
     replay: Replay | None = None
     """The per-request log to replay (kind: replay)."""
 
-    stages: list[Stage] | None = Field(None, exclude_if=unset)
+    stages: list[Stage] | None = None
     """Loads run one after the other on the same servers, each a rate or a concurrency until a duration or a number
     of requests (docs/stages.md). Replaces arrivals.rate, arrivals.concurrency, requests and duration."""
+
+    @model_serializer(mode="wrap")
+    def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict:
+        return without_unset(self, handler(self), ("stages",))
 
 
 # --------------------------------------------------------------------------- draws
