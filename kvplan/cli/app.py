@@ -136,9 +136,12 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         for table in terminal.tables(report):
             out.print(table)
     from ..report.next_steps import cold_tiers, next_steps
+    from ..spec.stages import listable, stages_of
 
     replayed = resolved.workload.kind in ("trace", "replay")
-    for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=replayed):
+    loads = stages_of(resolved.workload)
+    for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=replayed, rated=loads is None,
+                                                    listed=loads is None or listable(loads)):
         out.print(line)
     if ablation:
         err.print(f"ablation on {seeds} seeds: a change is marked within noise when its paired 95 % interval holds 0"

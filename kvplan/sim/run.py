@@ -314,8 +314,13 @@ class Simulation:
             alerts=metrics.alerts(r, cache_hit, mean_util, slowest), lmcache_hit_ratio=lm_hit,
             relookups=relookups, relookup_hit_ratio=relookup_hit, tiers=tiers,
             steady_state=[steady.judge(t.name, t.capacity_bytes, t.peak_used_bytes, t.final_used_bytes, t.evictions,
-                                       r.lmcache.tier(t.name).ttl_s, duration) for t in tiers if t.name != "hbm"],
+                                       r.lmcache.tier(t.name).ttl_s, duration, *self._longer())
+                          for t in tiers if t.name != "hbm"],
             links=links, stages=self._stages(recs), per_request=recs)
+
+    def _longer(self) -> tuple[str, ...]:
+        """What makes this run longer, for the steady-state notes: the stages' ends, when the spec lists stages."""
+        return ("workload.stages' durations or requests",) if self.load is not None and self.load.staged.reported else ()
 
     def _stages(self, recs: RequestTable) -> list:
         """Each stage's figures, when the spec lists stages (kvplan.sim.load keeps what each sent)."""

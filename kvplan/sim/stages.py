@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import Problem, SpecError
-from ..spec.stages import Stage, rescaled_count, stages_of, window
+from ..spec.stages import Stage, listable, rescaled_count, stages_of, window
 from ..spec.workload import draw, generator
 from ..spec.workload import prefix_lengths as draw_prefix_lengths
 from . import workload as wl
@@ -304,7 +304,7 @@ class Staged:
     @property
     def static(self) -> bool:
         """Every stage's requests and times follow from the spec: open loops only, none of them draining."""
-        return not any(s.closed or s.spec.drain for s in self.stages)
+        return listable([s.spec for s in self.stages])
 
     def span(self) -> float | None:
         """Seconds from the start of traffic to the last arrival, where the spec alone says; None where a closed loop

@@ -34,8 +34,8 @@ class TierState(BaseModel):
 
 
 def judge(tier: str, capacity_bytes: int, peak_used_bytes: int, final_used_bytes: int, evictions: int,
-          ttl_s: float | None, duration_s: float) -> TierState:
-    """The steady-state verdict of one tier of a finished run."""
+          ttl_s: float | None, duration_s: float, longer: str = "workload.requests or workload.duration") -> TierState:
+    """The steady-state verdict of one tier of a finished run; `longer` names what makes the run longer."""
     fill = peak_used_bytes / capacity_bytes if capacity_bytes else 0.0
     rate = final_used_bytes / duration_s if duration_s > 0 else 0.0
     fill_time = capacity_bytes / rate if rate > 0 else None
@@ -52,6 +52,5 @@ def judge(tier: str, capacity_bytes: int, peak_used_bytes: int, final_used_bytes
         note = (f"{tier} reached {fill:.0%} of its capacity in the {fmt_duration(duration_s)} run; this traffic "
                 f"takes about {fmt_duration(to_steady)} to bring it to steady state"
                 + (" (its ttl)" if ttl_s is not None and to_steady == ttl_s else "")
-                + ", so its figures here are a cold tier's, not its steady state; simulate longer "
-                  "(workload.requests or workload.duration)")
+                + f", so its figures here are a cold tier's, not its steady state; simulate longer ({longer})")
     return TierState(tier=tier, steady=False, peak_fill=fill, time_to_steady_s=to_steady, note=note)

@@ -120,6 +120,12 @@ def stages_of(w: "Workload") -> list[Stage] | None:
             for s in listed]
 
 
+def listable(loads: list[Stage]) -> bool:
+    """Whether the requests of these stages, and when each is sent, follow from the spec alone: open loops only, none
+    of them draining (a closed loop sends when replies come, and a drain waits for them, which only a run knows)."""
+    return not any(s.concurrency is not None or s.drain for s in loads)
+
+
 def window(stage: Stage) -> float:
     """The span a rescaled_poisson stage's arrivals fill: its duration, or requests / rate without one."""
     if stage.duration is not None:
