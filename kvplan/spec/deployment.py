@@ -139,7 +139,8 @@ LEDGER: dict[str, tuple[Kind, str]] = {
     "ceph.cephfs_mount": (SIMULATION_ONLY, "used only with ceph.access: cephfs, which kvplan does not deploy"),
     "ceph.options": (DEPLOYED, "`ceph config set`, and a rolling OSD restart for the options read at start-up"),
 
-    "workload": (NOT_DEPLOYED, "the traffic, which kvplan bench replays against the stack; no setting of the stack"),
+    "workload": (NOT_DEPLOYED, "the traffic (its kind, arrivals, load stages and closed-loop users), which kvplan "
+                               "bench sends to the stack; no setting of the stack"),
     "slo": (NOT_DEPLOYED, "the targets a plan is judged by; nothing in the stack enforces them"),
     "cost": (NOT_DEPLOYED, "prices"),
 
