@@ -341,3 +341,27 @@ def test_the_planner_and_the_capacity_search_refuse_a_load_whose_rate_they_canno
     with pytest.raises(SpecError) as caught:
         Knob.of(local({**PLAIN, "stages": [{"rate": "2/s", "requests": 5}]}))
     assert "workload.stages: kvplan capacity sets workload.arrivals.rate" in caught.value.render()
+
+
+def test_kvplan_simulate_reports_stages_in_its_json_and_its_markdown_only_for_a_staged_spec():
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    kvplan = str(Path(sys.executable).parent / "kvplan")
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
+
+    def simulate_cli(*args: str) -> str:
+        done = subprocess.run([kvplan, "simulate", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    staged = json.loads(simulate_cli("docs/examples/stages.yaml", "--json"))
+    assert [s["requests"] for s in staged["stages"]] == [20, 50, 100]      # int(rate x 10 s) each: rescaled_poisson
+    assert sum(s["requests"] for s in staged["stages"]) == staged["requests"]
+    assert set(staged["stages"][0]) >= {"ttft", "tpot", "e2e", "requests_per_s", "start", "end", "load", "duration"}
+    assert "## Stages" in simulate_cli("docs/examples/stages.yaml", "--format", "md")
+    closed = simulate_cli("docs/examples/closed-loop.yaml", "--format", "md")
+    assert "Stages" not in closed and "stages" not in json.loads(simulate_cli("docs/examples/closed-loop.yaml", "--json"))
