@@ -348,8 +348,8 @@ def test_a_closed_loop_user_sends_a_chat_turn_after_the_reply_before_it_carrying
 
 def test_bench_runs_stages_one_after_the_other_and_a_drain_waits_for_the_replies():
     plain = {k: v for k, v in PLAIN_BENCH.items() if k not in ("requests", "arrivals")}
-    r = local({**plain, "stages": [
-        {"rate": "40/s", "requests": 6, "drain": True}, {"concurrency": 2, "requests": 6}, {"rate": "40/s", "requests": 4}]})
+    r = local({**plain, "stages": [{"rate": "40/s", "requests": 6, "drain": True}, {"concurrency": 2, "requests": 6},
+                                   {"rate": "40/s", "requests": 4}]})
     with fake_vllm(behave=slowly) as fake:
         outcomes = Bench(r, [fake.target()], salt=SALT, timeout=10.0).run()
     assert len(outcomes) == len(fake.bodies) == 16 and all(o.ok for o in outcomes)

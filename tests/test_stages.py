@@ -118,7 +118,7 @@ def test_rescaled_poisson_sends_exactly_rate_times_duration_the_last_as_the_stag
                                             {"rate": "0.29/s", "duration": "100s", "process": "rescaled_poisson"}]}))
     reqs = staged.requests(r)
     times = np.array([q.arrival for q in reqs])
-    assert len(reqs) == 21 + 28                       # int(7 x 3), and int(0.29 x 100) = int(28.999...), as Python counts
+    assert len(reqs) == 21 + 28                       # int(7 x 3), and int(0.29 x 100) = int(28.999...) in Python
     assert times[20] == 3.0 and times[-1] == 103.0    # each stage's last arrival is its end
     gaps = np.diff(times[:21], prepend=0.0)
     assert (gaps > 0).all() and 0.2 < gaps.std() / gaps.mean() < 2.0   # exponential-like gaps, not equal ones
@@ -139,7 +139,8 @@ def test_a_one_stage_workload_is_the_workload_without_stages():
 
 
 def test_open_stages_run_back_to_back_each_within_its_window():
-    res = simulate({**PLAIN, "stages": [{"rate": "4/s", "duration": "10s"}, {"rate": "1/s", "requests": 8, "pause": "5s"},
+    res = simulate({**PLAIN, "stages": [{"rate": "4/s", "duration": "10s"},
+                                        {"rate": "1/s", "requests": 8, "pause": "5s"},
                                         {"rate": "6/s", "duration": "5s", "process": "constant"}]})
     first, second, third = res.stages
     assert (first.start, first.end) == (0.0, 10.0)
@@ -224,14 +225,15 @@ def test_a_closed_loop_stage_by_duration_sends_nothing_after_it():
 
 
 def test_requests_too_long_count_as_sent_and_a_loop_that_only_draws_them_is_stopped():
-    # a 1,024-token system prompt, and max_model_len 1,200: an output of 176 tokens or more leaves no room for a question
+    # a 1,024-token system prompt and max_model_len 1,200: an output of 176 tokens or more leaves no room for a question
     sometimes = {**PLAIN, "output": {"dist": "uniform", "min": 100, "max": 300}}
     res = simulate({**sometimes, "arrivals": {"concurrency": 2}, "requests": 50}, max_model_len=1200)
     assert res.requests + res.rejected_requests == 50 and res.rejected_requests > 10
     never = {**PLAIN, "output": 300}
     with pytest.raises(SpecError) as caught:
         simulate({**never, "arrivals": {"concurrency": 2}, "duration": "10s"}, max_model_len=1200)
-    assert "workload.arrivals.concurrency: the last 10,000 sessions its users drew were all rejected" in caught.value.render()
+    assert "workload.arrivals.concurrency: the last 10,000 sessions its users drew were all rejected" \
+        in caught.value.render()
 
 
 # ------------------------------------------------------------------------------------------- shared_prefix
@@ -288,7 +290,8 @@ def test_the_stages_figures_add_up_to_the_whole_runs():
     assert sum(s.recomputed_tokens for s in st) == res.recomputed_tokens
     assert sum(s.generated_tokens for s in st) == int(res.per_request.output_tokens.sum())
     for name in ("ttft", "e2e", "queue"):
-        assert sum(getattr(s, name).mean * s.requests for s in st) / res.requests == pytest.approx(getattr(res, name).mean)
+        weighted = sum(getattr(s, name).mean * s.requests for s in st) / res.requests
+        assert weighted == pytest.approx(getattr(res, name).mean)
     lo, weighted, decoding = 0, 0.0, 0                # TPOT is over requests with more than one output token
     for s in st:
         d = int((res.per_request.output_tokens[lo:lo + s.requests] > 1).sum())
@@ -357,7 +360,8 @@ def test_kvplan_simulate_reports_stages_in_its_json_and_its_markdown_only_for_a_
     env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
 
     def simulate_cli(*args: str) -> str:
-        done = subprocess.run([kvplan, "simulate", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run([kvplan, "simulate", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -367,4 +371,5 @@ def test_kvplan_simulate_reports_stages_in_its_json_and_its_markdown_only_for_a_
     assert set(staged["stages"][0]) >= {"ttft", "tpot", "e2e", "requests_per_s", "start", "end", "load", "duration"}
     assert "## Stages" in simulate_cli("docs/examples/stages.yaml", "--format", "md")
     closed = simulate_cli("docs/examples/closed-loop.yaml", "--format", "md")
-    assert "Stages" not in closed and "stages" not in json.loads(simulate_cli("docs/examples/closed-loop.yaml", "--json"))
+    assert "Stages" not in closed
+    assert "stages" not in json.loads(simulate_cli("docs/examples/closed-loop.yaml", "--json"))

@@ -235,7 +235,8 @@ class Bench:
         return self.resolved.workload.seed if self.seed is None else self.seed
 
     def requests(self) -> wl.RequestList:
-        """Every request, listed in advance (a workload without stages, or whose stages are open loops without drain)."""
+        """Every request, listed in advance: a workload without stages, or whose stages are open loops without
+        drain."""
         return stages.requests(self.resolved, seed=self.seed)
 
     def body(self, req: wl.Request, outputs: dict) -> dict:
@@ -298,7 +299,8 @@ class Bench:
             else:
                 closing = _Users(stage)
                 mine = [threading.Thread(target=self._user, args=(sending, stage, closing), daemon=True,
-                                         name=f"kvplan-bench-user-{stage.index}-{u}") for u in range(stage.spec.concurrency or 0)]
+                                         name=f"kvplan-bench-user-{stage.index}-{u}")
+                        for u in range(stage.spec.concurrency or 0)]
                 for t in mine:
                     t.start()
                 if stage.spec.duration is not None:

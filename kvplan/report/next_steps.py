@@ -36,7 +36,8 @@ def next_steps(spec: str, result: SimResult, trace: bool = False, rated: bool = 
     targets = " ".join(f"--slo {c.key}={fmt_duration(c.target).replace(' ', '')}" for c in result.slo)
     commands = [(f"kvplan size {spec}", "how big each tier must be for this workload's reuse")] if listed else []
     if trace:
-        commands.append((f"kvplan capacity {spec}", "the fastest replay of the trace this topology serves within the SLO"))
+        commands.append((f"kvplan capacity {spec}",
+                         "the fastest replay of the trace this topology serves within the SLO"))
     elif rated:
         commands.append((f"kvplan plan {spec} --rate {result.requests_per_s:.3g}/s {targets}".rstrip(),
                          "the cheapest topology that meets the SLO at this rate"))

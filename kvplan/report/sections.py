@@ -69,7 +69,8 @@ def stages_section(res: SimResult) -> Section:
                       ["stage", "load", "requests", "req/s", "", "mean", "p50", "p90", "p99"])
     for st in res.stages:
         load, _, ends = st.load.partition(", ")
-        sent = fmt_count(st.requests) + (f" (+{fmt_count(st.rejected_requests)} rejected)" if st.rejected_requests else "")
+        rejected = f" (+{fmt_count(st.rejected_requests)} rejected)" if st.rejected_requests else ""
+        sent = fmt_count(st.requests) + rejected
         left = [[str(st.index), load, sent, f"{st.requests_per_s:.2f}"], ["", f"until {ends}", "", ""],
                 ["", f"at {st.start:,.1f}-{st.end:,.1f} s", "", ""]]
         for lead, name in zip(left, ("ttft", "tpot", "e2e")):

@@ -129,7 +129,8 @@ class Load:
         self.on_done(self.sent)
 
     def progress(self) -> float:
-        """The share of the stages done: those ended, and of the current one its time or requests, whichever is further."""
+        """The share of the stages done: those ended, and of the current one its time or its requests, whichever is
+        further."""
         if self._current is None:
             return 1.0
         span, stage, closing = self._current
@@ -185,7 +186,7 @@ class Load:
             yield closing.ended
 
     def _user(self, stage: ClosedStage, span: Span, closing: _Closing) -> Steps:
-        """One user of a closed-loop stage: sessions one after the other, each turn after the reply to the one before."""
+        """One user of a closed-loop stage: sessions one after the other, each turn after the reply before it."""
         env = self.env
         while not closing.over:
             talk = stage.take()
@@ -215,7 +216,8 @@ class Load:
 
     def _stalled(self, stage: ClosedStage) -> Problem:
         path = f"workload.stages[{stage.index}]" if self.staged.reported else "workload.arrivals.concurrency"
-        return Problem(path, f"the last {MAX_REJECTED_IN_A_ROW:,} sessions its users drew were all rejected: their first "
-                       "request is longer than serving.max_model_len even with one token of new text, so they send "
-                       "nothing and the clock never moves", None,
-                       fix="shorten the requests (workload.output, the prompts' lengths), or raise serving.max_model_len")
+        return Problem(path, f"the last {MAX_REJECTED_IN_A_ROW:,} sessions its users drew were all rejected: their "
+                       "first request is longer than serving.max_model_len even with one token of new text, so they "
+                       "send nothing and the clock never moves", None,
+                       fix="shorten the requests (workload.output, the prompts' lengths), or raise "
+                           "serving.max_model_len")

@@ -320,7 +320,8 @@ class Simulation:
 
     def _longer(self) -> tuple[str, ...]:
         """What makes this run longer, for the steady-state notes: the stages' ends, when the spec lists stages."""
-        return ("workload.stages' durations or requests",) if self.load is not None and self.load.staged.reported else ()
+        staged = self.load is not None and self.load.staged.reported
+        return ("workload.stages' durations or requests",) if staged else ()
 
     def _stages(self, recs: RequestTable) -> list:
         """Each stage's figures, when the spec lists stages (kvplan.sim.load keeps what each sent)."""

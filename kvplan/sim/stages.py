@@ -119,7 +119,9 @@ class OpenStage:
             times = self.starts(rng, t0, _BATCH)
             batches.append(times)
             t0, count = float(times[-1]), count + len(times)
-            if (self.requests is not None and count >= self.requests) or (self.duration is not None and t0 > self.duration):
+            if self.requests is not None and count >= self.requests:
+                break
+            if self.duration is not None and t0 > self.duration:
                 break
         every = np.concatenate(batches)
         if self.duration is not None:
@@ -294,7 +296,7 @@ class Staged:
         """Whether the spec lists its stages (a result then reports each); a closed loop or rescaled_poisson arrivals
         without `stages` is one stage, the whole run."""
         prompts = after = None
-        if w.kind == "shared_prefix":            # one prompt set for every stage: its draws come first, as without stages
+        if w.kind == "shared_prefix":            # one prompt set for every stage, drawn first as without stages
             after = generator(self.seed)
             prompts = SharedPrefixSet(w.shared_prefix, after)
         self.stages: list[OpenStage | ClosedStage] = [

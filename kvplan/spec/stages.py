@@ -7,9 +7,9 @@ simulation, so what a stage leaves in the caches (and in the queues) is there fo
 
 A stage is an open loop at a `rate` or a closed loop of `concurrency` users (one of the two). An
 open loop ends at its `duration` or once it has sent `requests` requests, whichever comes first
-(at least one of the two); a closed loop by one of them. The next stage starts when this one ends, so requests still in flight
-finish while the next stage sends; `drain: true` makes the next stage wait for them, and `pause`
-adds idle time before it.
+(at least one of the two); a closed loop by one of them. The next stage starts when this one
+ends, so requests still in flight finish while the next stage sends; `drain: true` makes the next
+stage wait for them, and `pause` adds idle time before it.
 
 - Open loop: session starts (plain requests without `sessions`) follow the stage's `process`,
   by default `workload.arrivals.process`; a chat session's later turns follow their think times
@@ -71,7 +71,8 @@ class Stage(SpecModel):
     """Arrivals per second (new sessions with `sessions`): an open loop. Exclusive with concurrency."""
 
     concurrency: int | None = Field(None, ge=1, le=MAX_USERS)
-    """Users in a closed loop, each sending its next request once the reply to its last one has come. Exclusive with rate."""
+    """Users in a closed loop, each sending its next request once the reply to its last one has come. Exclusive with
+    rate."""
 
     process: Process | None = None
     """Inter-arrival process of a rate stage; default: workload.arrivals.process."""
@@ -89,10 +90,11 @@ class Stage(SpecModel):
     """Start the next stage only once every request of this one has finished (inference-perf waits so)."""
 
     pause: Duration = "0s"
-    """Idle time between this stage's end (after its drain) and the next stage's start (inference-perf's load.interval)."""
+    """Idle time between this stage's end (after its drain) and the next stage's start (inference-perf's
+    load.interval)."""
 
     def describe(self) -> str:
-        """The stage's load and end in a few words, e.g. 'rate 8/s poisson, 10.0 min' or 'concurrency 4, 100 requests'."""
+        """The stage's load and end in a few words: 'rate 8/s poisson, 10.0 min', 'concurrency 4, 100 requests'."""
         load = f"concurrency {self.concurrency}" if self.concurrency is not None else \
             f"rate {self.rate:g}/s {self.process or ''}".rstrip()
         ends = [fmt_duration(self.duration) if self.duration is not None else "",
@@ -159,7 +161,7 @@ def unrated(w: "Workload", what: str, fix: str) -> Problem | None:
 # --------------------------------------------------------------------------- rules
 
 def problems(topo: "Topology") -> Iterator[Problem]:
-    """What is wrong with the workload's load: stages and concurrency against the fields they replace, and each stage."""
+    """What is wrong with the workload's load: stages and concurrency beside the fields they replace, each stage."""
     w = topo.workload
     a = w.arrivals
     given = a.model_fields_set
@@ -171,8 +173,9 @@ def problems(topo: "Topology") -> Iterator[Problem]:
                           "by users waiting for replies", a.concurrency, fix="remove arrivals.concurrency, or use a "
                           "kind that draws its requests (chat, codegen, rag, shared_prefix)")
         if "rate" in given:
-            yield Problem("workload.arrivals.rate", "conflicts with arrivals.concurrency: rate makes an open loop (requests "
-                          "arrive whatever the replies), concurrency a closed one (each user waits for its reply)",
+            yield Problem("workload.arrivals.rate", "conflicts with arrivals.concurrency: rate makes an open loop "
+                          "(requests arrive whatever the replies), concurrency a closed one (each user waits for its "
+                          "reply)",
                           a.rate, fix="keep one of the two: remove arrivals.rate for a closed loop of "
                           f"{a.concurrency} users, or arrivals.concurrency for arrivals at the rate")
         yield from _no_process(given, "workload.arrivals", "arrivals.concurrency")
@@ -181,8 +184,8 @@ def problems(topo: "Topology") -> Iterator[Problem]:
         return
     if w.kind in REPLAYED:
         yield Problem("workload.stages", f"{REPLAYED[w.kind]} is replayed at its own timestamps, so it has no load "
-                      "stages", None, fix=f"remove workload.stages ({w.kind}.time_scale replays it faster or slower), or "
-                      "use a kind that draws its requests (chat, codegen, rag, shared_prefix)")
+                      "stages", None, fix=f"remove workload.stages ({w.kind}.time_scale replays it faster or "
+                      "slower), or use a kind that draws its requests (chat, codegen, rag, shared_prefix)")
     for name, value in (("requests", w.requests), ("duration", w.duration)):
         if value is not None:
             yield Problem(f"workload.{name}", f"conflicts with workload.stages: each stage ends by its own duration or "
@@ -190,8 +193,8 @@ def problems(topo: "Topology") -> Iterator[Problem]:
                           "or remove workload.stages")
     for name in ("rate", "concurrency"):
         if name in given:
-            yield Problem(f"workload.arrivals.{name}", "conflicts with workload.stages: each stage sets its own rate or "
-                          "concurrency", getattr(a, name), fix=f"give each stage its {name} (stages: [{{{name}: "
+            yield Problem(f"workload.arrivals.{name}", "conflicts with workload.stages: each stage sets its own rate "
+                          "or concurrency", getattr(a, name), fix=f"give each stage its {name} (stages: [{{{name}: "
                           f"{'8/s' if name == 'rate' else 16}, duration: 10min}}]) and remove arrivals.{name}")
     if len(w.stages) > MAX_STAGES:
         yield Problem("workload.stages", f"more than {MAX_STAGES} stages", len(w.stages), f"1..{MAX_STAGES} stages",
@@ -235,8 +238,8 @@ def _no_process(given: set[str], path: str, what: str) -> Iterator[Problem]:
     """process and cv make no sense for a closed loop: its requests leave when replies come, not on a schedule."""
     for name in ("process", "cv"):
         if name in given:
-            yield Problem(f"{path}.{name}", f"a closed loop has no arrival process: with {what} each user sends its next "
-                          "request when the reply to its last one has come", None,
+            yield Problem(f"{path}.{name}", f"a closed loop has no arrival process: with {what} each user sends its "
+                          "next request when the reply to its last one has come", None,
                           fix=f"remove {path}.{name}, or use a rate for arrivals on a schedule")
 
 

@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, ValidationInfo, field_validator, model_serializer, model_validator
+from pydantic import (Field, SerializerFunctionWrapHandler, ValidationInfo, field_validator, model_serializer,
+                      model_validator)
 
 from ..units import Duration, Rate
 from .base import SpecModel, spec_file
