@@ -21,8 +21,8 @@ What maps:
 - --request-rate r (default inf) and --burstiness b (default 1): gamma gaps of shape b and mean 1/r -> arrivals
   poisson (b = 1), gamma with cv 1/sqrt(b), or constant (b = inf); vLLM rescales the gaps so that the last request
   leaves at num_prompts / r, which kvplan does not (listed as approximated). A rate of inf sends every request at
-  time 0: arrivals.concurrency num_prompts. --max-concurrency n -> arrivals.concurrency n (with a rate: requests
-  arrive at the rate, at most n in flight).
+  time 0: arrivals.concurrency num_prompts. --max-concurrency n -> arrivals.concurrency n; with a finite rate it
+  caps the requests in flight, which kvplan's open or closed arrivals cannot say: listed as not imported.
 - --seed -> workload.seed (kvplan's draws are its own: the same seed does not give vLLM's prompts).
 - Without --ignore-eos a reply may stop early, at the model's end of sequence; kvplan generates every output token
   (listed as approximated).
@@ -285,7 +285,9 @@ def _arrivals(flags: dict, sent: int, out: ImportedWorkload) -> dict[str, Any]:
         arrivals = {"process": "gamma", "cv": round(cv, 6)}
     arrivals["rate"] = f"{rate:g}/s"
     if limit is not None:
-        arrivals["concurrency"] = limit
+        out.unmapped.append((f"--max-concurrency {limit}", "a cap on requests in flight under a rate: kvplan's "
+                             "arrivals are either open (a rate) or closed (a concurrency), so this run sends at the rate "
+                             "with no cap"))
     if not math.isinf(burstiness):
         spread = 100 / math.sqrt(burstiness * sent)              # the cv of a sum of `sent` gamma gaps of shape b
         out.approximated.append((f"--request-rate {rate:g}", f"vllm bench rescales its gaps so that the last of the "
