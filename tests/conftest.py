@@ -125,3 +125,10 @@ def with_changes(data: dict, **changes: Any) -> dict:
 def spec(example: str = "chat-llama2-13b", /, **changes: Any):
     """Load an example with changes applied (relative paths are read from examples/)."""
     return from_mapping(with_changes(example_data(example), **changes), base_dir=REPO / "examples")
+
+
+def tokens_shared(a, b) -> int:
+    """How many leading prompt tokens two requests (kvplan.sim.workload.Request) have in common, by their keys at one
+    token per unit."""
+    ka, kb = a.content.keys(1, a.prompt_tokens), b.content.keys(1, b.prompt_tokens)
+    return next((i for i, (x, y) in enumerate(zip(ka, kb)) if x != y), min(len(ka), len(kb)))

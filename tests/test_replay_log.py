@@ -17,8 +17,10 @@ import pytest
 from kvplan.errors import SpecError
 from kvplan.resolve import resolve
 from kvplan.sim.replay import MAX_ID, planned, read_log
-from kvplan.sim.workload import Request, requests, stream
+from kvplan.sim.workload import requests, stream
 from kvplan.spec import from_mapping
+
+from conftest import tokens_shared
 
 FIXTURE = Path(__file__).parent / "fixtures" / "workload" / "tiny_replay.jsonl"
 
@@ -30,12 +32,6 @@ def setup(replay: dict, max_model_len: int | None = None, **workload):
     if max_model_len:
         data["serving"]["max_model_len"] = max_model_len
     return resolve(from_mapping(data))
-
-
-def tokens_shared(a: Request, b: Request) -> int:
-    """How many leading prompt tokens two requests have in common, by their keys at one token per unit."""
-    ka, kb = a.content.keys(1, a.prompt_tokens), b.content.keys(1, b.prompt_tokens)
-    return next((i for i, (x, y) in enumerate(zip(ka, kb)) if x != y), min(len(ka), len(kb)))
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from kvplan.sim.workload import Request, requests, stream
 from kvplan.spec import from_mapping
 from kvplan.spec.workload import generator
 
+from conftest import tokens_shared
+
 SHAPE = {"num_groups": 3, "num_prompts_per_group": 4, "system_prompt_len": 100, "question_len": 40, "output_len": 25}
 
 
@@ -28,12 +30,6 @@ def setup(shape: dict | None = None, max_model_len: int | None = None, **workloa
     if max_model_len:
         data["serving"]["max_model_len"] = max_model_len
     return resolve(from_mapping(data))
-
-
-def tokens_shared(a: Request, b: Request) -> int:
-    """How many leading prompt tokens two requests have in common, by their keys at one token per unit."""
-    ka, kb = a.content.keys(1, a.prompt_tokens), b.content.keys(1, b.prompt_tokens)
-    return next((i for i, (x, y) in enumerate(zip(ka, kb)) if x != y), min(len(ka), len(kb)))
 
 
 def sent(r: Request) -> int:
