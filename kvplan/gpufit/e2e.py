@@ -125,22 +125,19 @@ def blis_runs() -> list[Run]:
     own replay log as the workload."""
     import yaml
 
-    from ..catalog import load_catalog
-
     root = blis_root()
-    catalog = load_catalog()
     runs = []
     for name, r in yaml.safe_load((root / "runs.yaml").read_text())["runs"].items():
-        arch = catalog.llm(r["catalog_model"])
         tp = r["tensor_parallel"]
-        kv_per_rank = 2 * arch.num_layers * arch.num_kv_heads * arch.head_dim * 2 // tp   # bf16 K and V, one rank's heads
         out = r["shared_prefix"]["output_len"]
         spec = {"name": name, "model": r["catalog_model"],
                 "serving": {"gpu": r["gpu"], "gpus_per_node": tp, "tensor_parallel": tp, "instances": 1,
                             "block_size": r["block_size"], "max_model_len": r["max_model_len"],
-                            "max_num_seqs": r["max_num_seqs"], "max_num_batched_tokens": r["max_num_batched_tokens"],
-                            "kv_cache_memory": r["gpu_kv_blocks"] * r["block_size"] * kv_per_rank},
+                            "max_num_seqs": r["max_num_seqs"], "max_num_batched_tokens": r["max_num_batched_tokens"]},
                 "workload": {"kind": "replay", "replay": {"path": r["replay"]}}}
+        # vLLM's --kv-cache-memory is per GPU: the reported blocks times one rank's bytes of a block, as resolve has it
+        block_bytes_per_rank = resolve(from_mapping(spec, base_dir=root)).block_bytes_per_rank
+        spec["serving"]["kv_cache_memory"] = r["gpu_kv_blocks"] * block_bytes_per_rank
         measured = r["measured"]
         stages = [Stage(load["rate"], m["requests"], _figures(m, out), ip["prompt_len"]["mean"])
                   for load, m, ip in zip(r["load"]["stages"], measured["stages"], r["inference_perf"]["stages"])]
@@ -153,16 +150,14 @@ def decode_points(run: Run) -> list[DecodePoint]:
     step time without its fixed overhead from the catalog's coefficients."""
     from ..sim.steptime import StepTime
 
-    r = run.resolved({"graph_step_overhead": 0.0})
-    st = StepTime(r.model_copy(update={"step": r.step.model_copy(update={"graph_layer_overhead": 0.0})}))
+    st = StepTime(run.resolved({"graph_step_overhead": 0.0}))   # a decode step then pays only layers x graph_layer_overhead
     points = []
     for s in run.stages:
         batch = s.rate * s.measured.e2e_mean
         context = s.prompt_tokens + run.output_tokens / 2
         seqs = max(1, round(batch))
         points.append(DecodePoint(run.name, run.model, batch, context, s.measured.tpot_mean,
-                                  st.step((), seqs, round(seqs * context))
-                                  + r.model.num_layers * r.step.graph_layer_overhead))
+                                  st.step((), seqs, round(seqs * context))))
     return points
 
 
