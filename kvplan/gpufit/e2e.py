@@ -119,15 +119,24 @@ def _figures(measured: dict, output_tokens: int) -> Figures:
                    (e2e["mean"] - ttft["mean"]) / (output_tokens - 1))
 
 
+def _blis_table() -> dict[str, dict]:
+    import yaml
+
+    return yaml.safe_load((blis_root() / "runs.yaml").read_text())["runs"]
+
+
+def fitted_gpus() -> set[str]:
+    """The GPUs whose end-to-end coefficients these runs fit."""
+    return {r["gpu"] for r in _blis_table().values()}
+
+
 def blis_runs() -> list[Run]:
     """The BLIS runs (models/profiles/e2e/blis/runs.yaml), each with the spec that replays it: one instance of
     the run's model, GPU and scheduler limits, its KV cache exactly the GPU blocks the engine reported, and its
     own replay log as the workload."""
-    import yaml
-
     root = blis_root()
     runs = []
-    for name, r in yaml.safe_load((root / "runs.yaml").read_text())["runs"].items():
+    for name, r in _blis_table().items():
         tp = r["tensor_parallel"]
         out = r["shared_prefix"]["output_len"]
         spec = {"name": name, "model": r["catalog_model"],
@@ -223,5 +232,5 @@ def error(predicted: float, measured: float) -> float:
     return predicted / measured - 1.0
 
 
-__all__ = ["DecodePoint", "Figures", "Fit", "FITTED", "METRICS", "Run", "Stage", "decode_points", "error", "fit",
-           "fit_decode_overhead", "leave_one_model_out", "simulate"]
+__all__ = ["DecodePoint", "Figures", "Fit", "FITTED", "METRICS", "Run", "Stage", "blis_runs", "decode_points", "error",
+           "fit", "fit_decode_overhead", "fitted_gpus", "leave_one_model_out", "simulate"]

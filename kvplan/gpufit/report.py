@@ -73,8 +73,7 @@ def fit_gpu(gpu: str, replay: Replay) -> GpuFit:
     held = held_back_ids(mine, replay)
     # a GPU with real serving runs of a current vLLM takes its decode and request overheads from them
     # (docs/fidelity-e2e.md); its public benchmarks here are then all checks
-    e2e_fitted = gpu in {run.spec["serving"]["gpu"] for run in e2e.blis_runs()}
-    if e2e_fitted:
+    if gpu in e2e.fitted_gpus():
         held = {b.id for b in mine}
     train = [b for b in mine if b.id not in held and replay.why_not(b) is None]
     if len(train) >= 2:
