@@ -14,6 +14,9 @@ Each engine step (vllm/v1/core/sched/scheduler.py, simplified to what decides ti
    blocks, at most prompt - 1 tokens), LMCache the external hit beyond it (loaded
    synchronously before the step's forward pass; nothing below min_retrieve_tokens); the
    request is admitted only if the pool can hold its computed tokens plus this step's chunk.
+   With async scheduling (vllm/v1/engine/core.py `step_with_batch_queue`) the step after the one
+   under way is already scheduled, so a request that arrived during a step is admitted one step
+   later than without it (`admission_lag`); one that finds the engine idle, at once.
 3. The step takes load time (the synchronous retrieves of newly admitted requests, concurrent)
    + forward time (the step-time model) + the GPU -> DRAM copy of chunks completed in the step
    (LMCache's wait_for_save); NVMe and Ceph writes continue asynchronously.
