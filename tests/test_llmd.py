@@ -1,0 +1,192 @@
+"""llm-d's scheduler as the router (serving.router: llm_d): its scorers, how their weighted sum picks, and the spec.
+
+Each scorer is checked on a small state built by hand (instances that report a waiting queue, a share of KV blocks
+in use, and how much of a prompt they hold in HBM and in their CPU tier), as kvplan.sim.llmd says llm-d defines
+it; then the picker on those scores, and the whole simulation with the router in it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import spec
+from kvplan.errors import SpecError
+from kvplan.resolve import LlmDScheduler, resolve
+from kvplan.sim import llmd
+from kvplan.sim.run import run
+from kvplan.sim.workload import Request, Segments
+
+pytestmark = pytest.mark.unit
+
+BLOCK = 16
+
+
+class Pool:
+    """The blocks of an HBM pool, as the kv-cache-utilization-scorer reads them."""
+
+    def __init__(self, used: int, num: int = 100):
+        self.used_blocks, self.num_blocks = used, num
+
+
+class Instance:
+    """A stand-in for an engine: what llm-d's scorers read of it."""
+
+    def __init__(self, waiting: int = 0, used: int = 0, gpu: dict | None = None, cpu: dict | None = None):
+        self.waiting_count, self.hbm = waiting, Pool(used)
+        self.gpu, self.cpu = gpu or {}, cpu or {}           # request id -> blocks in HBM / tokens in the CPU tier
+
+    def gpu_prefix_blocks(self, req: Request) -> int:
+        return self.gpu.get(req.id, 0)
+
+    def cpu_prefix_tokens(self, req: Request) -> int:
+        return self.cpu.get(req.id, 0)
+
+
+def prompt(rid: int, text: int, tokens: int = 10 * BLOCK) -> Request:
+    """Request `rid` whose prompt is text number `text` (the same text, the same blocks), `tokens` long."""
+    return Request(rid, 0.0, tokens, 8, Segments(((("text", text), tokens + 8),)))
+
+
+def config(**weights) -> LlmDScheduler:
+    base = dict(queue=0.0, kv_cache_utilization=0.0, prefix=0.0, cpu_prefix=0.0, no_hit_lru=0.0,
+                prefix_match="approximate", gpu_index_blocks=1000, cpu_index_blocks=0)
+    return LlmDScheduler(**{**base, **weights})
+
+
+# ---------------------------------------------------------------------------------------------- each scorer
+
+def test_the_queue_scorer_ranks_queues_between_the_shortest_and_the_longest():
+    """queue-scorer: the shortest waiting queue scores 1, the longest 0, the others linearly between; equal queues
+    all score 1 (no instance is preferred)."""
+    assert llmd.queue_scores([0, 5, 10]) == [1.0, 0.5, 0.0]
+    assert llmd.queue_scores([3, 3]) == [1.0, 1.0]
+
+
+def test_the_kv_utilisation_scorer_prefers_free_blocks():
+    assert llmd.kv_utilization_scores([0.0, 0.25, 1.0]) == [1.0, 0.75, 0.0]
+
+
+def test_the_precise_scorer_counts_cpu_blocks_at_their_tier_weight():
+    """Of a 10-block prompt, 4 blocks in HBM and 8 in the CPU tier: 4 x 1 + 4 x 0.8 = 7.2 of 10. Blocks in both
+    tiers count once, at HBM's weight."""
+    assert llmd.precise_scores([4, 0, 10], [8, 8, 2], 10, 0.8) == pytest.approx([0.72, 0.64, 1.0])
+    assert llmd.precise_scores([3], [0], 0, 0.8) == [0.0]
+
+
+def test_the_no_hit_lru_scorer_ranks_instances_by_their_last_cold_request():
+    """A cold request: instances never given one first (in order), then the least recently given one; a warm
+    request scores 0.5 everywhere."""
+    assert llmd.no_hit_lru_scores(3, [2, 0], cold=True) == [0.0, 1.0, 0.5]
+    assert llmd.no_hit_lru_scores(3, [2, 0], cold=False) == [0.5, 0.5, 0.5]
+
+
+def test_the_approximate_index_counts_held_blocks_until_no_instance_holds_one():
+    index = llmd.PrefixIndex(2, capacity=4)
+    index.add(0, [1, 2, 3])
+    index.add(1, [1, 2])
+    assert index.matched([1, 2, 3, 9, 3]) == [3, 2]        # block 9 is nowhere: the walk stops there
+    index.add(1, [7, 8, 9])                                # five keys for four places: the oldest, 1, goes
+    assert index.matched([1, 2]) == [2, 1]                 # llm-d counts each block held along the walk: 2 still is
+
+
+# ---------------------------------------------------------------------------------------------- the picker
+
+def test_the_prefix_scorer_sends_a_repeated_prompt_to_the_instance_it_was_routed_to():
+    """With the guide's weights and idle instances, a prompt seen before goes where it went: that instance's
+    index holds its blocks; a new prompt goes to either."""
+    for seed in range(5):
+        instances = [Instance(), Instance(), Instance()]
+        scheduler = llmd.Scheduler(config(queue=2, kv_cache_utilization=2, prefix=1), instances, BLOCK, seed)
+        first = scheduler.pick(prompt(0, text=1))
+        assert [scheduler.pick(prompt(i, text=1)) for i in range(1, 4)] == [first] * 3
+
+
+def test_the_precise_scorer_follows_the_cpu_tier_too():
+    """prefix_match precise reads what each instance holds: the request goes to the one whose CPU tier holds the
+    prompt, the other instance holding none of it."""
+    instances = [Instance(), Instance(cpu={0: 10 * BLOCK})]
+    scheduler = llmd.Scheduler(config(queue=2, prefix=1, prefix_match="precise"), instances, BLOCK, 0)
+    assert scheduler.scores(prompt(0, text=1)) == pytest.approx([2.0, 2.8])
+    assert scheduler.pick(prompt(0, text=1)) == 1
+
+
+def test_the_queue_scorer_spreads_load_over_a_held_prefix():
+    """The instance holding the prompt has the longest queue: at queue 2 and prefix 1 the request goes to the
+    idle one (2 x 1 > 2 x 0 + 1); at prefix 3 it follows the prefix (3 > 2)."""
+    instances = [Instance(waiting=6, gpu={0: 10}), Instance(waiting=0)]
+    follow = dict(prefix_match="precise", queue=2)
+    assert llmd.Scheduler(config(prefix=1, **follow), instances, BLOCK, 0).pick(prompt(0, 1)) == 1
+    assert llmd.Scheduler(config(prefix=3, **follow), instances, BLOCK, 0).pick(prompt(0, 1)) == 0
+
+
+def test_the_queue_scorer_alone_spreads_requests_over_equal_instances():
+    """A request that joins the queue it was sent to: the queue scorer sends the next to another instance."""
+    instances = [Instance(), Instance(), Instance()]
+    scheduler = llmd.Scheduler(config(queue=1), instances, BLOCK, 3)
+    for i in range(9):
+        instances[scheduler.pick(prompt(i, text=i))].waiting_count += 1
+    assert [e.waiting_count for e in instances] == [3, 3, 3]
+
+
+def test_no_hit_lru_sends_cold_requests_round_the_instances():
+    instances = [Instance(), Instance(), Instance()]
+    scheduler = llmd.Scheduler(config(no_hit_lru=1), instances, BLOCK, 0)
+    assert [scheduler.pick(prompt(i, text=i)) for i in range(6)] == [0, 1, 2, 0, 1, 2]
+
+
+def test_ties_are_broken_by_the_seed_and_only_by_it():
+    """llm-d shuffles tied instances at random; the simulator draws from the run's seed: the same seed, the same
+    choices; another seed, other choices."""
+    def picks(seed: int) -> list[int]:
+        scheduler = llmd.Scheduler(config(kv_cache_utilization=1), [Instance() for _ in range(4)], BLOCK, seed)
+        return [scheduler.pick(prompt(i, text=i)) for i in range(20)]
+
+    assert picks(1) == picks(1)
+    assert picks(1) != picks(2)
+    assert set(picks(1)) == {0, 1, 2, 3}
+
+
+# ---------------------------------------------------------------------------------------------- spec and run
+
+def test_the_spec_defaults_are_llm_ds_tiered_cpu_guide_with_a_cpu_tier_and_without_its_cpu_scorer_otherwise():
+    with_ddr = resolve(spec("chat-llama2-13b", serving__router="llm_d")).llm_d
+    assert (with_ddr.queue, with_ddr.kv_cache_utilization, with_ddr.prefix, with_ddr.cpu_prefix) == (2, 2, 1, 1)
+    assert with_ddr.cpu_index_blocks > 0 and with_ddr.prefix_match == "approximate"
+    without = resolve(spec("chat-llama2-13b", serving__router="llm_d", lmcache=None)).llm_d
+    assert without.cpu_prefix == 0 and without.cpu_index_blocks == 0
+
+
+@pytest.mark.parametrize("changes, path, says", [
+    ({"serving__llm_d": {"queue": -1}}, "serving.llm_d.queue", "greater than or equal to 0"),
+    ({"serving__llm_d": {"lru": 1}}, "serving.llm_d.lru", "allowed: cpu_prefix, kv_cache_utilization, no_hit_lru"),
+    ({"serving__llm_d": {"queue": 0, "kv_cache_utilization": 0, "prefix": 0, "cpu_prefix": 0}}, "serving.llm_d",
+     "at least one of queue, kv_cache_utilization, prefix, cpu_prefix, no_hit_lru"),
+    ({"serving__llm_d": {"prefix_match": "precise", "cpu_prefix": 1}}, "serving.llm_d", "count it twice"),
+    ({"serving__llm_d": {"prefix_match": "exact"}}, "serving.llm_d.prefix_match", "approximate"),
+])
+def test_bad_scorer_settings_name_the_field_and_what_is_allowed(changes, path, says):
+    with pytest.raises(SpecError) as exc:
+        spec("chat-llama2-13b", serving__router="llm_d", **changes)
+    assert any(p.path.startswith(path) for p in exc.value.problems), exc.value.render()
+    assert says in exc.value.render()
+
+
+def test_scorer_weights_without_the_llm_d_router_are_refused_not_dropped():
+    with pytest.raises(SpecError) as exc:
+        spec("chat-llama2-13b", serving__llm_d={"queue": 1})
+    assert "set router: llm_d" in exc.value.render()
+
+
+def test_a_cpu_scorer_without_a_cpu_tier_is_refused():
+    with pytest.raises(SpecError) as exc:
+        resolve(spec("chat-llama2-13b", serving__router="llm_d", serving__llm_d={"cpu_prefix": 1}, lmcache=None))
+    assert [p.path for p in exc.value.problems] == ["serving.llm_d.cpu_prefix"]
+
+
+def test_a_simulation_with_llm_ds_router_is_repeatable_and_routes_otherwise_than_round_robin():
+    small = dict(workload__requests=300)
+    r = resolve(spec("chat-llama2-13b", serving__router="llm_d", **small))
+    a, b = run(r, seed=5), run(r, seed=5)
+    assert (a.engine_steps, a.ttft, a.lmcache_hit_ratio) == (b.engine_steps, b.ttft, b.lmcache_hit_ratio)
+    rr = run(resolve(spec("chat-llama2-13b", serving__router="round_robin", **small)), seed=5)
+    assert a.engine_steps != rr.engine_steps
