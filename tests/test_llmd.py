@@ -190,3 +190,88 @@ def test_a_simulation_with_llm_ds_router_is_repeatable_and_routes_otherwise_than
     assert (a.engine_steps, a.ttft, a.lmcache_hit_ratio) == (b.engine_steps, b.ttft, b.lmcache_hit_ratio)
     rr = run(resolve(spec("chat-llama2-13b", serving__router="round_robin", **small)), seed=5)
     assert a.engine_steps != rr.engine_steps
+
+
+# ---------------------------------------------------------------------------------------------- deployment
+
+KNOWN_PLUGIN_TYPES = {"queue-scorer", "kv-cache-utilization-scorer", "approx-prefix-cache-producer",
+                      "prefix-cache-scorer", "precise-prefix-cache-scorer", "no-hit-lru-scorer", "active-request-scorer",
+                      "single-profile-handler", "max-score-picker", "random-picker", "weighted-random-picker"}
+"""Plugin types llm-d's scheduler registers (the `...Type = "..."` constants under pkg/epp/framework/plugins of
+llm-d/llm-d-inference-scheduler at 520af47896e5f06e43d09aca281a1149187b0ffd), of those a routing config uses."""
+SCORERS = {"queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer", "precise-prefix-cache-scorer",
+           "no-hit-lru-scorer", "active-request-scorer"}
+GPU_CLUSTER = {"name": "chat-llm-d", "model": "Llama-3.1-8B",
+               "serving": {"gpu": "H100-SXM", "instances": 4, "router": "llm_d"},
+               "lmcache": {"mode": "inprocess", "chunk_size": 256, "ddr": {"size": "40GiB", "eviction": "LRU"}},
+               "workload": {"kind": "chat", "duration": "5min", "arrivals": {"rate": "2/s"}}}
+
+
+def gpu_cluster(**llm_d):
+    from kvplan.spec import from_mapping
+    data = {**GPU_CLUSTER, "serving": {**GPU_CLUSTER["serving"], **({"llm_d": llm_d} if llm_d else {})}}
+    return resolve(from_mapping(data))
+
+
+def test_the_ansible_render_refuses_llm_d_and_says_why(tmp_path):
+    from conftest import inventory_for
+    from kvplan.deploy.render import render
+    from kvplan.deploy.secrets import Secrets
+
+    r = resolve(spec("chat-llama2-13b", serving__router="llm_d"))
+    with pytest.raises(SpecError) as exc:
+        render(r, inventory_for(r, tmp_path), tmp_path / "run", Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE00",
+                                                                        ceph_rgw_secret_key="example-secret"))
+    why = {p.path: p.message for p in exc.value.problems}
+    assert "vllm-router, which has no weighted scorers" in why["serving.router"]
+    assert "--format production-stack" in exc.value.render()
+
+
+def test_the_scheduler_config_is_well_formed_and_weighs_as_the_simulator_does():
+    """Every plugin is one llm-d registers, every reference names a plugin, every scorer the profile uses has the
+    weight the simulator gave it, and the producers are told the index sizes it simulated."""
+    from kvplan.deploy.llmd import endpoint_picker_config
+
+    r = gpu_cluster(no_hit_lru=0.5)
+    cfg = endpoint_picker_config(r)
+    assert (cfg["apiVersion"], cfg["kind"]) == ("llm-d.ai/v1alpha1", "EndpointPickerConfig")
+    types = {p["name"]: p["type"] for p in cfg["plugins"]}
+    assert set(types.values()) <= KNOWN_PLUGIN_TYPES and len(types) == len(cfg["plugins"])
+    [profile] = cfg["schedulingProfiles"]
+    refs = {p["pluginRef"]: p.get("weight") for p in profile["plugins"]}
+    assert set(refs) <= set(types)
+    assert all((weight is not None) == (types[name] in SCORERS) for name, weight in refs.items())
+    c = r.llm_d
+    assert refs == {"queue-scorer": c.queue, "kv-cache-utilization-scorer": c.kv_cache_utilization,
+                    "gpu-prefix-cache-scorer": c.prefix, "cpu-prefix-cache-scorer": c.cpu_prefix,
+                    "no-hit-lru-scorer": c.no_hit_lru, "max-score-picker": None}
+    params = {p["name"]: p.get("parameters", {}) for p in cfg["plugins"]}
+    assert params["gpu-prefix-cache-producer"] == {"autoTune": False, "blockSizeTokens": r.block_size,
+                                                   "lruCapacityPerServer": r.hbm_blocks, "maxPrefixBlocksToMatch": 256}
+    assert params["cpu-prefix-cache-producer"]["lruCapacityPerServer"] == r.lmcache.tier("ddr").capacity_tokens // r.block_size
+
+
+def test_a_zero_weight_leaves_its_scorer_out():
+    from kvplan.deploy.llmd import endpoint_picker_config
+
+    cfg = endpoint_picker_config(gpu_cluster(kv_cache_utilization=0, cpu_prefix=0))
+    assert {p["type"] for p in cfg["plugins"]} == {"queue-scorer", "approx-prefix-cache-producer", "prefix-cache-scorer",
+                                                   "single-profile-handler", "max-score-picker"}
+
+
+def test_production_stack_values_leave_routing_to_llm_d_and_precise_matching_is_refused():
+    import json
+
+    import jsonschema
+
+    from conftest import REPO
+    from kvplan.deploy.helm import values
+
+    rendered = values(gpu_cluster(), 8, "64Gi")
+    assert rendered["routerSpec"] == {"enableRouter": False}
+    chart = json.loads((REPO / "tests/fixtures/production-stack/values.schema.json").read_text())
+    jsonschema.Draft202012Validator(chart).validate(rendered)
+    with pytest.raises(SpecError) as exc:
+        values(gpu_cluster(prefix_match="precise"), 8, "64Gi")
+    assert [p.path for p in exc.value.problems] == ["serving.llm_d.prefix_match"]
+    assert "KV-events publisher" in exc.value.render()
