@@ -275,3 +275,12 @@ def test_production_stack_values_leave_routing_to_llm_d_and_precise_matching_is_
         values(gpu_cluster(prefix_match="precise"), 8, "64Gi")
     assert [p.path for p in exc.value.problems] == ["serving.llm_d.prefix_match"]
     assert "KV-events publisher" in exc.value.render()
+
+
+def test_importing_values_that_leave_routing_to_llm_d_says_the_router_did_not_map():
+    from kvplan.deploy.helm import values
+    from kvplan.interop import from_helm_values
+
+    imported = from_helm_values(values(gpu_cluster(), 8, "64Gi"), "H100-SXM")
+    assert "router" not in imported.spec["serving"]
+    assert any(what == "routerSpec.enableRouter false" for what, _ in imported.unmapped)

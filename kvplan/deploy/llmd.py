@@ -44,10 +44,10 @@ def refusals(r: Resolved) -> list[Problem]:
                     "tokenizer yet", "precise", fix="use prefix_match: approximate to deploy, or simulate only")]
 
 
-def _producer(name: str, r: Resolved, blocks: int) -> dict[str, Any]:
+def _producer(name: str, block_size: int, blocks: int, max_blocks: int) -> dict[str, Any]:
     return {"type": "approx-prefix-cache-producer", "name": name,
-            "parameters": {"autoTune": False, "blockSizeTokens": r.block_size, "lruCapacityPerServer": blocks,
-                           "maxPrefixBlocksToMatch": r.llm_d.max_prefix_blocks}}
+            "parameters": {"autoTune": False, "blockSizeTokens": block_size, "lruCapacityPerServer": blocks,
+                           "maxPrefixBlocksToMatch": max_blocks}}
 
 
 def endpoint_picker_config(r: Resolved) -> dict[str, Any]:
@@ -65,10 +65,10 @@ def endpoint_picker_config(r: Resolved) -> dict[str, Any]:
     scorer("queue-scorer", "queue-scorer", c.queue)
     scorer("kv-cache-utilization-scorer", "kv-cache-utilization-scorer", c.kv_cache_utilization)
     if c.prefix or c.no_hit_lru:                       # the no-hit scorer reads the GPU producer's matches
-        plugins.append(_producer(GPU_PRODUCER, r, c.gpu_index_blocks))
+        plugins.append(_producer(GPU_PRODUCER, r.block_size, c.gpu_index_blocks, c.max_prefix_blocks))
     scorer("prefix-cache-scorer", "gpu-prefix-cache-scorer", c.prefix, {"prefixMatchInfoProducerName": GPU_PRODUCER})
     if c.cpu_prefix:
-        plugins.append(_producer(CPU_PRODUCER, r, c.cpu_index_blocks))
+        plugins.append(_producer(CPU_PRODUCER, r.block_size, c.cpu_index_blocks, c.max_prefix_blocks))
     scorer("prefix-cache-scorer", "cpu-prefix-cache-scorer", c.cpu_prefix, {"prefixMatchInfoProducerName": CPU_PRODUCER})
     scorer("no-hit-lru-scorer", "no-hit-lru-scorer", c.no_hit_lru, {"prefixMatchInfoProducerName": GPU_PRODUCER})
     plugins += [{"type": "single-profile-handler", "name": "single-profile-handler"},
