@@ -89,6 +89,33 @@ def test_the_approximate_index_counts_held_blocks_until_no_instance_holds_one():
     assert index.matched([1, 2]) == [2, 1]                 # llm-d counts each block held along the walk: 2 still is
 
 
+def test_the_index_by_holders_counts_as_walking_every_instances_lru():
+    """PrefixIndex keeps, for each hash, the instances holding it; llm-d's definition asks each instance's LRU. On
+    random prompts routed at random into small LRUs, the two count the same."""
+    import random
+
+    rng = random.Random(11)
+    index = llmd.PrefixIndex(4, capacity=12)
+    lrus: list[list[int]] = [[] for _ in range(4)]              # oldest first
+    for _ in range(600):
+        keys = [hash((rng.randrange(3), j)) for j in range(rng.randrange(1, 8))]
+        walked = [0] * 4
+        for key in keys:
+            holders = [i for i in range(4) if key in lrus[i]]
+            if not holders:
+                break
+            for i in holders:
+                walked[i] += 1
+        assert index.matched(keys) == walked
+        i = rng.randrange(4)
+        index.add(i, keys)
+        for key in keys:
+            if key in lrus[i]:
+                lrus[i].remove(key)
+            lrus[i].append(key)
+        del lrus[i][:-12]
+
+
 # ---------------------------------------------------------------------------------------------- the picker
 
 def test_the_prefix_scorer_sends_a_repeated_prompt_to_the_instance_it_was_routed_to():

@@ -94,37 +94,46 @@ def no_hit_lru_scores(n: int, recent: list[int], cold: bool) -> list[float]:
 
 
 class PrefixIndex:
-    """approx-prefix-cache-producer's index: per instance an LRU of the block hashes routed there."""
+    """approx-prefix-cache-producer's index: per instance an LRU of the block hashes routed there, and for each hash
+    the instances that hold it (one look-up a block, however many instances)."""
 
     def __init__(self, instances: int, capacity: int):
         self.capacity = capacity
         self.lrus: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(instances)]
+        self.holders: dict[int, set[int]] = {}
 
     def matched(self, keys: list[int]) -> list[int]:
         """Per instance, the blocks of `keys` it holds, counted along the prompt until no instance holds one."""
         counts = [0] * len(self.lrus)
+        holders = self.holders
         for key in keys:
-            holders = [i for i, lru in enumerate(self.lrus) if key in lru]
-            if not holders:
+            held = holders.get(key)
+            if not held:
                 break
-            for i in holders:
+            for i in held:
                 counts[i] += 1
         return counts
 
     def add(self, instance: int, keys: list[int]) -> None:
         """The prompt's blocks routed to `instance`: each becomes its most recent, the oldest beyond capacity go."""
-        lru = self.lrus[instance]
+        lru, holders = self.lrus[instance], self.holders
         for key in keys:
             if key in lru:
                 lru.move_to_end(key)
             else:
                 lru[key] = None
+                holders.setdefault(key, set()).add(instance)
         while len(lru) > self.capacity:
-            lru.popitem(last=False)
+            old, _ = lru.popitem(last=False)
+            held = holders[old]
+            held.discard(instance)
+            if not held:
+                del holders[old]
 
     def clear(self) -> None:
         for lru in self.lrus:
             lru.clear()
+        self.holders.clear()
 
 
 class Scheduler:
