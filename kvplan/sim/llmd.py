@@ -38,7 +38,10 @@ What the simulator does not copy: llm-d reads the engines' metrics when it scrap
 where the simulator hashes tokens, so a block here is block_size tokens exactly, and its partial
 last block is never matched (only an identical prompt would match it). A tie is broken by the
 run's seed, so a run is repeatable. An instance's CPU tier is read through the engine's
-`cpu_prefix_tokens` (an offload engine answers it: LMCache's ddr tier today).
+`cpu_prefix_tokens` (an offload engine answers it: LMCache's ddr tier today). The precise scorer
+sees a CPU tier only through the KV events its offload engine publishes (vLLM's offloading
+connector does: llm-d-kv-cache pkg/kvevents/pool.go handles their CPU-tier updates); that LMCache
+publishes them too is assumed here, not checked, and kvplan refuses to deploy precise matching.
 """
 
 from __future__ import annotations
