@@ -137,6 +137,30 @@ def test_the_precise_scorer_follows_the_cpu_tier_too():
     assert scheduler.pick(prompt(0, text=1)) == 1
 
 
+def test_the_precise_scorer_reads_what_real_engines_hold_in_hbm_and_in_lmcaches_cpu_tier():
+    """Real engines, as a run builds them: instance 1 has the prompt cached in HBM (a finished request's blocks),
+    instance 2 holds it in LMCache's ddr tier only, instance 0 nowhere. The precise scorer sees both tiers, so
+    with prefix matching alone the request goes to instance 1, and instance 2 scores 0.8 of it."""
+    from kvplan.sim.run import Simulation
+
+    r = gpu_cluster(queue=0, kv_cache_utilization=0, prefix_match="precise")
+    sim = Simulation(r, seed=0)
+    req = prompt(0, text=7, tokens=64 * r.block_size)
+    engines = sim.engines
+    keys = req.content.keys(r.block_size, req.prompt_tokens)
+    held = engines[1].hbm.allocate(keys, 0, len(keys))
+    engines[1].hbm.commit(held, keys, len(keys))
+    engines[1].hbm.release(held)
+    lm = sim.lmcache
+    chunks = req.content.keys(lm.chunk_size, req.prompt_tokens)
+    lm.cache("ddr", 2).store(chunks, lm.chunk_bytes)
+    assert [e.gpu_prefix_blocks(req) for e in engines] == [0, 64, 0, 0]
+    assert [e.cpu_prefix_tokens(req) for e in engines] == [0, 0, len(chunks) * lm.chunk_size, 0]
+    scheduler = sim.router.llm_d
+    assert scheduler.scores(req)[:3] == pytest.approx([0.0, 1.0, 0.8 * len(chunks) * lm.chunk_size / req.prompt_tokens])
+    assert scheduler.pick(req) == 1
+
+
 def test_the_queue_scorer_spreads_load_over_a_held_prefix():
     """The instance holding the prompt has the longest queue: at queue 2 and prefix 1 the request goes to the
     idle one (2 x 1 > 2 x 0 + 1); at prefix 3 it follows the prefix (3 > 2)."""
