@@ -14,6 +14,7 @@ from kvplan.errors import SpecError
 from kvplan.resolve import LlmDScheduler, resolve
 from kvplan.sim import llmd
 from kvplan.sim.run import run
+from kvplan.sim.content import LOG_PROMPT
 from kvplan.sim.workload import Request, Segments
 
 pytestmark = pytest.mark.unit
@@ -44,7 +45,7 @@ class Instance:
 
 def prompt(rid: int, text: int, tokens: int = 10 * BLOCK) -> Request:
     """Request `rid` whose prompt is text number `text` (the same text, the same blocks), `tokens` long."""
-    return Request(rid, 0.0, tokens, 8, Segments(((("text", text), tokens + 8),)))
+    return Request(rid, 0.0, tokens, 8, Segments((((LOG_PROMPT, text), tokens + 8),)))
 
 
 def config(**weights) -> LlmDScheduler:
