@@ -69,6 +69,9 @@ class Device(Cited):
     """gpu, or cpu for a CPU-only host running vLLM's CPU backend."""
     memory: Size
     """Accelerator memory (HBM) capacity."""
+    cuda_memory: Size | None = None
+    """The total that CUDA reports (cudaMemGetInfo, what vLLM multiplies by gpu_memory_utilization): less than
+    nvidia-smi's `memory` by what the driver reserves; unset: `memory`."""
     memory_bandwidth: Bandwidth
     """Accelerator memory bandwidth."""
     bf16_tflops: float = Field(gt=0)
@@ -128,6 +131,26 @@ class Prices(SpecModel):
     nic_port_month: list[Price]
 
 
+class VllmMemory(Cited):
+    """What vLLM takes from an accelerator's memory before it sizes the KV cache: the coefficients of
+    kvplan/kv_capacity.py (models/vllm_memory.yaml, docs/kv-capacity.md)."""
+
+    forward_hidden_copies: float = Field(ge=0)
+    """Tensors of hidden_size per token alive at the peak of the profiling forward pass (residual, normed input)."""
+    forward_mlp_copies: float = Field(ge=0)
+    """Tensors of intermediate_size / TP per token alive at that peak (gate_up output: 2, activation output: 1)."""
+    sampler_bytes_per_logit: float = Field(ge=0)
+    """Bytes per logit (rows x vocabulary) alive at the peak of the profiling sampler run."""
+    non_torch: Size
+    """Memory outside torch that an engine adds per GPU (cuBLAS workspaces and the like)."""
+    non_torch_tp: Size
+    """What an engine at tensor parallelism > 1 adds to `non_torch` per GPU (NCCL, custom all-reduce buffers)."""
+    cuda_graphs_subtracted: Literal[False]
+    """Whether vLLM subtracts an estimate of CUDA-graph memory before it sizes the KV cache: vLLM does from 0.21
+    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 by default); kvplan models the versions before it, whose engines its
+    data holds, so only false is accepted."""
+
+
 class CatalogLlm(Architecture):
     @model_validator(mode="after")
     def _cited(self) -> "CatalogLlm":
@@ -147,6 +170,8 @@ class Catalog(SpecModel):
     nics: dict[str, Nic]
     ceph_device_classes: dict[str, CephDeviceClass]
     prices: Prices
+    vllm_memory: VllmMemory
+    """What vLLM takes from accelerator memory before the KV cache (models/vllm_memory.yaml)."""
     root: str
     """Folder the catalog was read from."""
 
@@ -217,6 +242,10 @@ def load_catalog(root: str | None = None) -> Catalog:
     prices_file = base / "prices.yaml"
     price_data = read_yaml(prices_file, bounded=False)
     prices = parse(Prices, price_data.get("prices") if isinstance(price_data, dict) else None, prices_file)
-    if problems or prices is None:
-        raise SpecError(problems or [Problem("prices.yaml", "no prices")], source=f"catalog {base}")
-    return Catalog(llms=llms, prices=prices, root=str(base), **tables)
+    memory_file = base / "vllm_memory.yaml"
+    memory_data = read_yaml(memory_file, bounded=False)
+    vllm_memory = parse(VllmMemory, memory_data.get("vllm_memory") if isinstance(memory_data, dict) else None, memory_file)
+    if problems or prices is None or vllm_memory is None:
+        raise SpecError(problems or [Problem("prices.yaml" if prices is None else "vllm_memory.yaml", "missing")],
+                        source=f"catalog {base}")
+    return Catalog(llms=llms, prices=prices, vllm_memory=vllm_memory, root=str(base), **tables)

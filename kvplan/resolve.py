@@ -8,8 +8,10 @@ stack (reference/lmcache-vllm.md §6):
 - Per tensor-parallel rank vLLM holds max(1, KV heads // TP) heads (MLA: the whole latent).
 - LMCache stores one object per chunk per rank (MLA: rank 0 only), so a chunk costs
   chunk_size x per-rank bytes x storing ranks.
-- HBM for KV per GPU = memory x gpu_memory_utilization - weights/TP - activation memory
-  (or kv_cache_memory when given); blocks = that / (block_size x per-rank bytes per token).
+- HBM for KV per GPU = CUDA's total x gpu_memory_utilization - weights/TP - what vLLM's start-up profiling
+  takes (activation peak at max_num_batched_tokens, non-torch memory: kvplan/kv_capacity.py,
+  docs/kv-capacity.md), or serving.activation_memory in its place when set, or kv_cache_memory when given;
+  blocks = that // (block_size x per-rank bytes per token).
 - Step-time coefficients (compute and memory efficiency, per-step overhead, all-reduce latency)
   are the accelerator's catalog defaults with the spec's serving.step_model on top; the all-reduce
   ring runs over NVLink, else PCIe, else (a CPU device) host memory (docs/step-time.md).
@@ -31,6 +33,7 @@ from typing import Literal
 
 from .catalog import Catalog, CephDeviceClass, Device, Nic, NvmeClass, load_catalog, lookup
 from .errors import Problem, SpecError, did_you_mean
+from .kv_capacity import ProfiledMemory, kv_bytes, profiled_memory
 from .spec import Topology
 from .spec.architecture import Architecture
 from .spec.base import SpecModel
@@ -306,6 +309,11 @@ class Resolved(SpecModel):
     hbm_bytes: int
     """HBM holding KV blocks, all instances together."""
     weight_bytes_per_gpu: int
+    non_kv_bytes_per_gpu: int
+    """Memory per GPU that is neither weights nor KV cache: serving.activation_memory when set, else what vLLM's
+    start-up profiling takes (`profiled`)."""
+    profiled: ProfiledMemory | None
+    """vLLM's start-up profiling of one GPU, term by term (kvplan/kv_capacity.py); None on a CPU device."""
     kv_budget_bytes_per_gpu: int
     """Accelerator memory left for the KV cache."""
     hbm_blocks: int
@@ -352,16 +360,10 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         raise SpecError(problems)
 
     tp = s.tensor_parallel
-    mem = _accelerator_memory(model, device, s, problems)
+    max_num_seqs, max_batched = _batch_limits(device, s)
+    mem = _accelerator_memory(model, device, s, catalog, problems)
     peak = _peak_tflops(device, mem.weights_dtype, problems)
     max_model_len = mem.max_model_len
-
-    # ---- vLLM's batch defaults (vLLM EngineArgs.get_batch_defaults)
-    big = device.memory >= 160 * GIB
-    large_non_a100 = device.memory >= 70 * GIB and not device.name.upper().startswith("A100")
-    default_seqs, default_tokens = (1024, 16384) if big else (1024, 8192) if large_non_a100 else (256, 2048)
-    max_num_seqs = s.max_num_seqs or default_seqs
-    max_batched = s.max_num_batched_tokens or default_tokens
     if max_batched < max_num_seqs:
         problems.append(Problem("serving.max_num_batched_tokens", f"vLLM requires it to be at least max_num_seqs ({max_num_seqs})",
                                 max_batched, f">= {max_num_seqs}", f"use max_num_batched_tokens: {max_num_seqs} or more"))
@@ -407,7 +409,8 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         peak_flops=peak * 1e12, kv_bytes_per_token=mem.kv_bytes, kv_heads_per_rank=mem.kv_heads_per_rank,
         kv_bytes_per_token_per_rank=mem.per_rank_token, block_bytes_per_rank=mem.block_bytes_per_rank,
         block_bytes=mem.block_bytes_per_rank * tp, hbm_bytes=mem.hbm_blocks * mem.block_bytes_per_rank * tp * s.instances,
-        weight_bytes_per_gpu=mem.weight_bytes_per_gpu, kv_budget_bytes_per_gpu=mem.kv_budget, hbm_blocks=mem.hbm_blocks,
+        weight_bytes_per_gpu=mem.weight_bytes_per_gpu, non_kv_bytes_per_gpu=mem.non_kv, profiled=mem.profiled,
+        kv_budget_bytes_per_gpu=mem.kv_budget, hbm_blocks=mem.hbm_blocks,
         hbm_tokens=mem.hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
         hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
         slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost)
@@ -442,12 +445,23 @@ class _Memory:
     block_bytes_per_rank: int
     weights_dtype: str
     weight_bytes_per_gpu: int
+    non_kv: int
+    profiled: ProfiledMemory | None
     kv_budget: int
     hbm_blocks: int
     hbm_tokens: int
 
 
-def _accelerator_memory(model: Architecture, device: Device, s, problems: list[Problem]) -> _Memory:
+def _batch_limits(device: Device, s) -> tuple[int, int]:
+    """max_num_seqs and max_num_batched_tokens: the spec's, else vLLM's defaults for the device
+    (vLLM EngineArgs.get_batch_defaults, the API server's)."""
+    big = device.memory >= 160 * GIB
+    large_non_a100 = device.memory >= 70 * GIB and not device.name.upper().startswith("A100")
+    default_seqs, default_tokens = (1024, 16384) if big else (1024, 8192) if large_non_a100 else (256, 2048)
+    return s.max_num_seqs or default_seqs, s.max_num_batched_tokens or default_tokens
+
+
+def _accelerator_memory(model: Architecture, device: Device, s, catalog: Catalog, problems: list[Problem]) -> _Memory:
     """The part of `resolve` that reads only the model and serving: heads over ranks, bytes per
     token, weights and KV in HBM; what does not fit is added to `problems`."""
     tp = s.tensor_parallel
@@ -472,7 +486,7 @@ def _accelerator_memory(model: Architecture, device: Device, s, problems: list[P
     runs_in = weights_dtype if weights_dtype in UNQUANTISED else model.weights_dtype
     kv_dtype = s.kv_cache_dtype if s.kv_cache_dtype != "auto" else AUTO_KV_DTYPE[runs_in]
     kv_dtype_bytes = KV_DTYPE_BYTES[kv_dtype]
-    kv_bytes = kv_bytes_per_token(model, kv_dtype_bytes)
+    token_bytes = kv_bytes_per_token(model, kv_dtype_bytes)
     kv_heads_per_rank = model.num_kv_heads if model.attention == "mla" else max(1, model.num_kv_heads // tp)
     per_rank_token = kv_bytes_per_token(model, kv_dtype_bytes, kv_heads_per_rank)
     block_bytes_per_rank = per_rank_token * s.block_size
@@ -485,17 +499,28 @@ def _accelerator_memory(model: Architecture, device: Device, s, problems: list[P
                                 s.weights_dtype, "auto or fp8 for this checkpoint",
                                 "set serving.weights_dtype: auto, or serving.model_path to a 16-bit conversion of it"))
     weight_bytes_per_gpu = int(model.params * WEIGHT_BYTES[weights_dtype] / tp)
+    profiled = None
+    if device.kind != "cpu":   # vLLM's CPU worker does not profile: VLLM_CPU_KVCACHE_SPACE is the KV cache
+        max_num_seqs, max_batched = _batch_limits(device, s)
+        profiled = profiled_memory(model, device, catalog.vllm_memory, tensor_parallel=tp,
+                                   gpu_memory_utilization=s.gpu_memory_utilization, max_num_batched_tokens=max_batched,
+                                   max_num_seqs=max_num_seqs, activation_bytes=4 if runs_in == "fp32" else 2)
+    non_kv = s.activation_memory if s.activation_memory is not None else profiled.non_kv if profiled else 0
     if s.kv_cache_memory is not None:
         kv_budget = s.kv_cache_memory
-        need = weight_bytes_per_gpu + s.activation_memory + kv_budget
+        need = weight_bytes_per_gpu + non_kv + kv_budget
         if need > device.memory:
             problems.append(Problem("serving.kv_cache_memory", f"weights ({fmt_bytes(weight_bytes_per_gpu)} per device) + activation "
                                     f"memory + this KV space need {fmt_bytes(need)}, more than {device.name}'s {fmt_bytes(device.memory)}",
                                     s.kv_cache_memory, fix="lower kv_cache_memory or raise tensor_parallel"))
     else:
-        kv_budget = int(device.memory * s.gpu_memory_utilization) - weight_bytes_per_gpu - s.activation_memory
+        if s.activation_memory is not None or profiled is None:
+            total = device.cuda_memory if device.cuda_memory is not None else device.memory
+            kv_budget = int(total * s.gpu_memory_utilization) - weight_bytes_per_gpu - non_kv
+        else:
+            kv_budget = kv_bytes(profiled, weight_bytes_per_gpu)
         if kv_budget <= 0:
-            problems.append(_weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype))
+            problems.append(_weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype, non_kv))
     kv_budget = max(kv_budget, 0)
     hbm_blocks = kv_budget // block_bytes_per_rank
     hbm_tokens = hbm_blocks * s.block_size
@@ -505,8 +530,9 @@ def _accelerator_memory(model: Architecture, device: Device, s, problems: list[P
                                 f"{fmt_bytes(per_rank_token)}/token per rank", max_model_len, f"1..{hbm_tokens}",
                                 f"lower max_model_len to {hbm_tokens}, raise gpu_memory_utilization or tensor_parallel, "
                                 "or use kv_cache_dtype: fp8"))
-    return _Memory(max_model_len, kv_dtype, kv_dtype_bytes, kv_bytes, kv_heads_per_rank, per_rank_token,
-                   block_bytes_per_rank, weights_dtype, weight_bytes_per_gpu, kv_budget, hbm_blocks, hbm_tokens)
+    return _Memory(max_model_len, kv_dtype, kv_dtype_bytes, token_bytes, kv_heads_per_rank, per_rank_token,
+                   block_bytes_per_rank, weights_dtype, weight_bytes_per_gpu, non_kv, profiled, kv_budget, hbm_blocks,
+                   hbm_tokens)
 
 
 def _peak_tflops(device: Device, weights_dtype: str, problems: list[Problem]) -> float:
@@ -534,7 +560,7 @@ def accelerator_problems(topo: Topology, catalog: Catalog) -> list[Problem]:
         device = lookup(catalog.devices, topo.serving.gpu, "serving.gpu", "accelerator")
     except SpecError as exc:
         return list(exc.problems)
-    mem = _accelerator_memory(model, device, topo.serving, problems)
+    mem = _accelerator_memory(model, device, topo.serving, catalog, problems)
     _peak_tflops(device, mem.weights_dtype, problems)
     return problems
 
@@ -571,14 +597,15 @@ def _check_parallelism(model: Architecture, tp: int, gpus_per_node: int) -> list
                     ", ".join(good), f"use tensor_parallel: {good[-1]}" if good else "use tensor_parallel: 1")]
 
 
-def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype) -> Problem:
-    usable = device.memory * s.gpu_memory_utilization - s.activation_memory
+def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype, non_kv) -> Problem:
+    total = device.cuda_memory if device.cuda_memory is not None else device.memory
+    usable = total * s.gpu_memory_utilization - non_kv
     total = model.params * WEIGHT_BYTES[weights_dtype]
     need_tp = next((t for t in (1, 2, 4, 8, 16, 32, 64) if total / t < usable * 0.9), None)
     fix = f"use tensor_parallel: {need_tp}" if need_tp else "use a larger accelerator"
     return Problem("serving.tensor_parallel", f"{model.name}'s weights ({fmt_bytes(weight_bytes_per_gpu)} per GPU in {weights_dtype}) "
                    f"leave no room for KV cache in {fmt_bytes(usable)} usable of {device.name} "
-                   f"(gpu_memory_utilization {s.gpu_memory_utilization}, activation memory {fmt_bytes(s.activation_memory)})",
+                   f"(gpu_memory_utilization {s.gpu_memory_utilization}, activation and non-torch memory {fmt_bytes(non_kv)})",
                    s.tensor_parallel, None, f"{fix}, weights_dtype: fp8 with quantization: fp8, or a larger accelerator")
 
 

@@ -99,7 +99,11 @@ def test_hbm_blocks_of_the_design_notes_setup(catalog):
     r = resolve(spec("chat-llama2-13b"))
     a100 = catalog.devices["A100-80GB"]
     weights = int(r.model.params * 2)                           # bf16, TP 1
-    kv_budget = int(a100.memory * 0.9) - weights - 2 * GIB      # gpu_memory_utilization 0.9, 2 GiB activations
+    # vLLM's profiling (docs/kv-capacity.md): 2,048 tokens x (2 x hidden 5120 + 3 x intermediate 13824) x 2 bytes
+    # forward, over 32 rows x 32,000 logits x 14 bytes sampled; 0.16 GiB outside torch at TP 1
+    forward, sampler, non_torch = 2048 * (2 * 5120 + 3 * 13824) * 2, 32 * 32000 * 14, round(0.16 * GIB)
+    assert (r.profiled.forward_peak, r.profiled.sampler_peak, r.profiled.non_torch) == (forward, sampler, non_torch)
+    kv_budget = int(a100.memory * 0.9) - weights - max(forward, sampler) - non_torch   # gpu_memory_utilization 0.9
     assert r.weight_bytes_per_gpu == weights
     assert r.kv_budget_bytes_per_gpu == kv_budget
     assert r.block_bytes_per_rank == 16 * 800 * KIB

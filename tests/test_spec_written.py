@@ -19,13 +19,14 @@ def test_every_example_written_back_loads_as_the_same_spec(path):
 
 
 def test_quantities_are_in_human_units_and_defaults_are_left_out():
-    written = human_mapping(spec("chat-llama2-13b", lmcache__ddr__size=2 * 10**9, serving__activation_memory="2GiB",
+    written = human_mapping(spec("chat-llama2-13b", lmcache__ddr__size=2 * 10**9, ceph__osd_size=3.84e12,
                                  lmcache__merging={"window": "50ms"}, simulate_only=True))
     assert written["lmcache"]["ddr"]["size"] == "2GB"
     assert written["lmcache"]["merging"] == {}, "merging on, at its default window"
     assert written["workload"]["sessions"]["think_time"] == "20s"
     assert written["slo"] == {"ttft_p99": "500ms", "tpot_p99": "50ms"}
-    assert "activation_memory" not in written["serving"], "2GiB is the default, however it was written"
+    assert "osd_size" not in written["ceph"], "3.84TB is the default, however it was written"
+    assert "activation_memory" not in written["serving"], "unset (vLLM's profiling, modelled), however it was written"
     assert "hosts" not in written["ceph"]
 
 

@@ -135,9 +135,11 @@ class Serving(SpecModel):
     """KV-cache memory per accelerator, overriding gpu_memory_utilization (vLLM --kv-cache-memory-bytes;
     VLLM_CPU_KVCACHE_SPACE on a CPU device, where it is required)."""
 
-    activation_memory: Size = "2GiB"
-    """Memory per accelerator that is neither weights nor KV cache (activation peak, CUDA graphs,
-    communication buffers). vLLM measures it at start-up and logs it; set it from that log line."""
+    activation_memory: Size | None = None
+    """Memory per accelerator that is neither weights nor KV cache (activation peak, non-torch memory such as
+    communication buffers, CUDA graphs). Default: what vLLM's start-up profiling takes, modelled from the model,
+    max_num_batched_tokens, max_num_seqs and tensor_parallel (docs/kv-capacity.md). vLLM logs what it measured;
+    set this from that log line to override the model."""
 
     max_model_len: int | None = Field(None, ge=1)
     """vLLM --max-model-len. Default: the model's maximum context."""

@@ -4,7 +4,7 @@ kvplan holds every quantity in base units (bytes, seconds, requests per second),
 as it is reads `size: 64000000000` and `window: 0.05`, and repeats every default. `human_mapping`
 writes each quantity in the largest unit of kvplan's grammar that reads back exactly
 (`units.spelled`: `64GB`, `50ms`, `0.8/s`), and leaves out every field whose value is its default
-(compared after validation, so `activation_memory: 2147483648` is the default `2GiB`). Loading the
+(compared after validation, so `osd_size: 3840000000000` is the default `3.84TB`). Loading the
 mapping again gives the same Topology.
 """
 
