@@ -309,6 +309,9 @@ class Resolved(SpecModel):
     hbm_bytes: int
     """HBM holding KV blocks, all instances together."""
     weight_bytes_per_gpu: int
+    cuda_memory_bytes: int
+    """The accelerator's memory as CUDA reports it, what gpu_memory_utilization is a share of (Device.cuda_memory, else
+    its memory)."""
     non_kv_bytes_per_gpu: int
     """Memory per GPU that is neither weights nor KV cache: serving.activation_memory when set, else what vLLM's
     start-up profiling takes (`profiled`)."""
@@ -409,7 +412,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         peak_flops=peak * 1e12, kv_bytes_per_token=mem.kv_bytes, kv_heads_per_rank=mem.kv_heads_per_rank,
         kv_bytes_per_token_per_rank=mem.per_rank_token, block_bytes_per_rank=mem.block_bytes_per_rank,
         block_bytes=mem.block_bytes_per_rank * tp, hbm_bytes=mem.hbm_blocks * mem.block_bytes_per_rank * tp * s.instances,
-        weight_bytes_per_gpu=mem.weight_bytes_per_gpu, non_kv_bytes_per_gpu=mem.non_kv, profiled=mem.profiled,
+        weight_bytes_per_gpu=mem.weight_bytes_per_gpu, cuda_memory_bytes=_cuda_total(device), non_kv_bytes_per_gpu=mem.non_kv, profiled=mem.profiled,
         kv_budget_bytes_per_gpu=mem.kv_budget, hbm_blocks=mem.hbm_blocks,
         hbm_tokens=mem.hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
         hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
@@ -450,6 +453,11 @@ class _Memory:
     kv_budget: int
     hbm_blocks: int
     hbm_tokens: int
+
+
+def _cuda_total(device: Device) -> int:
+    """What CUDA reports as the device's memory (vLLM multiplies it by gpu_memory_utilization)."""
+    return device.cuda_memory if device.cuda_memory is not None else device.memory
 
 
 def _batch_limits(device: Device, s) -> tuple[int, int]:
@@ -515,8 +523,7 @@ def _accelerator_memory(model: Architecture, device: Device, s, catalog: Catalog
                                     s.kv_cache_memory, fix="lower kv_cache_memory or raise tensor_parallel"))
     else:
         if s.activation_memory is not None or profiled is None:
-            total = device.cuda_memory if device.cuda_memory is not None else device.memory
-            kv_budget = int(total * s.gpu_memory_utilization) - weight_bytes_per_gpu - non_kv
+            kv_budget = int(_cuda_total(device) * s.gpu_memory_utilization) - weight_bytes_per_gpu - non_kv
         else:
             kv_budget = kv_bytes(profiled, weight_bytes_per_gpu)
         if kv_budget <= 0:
@@ -598,8 +605,7 @@ def _check_parallelism(model: Architecture, tp: int, gpus_per_node: int) -> list
 
 
 def _weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype, non_kv) -> Problem:
-    total = device.cuda_memory if device.cuda_memory is not None else device.memory
-    usable = total * s.gpu_memory_utilization - non_kv
+    usable = _cuda_total(device) * s.gpu_memory_utilization - non_kv
     total = model.params * WEIGHT_BYTES[weights_dtype]
     need_tp = next((t for t in (1, 2, 4, 8, 16, 32, 64) if total / t < usable * 0.9), None)
     fix = f"use tensor_parallel: {need_tp}" if need_tp else "use a larger accelerator"

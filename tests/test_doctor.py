@@ -144,7 +144,7 @@ def test_no_room_for_the_batch_is_diagnosed_from_preemptions_with_the_memory_bud
     e = f.evidence
     assert e["preemptions_per_request"] > 0.01
     assert e["sequences_that_fit_at_mean_length"] < e["max_num_seqs"] == 64
-    assert e["kv_budget_bytes_per_gpu"] == int(e["gpu_memory_bytes"] * 0.45) - e["weight_bytes_per_gpu"] - 2 * 2**30
+    assert e["kv_budget_bytes_per_gpu"] == int(e["gpu_memory_bytes"] * 0.45) - e["weight_bytes_per_gpu"] - e["non_kv_bytes_per_gpu"]
     paths = [fix.changes[0].path for fix in f.fixes]
     assert paths == ["serving.max_num_seqs", "serving.gpu_memory_utilization", "serving.kv_cache_dtype"]
 

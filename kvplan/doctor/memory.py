@@ -6,7 +6,7 @@ starts at all (`kvplan validate` already refuses a spec whose weights, activatio
 max_model_len sequence do not fit). So:
 
 - `no-room-for-the-batch`: the runs preempt (more than 1 % of requests). Evidence: the memory budget of
-  one GPU (capacity x gpu_memory_utilization = weights + activation + KV), KV tokens per instance against
+  one GPU (CUDA's total x gpu_memory_utilization = weights + activation and non-torch memory + KV), KV tokens per instance against
   max_num_seqs x the workload's mean sequence and x max_model_len. Fixes: fewer sequences (what the KV
   holds at the mean sequence length), a higher gpu_memory_utilization, an fp8 KV cache.
 - `block-size-advice` (advice): the note lowers block_size 32 -> 16 against OOM. A block holds
@@ -35,8 +35,9 @@ def no_room_for_the_batch(case: Case) -> list[Finding]:
         return []
     sequence = case.mean_sequence_tokens
     fits = int(r.hbm_tokens // sequence)
-    evidence = {"preemptions_per_request": per_request, "gpu_memory_bytes": r.device.memory,
+    evidence = {"preemptions_per_request": per_request, "gpu_memory_bytes": r.cuda_memory_bytes,
                 "gpu_memory_utilization": r.gpu_memory_utilization, "weight_bytes_per_gpu": r.weight_bytes_per_gpu,
+                "non_kv_bytes_per_gpu": r.non_kv_bytes_per_gpu,
                 "kv_budget_bytes_per_gpu": r.kv_budget_bytes_per_gpu, "kv_tokens_per_instance": r.hbm_tokens,
                 "kv_bytes_per_token_per_rank": r.kv_bytes_per_token_per_rank, "max_num_seqs": r.max_num_seqs,
                 "mean_sequence_tokens": sequence, "sequences_that_fit_at_mean_length": fits,
@@ -56,8 +57,9 @@ def no_room_for_the_batch(case: Case) -> list[Finding]:
         code="no-room-for-the-batch", area="memory", severity="problem",
         title="the KV cache cannot hold the batch vLLM admits",
         symptom=f"{per_request:.2f} preemptions per request: requests lose their KV blocks mid-run and are recomputed",
-        cause=f"each GPU has {fmt_bytes(r.kv_budget_bytes_per_gpu)} for KV ({fmt_bytes(r.device.memory)} x "
-              f"{r.gpu_memory_utilization} - {fmt_bytes(r.weight_bytes_per_gpu)} weights - activation memory): "
+        cause=f"each GPU has {fmt_bytes(r.kv_budget_bytes_per_gpu)} for KV ({fmt_bytes(r.cuda_memory_bytes)} x "
+              f"{r.gpu_memory_utilization} - {fmt_bytes(r.weight_bytes_per_gpu)} weights - "
+              f"{fmt_bytes(r.non_kv_bytes_per_gpu)} activation and non-torch memory): "
               f"{r.hbm_tokens:,} tokens per instance, {fits} sequences of this workload's mean {sequence:,.0f} tokens, "
               f"while max_num_seqs admits {r.max_num_seqs}",
         evidence=evidence, fixes=fixes)]
