@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import pytest
 
 from kvplan.catalog import load_catalog
+from kvplan.errors import SpecError
 from kvplan.gpufit.kv_capacity import Row, engines, fit, rows, table
 from kvplan.resolve import GIB, resolve
+from kvplan.resources import data_root
 from kvplan.spec import from_mapping
 
 from conftest import REPO, spec
@@ -83,6 +86,21 @@ def test_the_users_activation_memory_wins():
 
 def test_the_users_kv_cache_memory_wins():
     assert qwen(kv_cache_memory="10GiB").kv_budget_bytes_per_gpu == 10 * GIB
+
+
+def test_a_catalog_that_has_vllm_subtract_cuda_graphs_is_refused(tmp_path):
+    """kvplan models the vLLM versions that size the KV cache before capturing CUDA graphs (before 0.21)."""
+    root = tmp_path / "models"
+    shutil.copytree(data_root() / "models", root)
+    path = root / "vllm_memory.yaml"
+    path.write_text(path.read_text().replace("cuda_graphs_subtracted: false", "cuda_graphs_subtracted: true"))
+    load_catalog.cache_clear()
+    try:
+        with pytest.raises(SpecError) as info:
+            load_catalog(str(root))
+    finally:
+        load_catalog.cache_clear()
+    assert info.value.problems[0].path == "vllm_memory.yaml:cuda_graphs_subtracted"
 
 
 def test_a_cpu_device_keeps_its_fixed_kv_space():
