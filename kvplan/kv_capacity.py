@@ -56,7 +56,7 @@ class ProfiledMemory:
 
     @property
     def non_kv(self) -> int:
-        """Everything but the weights and the KV cache."""
+        """Everything but the weights and the KV cache: the KV cache gets requested - weights - this."""
         return self.activation_peak + self.non_torch + self.cuda_graphs
 
 
@@ -76,7 +76,3 @@ def profiled_memory(model: Architecture, device: Device, coefficients: VllmMemor
         non_torch=int(c.non_torch + (c.non_torch_tp if tp > 1 else 0)),
         cuda_graphs=0)   # the catalog accepts only cuda_graphs_subtracted: false (the versions modelled)
 
-
-def kv_bytes(profiled: ProfiledMemory, weight_bytes_per_gpu: int) -> int:
-    """The bytes the KV cache gets on one GPU (negative where the weights do not leave room)."""
-    return profiled.requested - weight_bytes_per_gpu - profiled.non_kv

@@ -33,7 +33,7 @@ from typing import Literal
 
 from .catalog import Catalog, CephDeviceClass, Device, Nic, NvmeClass, load_catalog, lookup
 from .errors import Problem, SpecError, did_you_mean
-from .kv_capacity import ProfiledMemory, kv_bytes, profiled_memory
+from .kv_capacity import ProfiledMemory, profiled_memory
 from .spec import Topology
 from .spec.architecture import Architecture
 from .spec.base import SpecModel
@@ -412,8 +412,8 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         peak_flops=peak * 1e12, kv_bytes_per_token=mem.kv_bytes, kv_heads_per_rank=mem.kv_heads_per_rank,
         kv_bytes_per_token_per_rank=mem.per_rank_token, block_bytes_per_rank=mem.block_bytes_per_rank,
         block_bytes=mem.block_bytes_per_rank * tp, hbm_bytes=mem.hbm_blocks * mem.block_bytes_per_rank * tp * s.instances,
-        weight_bytes_per_gpu=mem.weight_bytes_per_gpu, cuda_memory_bytes=_cuda_total(device), non_kv_bytes_per_gpu=mem.non_kv, profiled=mem.profiled,
-        kv_budget_bytes_per_gpu=mem.kv_budget, hbm_blocks=mem.hbm_blocks,
+        weight_bytes_per_gpu=mem.weight_bytes_per_gpu, cuda_memory_bytes=_cuda_total(device), non_kv_bytes_per_gpu=mem.non_kv,
+        profiled=mem.profiled, kv_budget_bytes_per_gpu=mem.kv_budget, hbm_blocks=mem.hbm_blocks,
         hbm_tokens=mem.hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
         hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
         slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost)
@@ -519,13 +519,10 @@ def _accelerator_memory(model: Architecture, device: Device, s, catalog: Catalog
         need = weight_bytes_per_gpu + non_kv + kv_budget
         if need > device.memory:
             problems.append(Problem("serving.kv_cache_memory", f"weights ({fmt_bytes(weight_bytes_per_gpu)} per device) + activation "
-                                    f"memory + this KV space need {fmt_bytes(need)}, more than {device.name}'s {fmt_bytes(device.memory)}",
+                                    f"and non-torch memory ({fmt_bytes(non_kv)}) + this KV space need {fmt_bytes(need)}, more than {device.name}'s {fmt_bytes(device.memory)}",
                                     s.kv_cache_memory, fix="lower kv_cache_memory or raise tensor_parallel"))
     else:
-        if s.activation_memory is not None or profiled is None:
-            kv_budget = int(_cuda_total(device) * s.gpu_memory_utilization) - weight_bytes_per_gpu - non_kv
-        else:
-            kv_budget = kv_bytes(profiled, weight_bytes_per_gpu)
+        kv_budget = int(_cuda_total(device) * s.gpu_memory_utilization) - weight_bytes_per_gpu - non_kv
         if kv_budget <= 0:
             problems.append(_weights_do_not_fit(model, device, s, weight_bytes_per_gpu, weights_dtype, non_kv))
     kv_budget = max(kv_budget, 0)

@@ -89,6 +89,8 @@ def left_over(engine: Engine, catalog: Catalog) -> float:
     """Bytes per GPU that the engine's reported blocks leave unexplained by every term but non_torch_tp."""
     r = engine.resolved(_with_non_torch_tp(catalog, 0))
     p = r.profiled
+    if p is None:
+        raise ValueError(f"{engine.name} runs on {engine.gpu}, a CPU device: vLLM does not profile there")
     return p.requested - r.weight_bytes_per_gpu - p.non_kv - (engine.reported_blocks + 0.5) * r.block_bytes_per_rank
 
 
