@@ -31,6 +31,7 @@ from typing import Literal
 
 from .catalog import Catalog, CephDeviceClass, Device, Nic, NvmeClass, load_catalog, lookup
 from .errors import Problem, SpecError, did_you_mean
+from .offload import ResolvedOffload, resolve_offload
 from .spec import Topology
 from .spec.architecture import Architecture
 from .spec.base import SpecModel
@@ -290,6 +291,8 @@ class Resolved(SpecModel):
     """Step-time coefficients: the accelerator's catalog defaults with serving.step_model on top."""
 
     lmcache: ResolvedLMCache | None
+    kv_offloading: ResolvedOffload | None = None
+    """vLLM's native CPU offloading (serving.kv_offloading; offload.py), the other offload engine; None: off."""
     nvme: NvmeClass | None
     ceph: ResolvedCeph | None
 
@@ -353,6 +356,10 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
     storing_ranks = 1 if model.attention == "mla" else tp
     resolved_lm = _lmcache(topo, mem.per_rank_token, storing_ranks, instances_per_node, nodes, problems) if lm else None
     ceph = _ceph(topo, ceph_class, nic, resolved_lm, problems) if topo.ceph and ceph_class and nic else None
+    offload = None
+    if s.kv_offloading is not None:
+        offload = resolve_offload(s.kv_offloading, s.block_size, mem.block_bytes_per_rank, storing_ranks,
+                                  device.kind == "cpu", topo.simulate_only, problems)
     step = _step_coefficients(device, s.step_model, s.step_profile, problems)
 
     if problems:
@@ -360,7 +367,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
 
     return Resolved(
         name=topo.name, spec_hash=topo.spec_hash(), simulate_only=topo.simulate_only,
-        simulation_only=[(p.path, p.message) for p in topo.simulation_only_settings()] if topo.simulate_only else [],
+        simulation_only=_simulation_only(topo, device) if topo.simulate_only else [],
         model=model, device=device,
         instances=s.instances, tensor_parallel=tp, gpus_per_node=s.gpus_per_node, gpus_total=gpus_total, nodes=nodes,
         instances_per_node=instances_per_node, block_size=s.block_size, max_model_len=max_model_len,
@@ -378,8 +385,18 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         block_bytes=mem.block_bytes_per_rank * tp, hbm_bytes=mem.hbm_blocks * mem.block_bytes_per_rank * tp * s.instances,
         weight_bytes_per_gpu=mem.weight_bytes_per_gpu, kv_budget_bytes_per_gpu=mem.kv_budget, hbm_blocks=mem.hbm_blocks,
         hbm_tokens=mem.hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
-        hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
+        hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, kv_offloading=offload, nvme=nvme, ceph=ceph, workload=topo.workload,
         slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost)
+
+
+def _simulation_only(topo: Topology, device: Device) -> list[tuple[str, str]]:
+    """What a simulate_only spec sets that the real stack cannot honour: the rules' findings, and native offloading
+    on a CPU device, which vLLM refuses to start (offload.py)."""
+    out = [(p.path, p.message) for p in topo.simulation_only_settings()]
+    if topo.serving.kv_offloading is not None and device.kind == "cpu":
+        out.append(("serving.kv_offloading", "vLLM 0.32 offloads only from CUDA and XPU devices "
+                                             "(vllm/v1/kv_offload/cpu/spec.py CPUOffloadingSpec.get_worker)"))
+    return out
 
 
 @dataclass(frozen=True)
