@@ -1,0 +1,178 @@
+"""vLLM's native KV offloading, the second offload engine: spec, resolved tier, simulation, render.
+
+A spec chooses it with serving.kv_offloading (and no lmcache section). Its CPU tier is sized as vLLM 0.32's
+CPUOffloadingSpec sizes it, the simulator loads from it asynchronously (a request whose blocks load waits
+apart and the steps go on), and the render gives vLLM the OffloadingConnector with the same bytes, chunk size
+and policy, which vLLM's own parser and CPUOffloadingSpec read back to the numbers the simulator used.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kvplan.deploy.stack import vllm_args
+from kvplan.errors import SpecError
+from kvplan.resolve import resolve
+from kvplan.sim.engine import Probe
+from kvplan.sim.run import Simulation
+
+from conftest import spec
+
+GIB = 2 ** 30
+NATIVE = {"lmcache": None, "ceph": None}
+"""The flagship (Llama-2-13B on A100-80GB, four instances) without LMCache; kv_offloading is added per test."""
+
+SMALL_HBM = {"serving__kv_cache_memory": "12GiB", "serving__max_num_seqs": 16, "workload__requests": 300}
+"""HBM that cannot keep the chat sessions' history between turns: later turns find it in the CPU tier."""
+
+
+def native(size="64GiB", **changes):
+    return spec(**NATIVE, serving__kv_offloading={"size": size, **changes.pop("offloading", {})}, **changes)
+
+
+# ---------------------------------------------------------------------------------------------- spec and tier
+
+def test_the_cpu_tier_holds_whole_chunks_of_page_padded_blocks():
+    # Llama-2-13B in bf16: 2 (K, V) x 40 layers x 5120 x 2 bytes = 800 KiB per token; a 16-token block is
+    # 12.5 MiB (a multiple of the 4 KiB page), so 64 GiB hold 5242 one-block chunks, or 2621 two-block ones.
+    r = resolve(native())
+    n = r.kv_offloading
+    assert (n.chunk_tokens, n.blocks_per_chunk, n.chunk_bytes) == (16, 1, 12.5 * 2 ** 20)
+    assert (n.capacity_bytes, n.capacity_chunks, n.eviction) == (64 * GIB, 5242, "LRU")
+    n = resolve(native(offloading={"block_size": 32, "eviction": "arc"})).kv_offloading
+    assert (n.blocks_per_chunk, n.capacity_chunks, n.eviction) == (2, 2621, "ARC")
+
+
+def test_a_spec_without_it_keeps_its_hash_and_has_no_tier():
+    plain = spec(**NATIVE)
+    assert resolve(plain).kv_offloading is None
+    assert plain.spec_hash() != native().spec_hash()
+    assert plain.spec_hash() == spec(**NATIVE, serving__kv_offloading=None).spec_hash()
+
+
+def test_lmcache_and_native_offloading_together_are_refused_naming_both():
+    with pytest.raises(SpecError) as err:
+        spec(serving__kv_offloading={"size": "8GiB"})
+    text = str(err.value)
+    assert "serving.kv_offloading" in text and "one KV connector per instance" in text and "remove the lmcache" in text
+
+
+def test_a_chunk_of_part_of_a_block_is_refused_with_the_next_multiple():
+    with pytest.raises(SpecError, match=r"(?s)serving.kv_offloading.block_size.*multiple of serving.block_size \(16\).*use 32"):
+        native(offloading={"block_size": 24})
+
+
+def test_a_tier_smaller_than_one_chunk_is_refused():
+    with pytest.raises(SpecError, match="(?s)serving.kv_offloading.size.*holds no whole chunk"):
+        resolve(native("8MiB"))
+
+
+def test_on_a_cpu_device_it_is_simulation_only_because_vllm_refuses_to_start_it():
+    local = dict(lmcache=None, serving__kv_offloading={"size": "1GiB"})
+    with pytest.raises(SpecError, match="(?s)CUDA and XPU devices.*CPUOffloadingSpec.get_worker"):
+        resolve(spec("local", **local))
+    r = resolve(spec("local", simulate_only=True, **local))
+    assert [path for path, _ in r.simulation_only] == ["serving.kv_offloading"]
+
+
+# ---------------------------------------------------------------------------------------------- simulation
+
+def test_later_turns_load_their_history_from_the_cpu_tier_and_ttft_falls():
+    without = Simulation(resolve(spec(**NATIVE, **SMALL_HBM))).run()
+    sim = Simulation(resolve(native(**SMALL_HBM)))
+    res = sim.run()
+    ddr = next(t for t in res.tiers if t.name == "ddr")
+    assert [t.name for t in without.tiers] == ["hbm"]
+    assert ddr.served_tokens > 0 and ddr.stored_chunks > 0 and ddr.hit_chunks > 0
+    assert ddr.capacity_bytes == 4 * 64 * GIB                  # one tier per instance
+    assert res.ttft.mean < without.ttft.mean
+    for rec in res.per_request.rows():                        # every prompt token has one source
+        assert rec.hbm_tokens + rec.ddr_tokens + rec.recomputed_tokens == rec.prompt_tokens
+    assert (res.per_request.load == 0).all()                   # no step waited for a load
+    assert sim.native.loads > 0
+
+
+def test_a_loading_request_waits_apart_and_is_scheduled_at_the_schedule_point_after_its_load():
+    """vLLM parks it (WAITING_FOR_REMOTE_KVS): the steps go on without it; the finished load, reported in a step's
+    output, is seen by the next schedule point, which with async scheduling is two steps after the one under way."""
+    landed: dict[int, int] = {}                  # id(seq) -> the step from which it may be scheduled
+    entered: dict[int, int] = {}                 # id(seq) -> the step that scheduled it after its load
+    steps_while_loading = []
+
+    def watch(engine, tokens):
+        for seq in engine.landed:
+            landed.setdefault(id(seq), seq.ready)
+        for seq in engine.running:
+            if id(seq) in landed and id(seq) not in entered:
+                entered[id(seq)] = engine.steps
+                assert not seq.loaded
+        if engine.loading and tokens:
+            steps_while_loading.append(engine.steps)
+
+    sim = Simulation(resolve(native(**SMALL_HBM)))
+    for engine in sim.engines:
+        engine.probe = Probe(on_step=watch)
+    sim.run()
+    assert landed and set(entered) == set(landed)
+    assert all(entered[k] >= landed[k] for k in landed)
+    assert sum(entered[k] == landed[k] for k in landed) > len(landed) / 2   # most at once, the rest when room
+    assert steps_while_loading
+
+
+def test_a_full_tier_evicts_by_its_policy():
+    for policy in ("LRU", "ARC"):
+        res = Simulation(resolve(native("2GiB", offloading={"eviction": policy}, **SMALL_HBM))).run()
+        ddr = next(t for t in res.tiers if t.name == "ddr")
+        assert ddr.evictions > 0 and ddr.peak_used_bytes <= ddr.capacity_bytes, policy
+
+
+# ---------------------------------------------------------------------------------------------- render
+
+VLLM_PYTHON = Path("/opt/kvplan/vllm-venv/bin/python")
+READ_BACK = """
+import json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.engine.arg_utils import EngineArgs
+from vllm.v1.kv_offload.config import (OffloadingCacheConfig, OffloadingConfig, OffloadingGroupConfig,
+                                       OffloadingModelConfig, OffloadingParallelConfig)
+from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+given = json.loads(sys.argv[1])
+engine = EngineArgs.from_cli_args(make_arg_parser(FlexibleArgumentParser()).parse_args(["model", *given["args"]]))
+kt = engine.kv_transfer_config
+extra = dict(kt.kv_connector_extra_config)
+tp = engine.tensor_parallel_size
+config = OffloadingConfig(
+    groups=(OffloadingGroupConfig(tokens_per_block=engine.block_size, layer_names=("l",), group_id=0),),
+    worker_kv_bytes_per_block=given["block_bytes_per_rank"], enable_kv_cache_events=False, extra_config=extra,
+    engine_id="kvplan", model=OffloadingModelConfig(name="m", dtype="bfloat16"),
+    cache=OffloadingCacheConfig(tokens_per_hash=engine.block_size,
+                                blocks_per_chunk=int(extra["block_size"]) // engine.block_size),
+    parallel=OffloadingParallelConfig(rank=0, world_size=tp, tp_size=tp, pp_size=1, pcp_size=1, dcp_size=1,
+                                      data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
+                                      is_parallelism_agnostic=False))
+cpu = CPUOffloadingSpec(config)
+print(json.dumps({"connector": kt.kv_connector, "role": kt.kv_role, "failure": kt.kv_load_failure_policy,
+                  "num_chunks": cpu.num_chunks, "chunk_bytes": cpu.kv_bytes_per_chunk, "policy": cpu.eviction_policy}))
+"""
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="vLLM is not installed at /opt/kvplan/vllm-venv")
+def test_vllm_parses_the_rendered_arguments_and_sizes_the_tier_the_simulator_used():
+    """vLLM 0.32's own `vllm serve` parser and EngineArgs read the rendered arguments; its CPUOffloadingSpec, given
+    the connector's extra config, counts the chunks and their padded bytes that Resolved holds."""
+    r = resolve(spec("codegen-70b", lmcache=None, ceph=None,
+                     serving__kv_offloading={"size": "100GiB", "eviction": "ARC", "block_size": 32}))
+    given = json.dumps({"args": vllm_args(r), "block_bytes_per_rank": r.block_bytes_per_rank})
+    done = subprocess.run([str(VLLM_PYTHON), "-c", READ_BACK, given], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    read = json.loads(done.stdout.strip().splitlines()[-1])
+    n = r.kv_offloading
+    assert r.tensor_parallel == 4
+    assert read == {"connector": "OffloadingConnector", "role": "kv_both", "failure": "recompute",
+                    "num_chunks": n.capacity_chunks, "chunk_bytes": n.chunk_bytes, "policy": "arc"}
