@@ -56,7 +56,6 @@ switches it to those definitions (kvplan/sim/__init__.py lists every fast form a
 from __future__ import annotations
 
 from bisect import bisect_right
-from functools import partial
 from collections import deque
 from operator import itemgetter
 from typing import TYPE_CHECKING, Callable
@@ -161,7 +160,7 @@ class Engine:
             return done + self.admission_lag
         return self.steps                        # an idle engine schedules it at once
 
-    def _loaded(self, seq: Seq, _: object) -> None:
+    def _loaded(self, seq: Seq) -> None:
         """Native offloading: `seq`'s blocks are in HBM. vLLM caches them, and the finished load, reported in a
         step's output, makes the request schedulable at the next schedule point that sees that output; until
         then the scheduler skips it and schedules the others (`_admit_waiting` puts it back at the front)."""
@@ -492,9 +491,13 @@ class Engine:
             seq.hbm_tokens = local
             seq.tiers["ddr"] += end - local
         self.hbm.commit(holding, seq.blocks, hit)
-        load = self.env.process(native.load(self.index, seq.chunks, local, end))
-        load.callbacks.append(partial(self._loaded, seq))
+        self.env.process(self._fetch(seq, native.load(self.index, seq.chunks, local, end)))
         return -1
+
+    def _fetch(self, seq: Seq, load: Steps) -> Steps:
+        """A process: the load of `seq`'s blocks, then `_loaded`."""
+        yield from load
+        self._loaded(seq)
 
     def _admit_loaded(self, seq: Seq, budget: int) -> int:
         """Schedule a request whose blocks the native CPU tier loaded: its loaded tokens are computed, it needs

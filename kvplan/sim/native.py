@@ -28,7 +28,7 @@ preempted requests apart.
 from __future__ import annotations
 
 from ..resolve import Resolved
-from .clock import Environment
+from .clock import Environment, Steps
 from .eviction import make
 from .fabric import Fabric
 from .lmcache import TierCounters
@@ -84,7 +84,7 @@ class NativeOffload:
         c.hit_chunks += held
 
     # ---- loads
-    def load(self, instance: int, keys: list[int], first_token: int, last_token: int):
+    def load(self, instance: int, keys: list[int], first_token: int, last_token: int) -> Steps:
         """A process: copy tokens [first_token, last_token) host -> GPU; the chunks are refreshed in the policy."""
         size = self.chunk_tokens
         a, b = first_token // size, -(-last_token // size)
@@ -110,7 +110,7 @@ class NativeOffload:
         storing.update(fresh)
         self.env.process(self._copy(instance, fresh))
 
-    def _copy(self, instance: int, keys: list[int]):
+    def _copy(self, instance: int, keys: list[int]) -> Steps:
         yield from self.fabric.from_gpu(instance, len(keys) * self.chunk_bytes_per_rank)
         self._stored(instance, keys)
 
