@@ -176,3 +176,25 @@ def test_vllm_parses_the_rendered_arguments_and_sizes_the_tier_the_simulator_use
     assert r.tensor_parallel == 4
     assert read == {"connector": "OffloadingConnector", "role": "kv_both", "failure": "recompute",
                     "num_chunks": n.capacity_chunks, "chunk_bytes": n.chunk_bytes, "policy": "arc"}
+
+
+# ---------------------------------------------------------------------------------------------- size and cost
+
+def test_size_curves_the_native_tier_with_its_own_policy_and_chunks():
+    from kvplan.sizing.view import size
+
+    res = size(native("16GiB", offloading={"block_size": 32}, **SMALL_HBM))
+    ddr = res.tier("ddr")
+    assert (ddr.unit_tokens, ddr.policy, ddr.method) == (32, "LRU", "simulated")
+    assert ddr.configured.capacity_bytes == 4 * 16 * GIB and ddr.configured.caches == 4
+    ratios = [p.hit_ratio for p in ddr.curve]
+    assert ratios == sorted(ratios) and 0 < ddr.configured.hit_ratio <= ddr.max_hit_ratio
+    assert any("vLLM's native CPU offloading tier" in note for note in res.notes)
+
+
+def test_the_native_tier_is_priced_as_host_dram_of_every_instance():
+    from kvplan.cost import cost_of
+
+    topo = native("64GiB")
+    line = next(t for t in cost_of(topo, resolve(topo)).tiers if t.tier == "ddr")
+    assert line.quantity == pytest.approx(4 * 64 * GIB / 1e9) and "vLLM native offloading" in line.what
