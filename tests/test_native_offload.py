@@ -198,3 +198,44 @@ def test_the_native_tier_is_priced_as_host_dram_of_every_instance():
     topo = native("64GiB")
     line = next(t for t in cost_of(topo, resolve(topo)).tiers if t.tier == "ddr")
     assert line.quantity == pytest.approx(4 * 64 * GIB / 1e9) and "vLLM native offloading" in line.what
+
+
+# ---------------------------------------------------------------------------------------------- sweep and doctor
+
+def test_sweep_varies_the_engine_keeping_the_bytes_of_host_memory():
+    from kvplan.sweep.variants import expand, parse_vary
+    from conftest import example_data
+
+    data = example_data("chat-llama2-13b")                   # ddr 64GB per node, one instance per node
+    lm, native_ = expand(data, [parse_vary("offload.engine=lmcache,native")])
+    assert lm.spec.lmcache is not None and lm.spec.serving.kv_offloading is None
+    assert native_.spec.lmcache is None and native_.spec.ceph is None
+    assert (native_.spec.serving.kv_offloading.size, native_.spec.serving.kv_offloading.eviction) == (64 * 10 ** 9, "LRU")
+    back = expand(native_.spec.model_dump(mode="json", exclude_none=True), [parse_vary("offload.engine=lmcache")])
+    assert back[0].spec.lmcache.ddr.size == 64 * 10 ** 9 and back[0].spec.lmcache.mode == "inprocess"
+
+
+def test_an_engine_that_does_not_exist_is_refused_with_the_two_that_do():
+    from kvplan.sweep.variants import expand, parse_vary
+    from conftest import example_data
+
+    with pytest.raises(SpecError, match="(?s)offload.engine.*lmcache, native"):
+        expand(example_data("chat-llama2-13b"), [parse_vary("offload.engine=mooncake")])
+
+
+def test_doctor_sizes_a_native_tier_below_its_working_set():
+    from kvplan.doctor import diagnose, simulated_case
+    from conftest import REPO, example_data, with_changes
+
+    data = with_changes(example_data("chat-llama2-13b"), **NATIVE, serving__kv_offloading={"size": "4GiB"},
+                        serving__prefix_caching=False, workload__requests=600)
+    topo = spec(**NATIVE, serving__kv_offloading={"size": "4GiB"}, serving__prefix_caching=False,
+                workload__requests=600)
+    found = {f.code: f for f in diagnose(simulated_case(topo, resolve(topo), data, REPO / "examples", [42]),
+                                         prove_fixes=False).findings}
+    f = found["native-tier-below-working-set"]
+    (fix,) = f.fixes
+    assert fix.changes[0].path == "serving.kv_offloading.size"
+    per_instance = int(fix.changes[0].value.removesuffix("GiB")) * GIB
+    assert 4 * (per_instance - GIB) < f.evidence["capacity_for_90pct_bytes"] <= 4 * per_instance
+    assert f.evidence["hit_ratio_at_capacity"] < 0.9 * f.evidence["max_hit_ratio"]
