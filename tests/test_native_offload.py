@@ -123,6 +123,24 @@ def test_a_loading_request_waits_apart_and_is_scheduled_at_the_schedule_point_af
     assert steps_while_loading
 
 
+@pytest.mark.parametrize("probe", [Probe(fast_forward=False), Probe(visit_each=True)], ids=["stepping", "visit-each"])
+def test_the_fast_forms_give_the_same_results_with_native_offloading(probe):
+    """Decode fast-forward and visiting only what changes (kvplan/sim/__init__.py) stand for stepping one
+    iteration at a time through vLLM's whole loop, with loads landing between steps too."""
+    def run(p):
+        sim = Simulation(resolve(native(**SMALL_HBM)))
+        for engine in sim.engines:
+            engine.probe = p
+        return sim, sim.run()
+
+    sim, fast = run(None)
+    _, slow = run(probe)
+    assert sim.native.loads > 0
+    for a, b in zip(fast.per_request.rows(), slow.per_request.rows()):
+        assert a.id == b.id and a.ddr_tokens == b.ddr_tokens
+        assert a.ttft == pytest.approx(b.ttft, rel=1e-9, abs=1e-9) and a.e2e == pytest.approx(b.e2e, rel=1e-9, abs=1e-9)
+
+
 def test_a_full_tier_evicts_by_its_policy():
     for policy in ("LRU", "ARC"):
         res = Simulation(resolve(native("2GiB", offloading={"eviction": policy}, **SMALL_HBM))).run()
