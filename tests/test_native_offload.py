@@ -257,3 +257,24 @@ def test_doctor_sizes_a_native_tier_below_its_working_set():
     per_instance = int(fix.changes[0].value.removesuffix("GiB")) * GIB
     assert 4 * (per_instance - GIB) < f.evidence["capacity_for_90pct_bytes"] <= 4 * per_instance
     assert f.evidence["hit_ratio_at_capacity"] < 0.9 * f.evidence["max_hit_ratio"]
+
+
+# ---------------------------------------------------------------------------------------------- Helm
+
+def test_helm_passes_the_connector_in_extra_args_and_sizes_the_pod_for_the_tier():
+    import jsonschema
+    from kvplan.deploy.helm import values
+    from kvplan.deploy.stack import kv_transfer_config
+    from conftest import REPO
+
+    r = resolve(spec(**NATIVE, serving__router="round_robin",
+                     serving__kv_offloading={"size": "64GiB"}))
+    out = values(r, 8, "96Gi")
+    schema = json.loads((REPO / "tests" / "fixtures" / "production-stack" / "values.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(out)
+    model = out["servingEngineSpec"]["modelSpec"][0]
+    extra = model["vllmConfig"]["extraArgs"]
+    assert json.loads(extra[extra.index("--kv-transfer-config") + 1]) == kv_transfer_config(r)
+    assert "lmcacheConfig" not in model                       # the chart's LMCache stays off
+    with pytest.raises(SpecError, match="vLLM's native CPU offloading tier: 64.0 GiB"):
+        values(r, 8, "32Gi")
