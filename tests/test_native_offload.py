@@ -302,3 +302,18 @@ def test_importing_vllms_offloading_flags_reads_the_size_in_gib():
                            "--kv-offloading-backend lmcache", "A100-80GB")
     assert lm.spec["lmcache"] == {"mode": "mp"} and "kv_offloading" not in lm.spec["serving"]
     assert any("lmcache.ddr.size" in why for _, why in lm.unmapped)
+
+
+# ---------------------------------------------------------------------------------------------- plan
+
+def test_the_planner_tries_the_native_tier_on_its_size_ladder_with_both_policies():
+    from kvplan.catalog import load_catalog
+    from kvplan.plan.space import variants
+
+    topo = native("64GiB")
+    base = topo.model_dump(mode="json", exclude_none=True)
+    tried = variants(base, topo, load_catalog(), ["A100-80GB"], 1)
+    offloads = [(v["serving"]["kv_offloading"]["size"], v["serving"]["kv_offloading"]["eviction"]) for v in tried]
+    assert offloads[0] == (64 * GIB, "LRU")                    # the spec's own choice first
+    assert set(offloads) == {(f * GIB, p) for f in (16, 64, 256) for p in ("LRU", "ARC")}
+    assert all("lmcache" not in v or v["lmcache"] is None for v in tried)
