@@ -123,6 +123,30 @@ def test_a_loading_request_waits_apart_and_is_scheduled_at_the_schedule_point_af
     assert steps_while_loading
 
 
+def test_loads_of_one_instance_run_one_after_the_other_at_the_host_links_rate():
+    """vLLM's SingleDirectionOffloadingHandler starts a transfer once the one before it has finished: two loads
+    submitted together end one and two transfer times later, not both at two (as sharing the link would)."""
+    from kvplan.sim.clock import Environment
+    from kvplan.sim.fabric import Fabric
+    from kvplan.sim.native import NativeOffload
+
+    r = resolve(native())
+    env = Environment()
+    tier = NativeOffload(env, r, Fabric(env, r))
+    keys = list(range(100, 164))                               # 64 chunks of 16 tokens
+    ends = []
+
+    def load():
+        yield from tier.load(0, keys, 0, 1024)
+        ends.append(env.now)
+
+    env.process(load())
+    env.process(load())
+    env.run()
+    one = 1024 * r.kv_bytes_per_token_per_rank / r.pcie_bandwidth
+    assert ends == [pytest.approx(one), pytest.approx(2 * one)]
+
+
 @pytest.mark.parametrize("probe", [Probe(fast_forward=False), Probe(visit_each=True)], ids=["stepping", "visit-each"])
 def test_the_fast_forms_give_the_same_results_with_native_offloading(probe):
     """Decode fast-forward and visiting only what changes (kvplan/sim/__init__.py) stand for stepping one

@@ -18,7 +18,9 @@ vLLM 0.32.0 (/opt/kvplan/vllm-venv):
   asynchronously; a chunk is in the tier (and can be hit) once its copy completes. Only prompt blocks
   (`offload_prompt_only`, default true); chunks the tier already holds are not copied again (`prepare_store`).
 - Transfers are each rank's slice over its host link, at the catalog's PCIe rate: loads on the host -> GPU
-  direction, stores on GPU -> host, each direction shared by that instance's transfers (fabric.py).
+  direction, stores on GPU -> host (fabric.py). Each direction runs its transfers one after the other, in the
+  order they were submitted (cpu/gpu_worker.py `SingleDirectionOffloadingHandler`: a transfer's stream starts
+  once the previous transfer's has finished), so a load queues behind the loads before it, not beside them.
 
 Counted as LMCache's tiers are (lmcache.py `TierCounters`), under the tier name `ddr`, so reports, sizing and
 the doctor read both engines alike: a request's lookup counts once, at its first admission; re-lookups of
@@ -28,7 +30,7 @@ preempted requests apart.
 from __future__ import annotations
 
 from ..resolve import Resolved
-from .clock import Environment, Steps
+from .clock import Environment, Event, Steps
 from .eviction import make
 from .fabric import Fabric
 from .lmcache import TierCounters
@@ -52,6 +54,7 @@ class NativeOffload:
         self.counters = {TIER: TierCounters()}
         self.order = [TIER]
         self._storing: list[set[int]] = [set() for _ in range(r.instances)]   # keys whose copy is under way
+        self._last: dict[tuple[int, bool], Event] = {}    # (instance, to GPU) -> the last transfer submitted
         self.requested_tokens = 0
         self.hit_tokens = 0
         self.relookups = 0
@@ -96,7 +99,7 @@ class NativeOffload:
         c.served_tokens += tokens
         c.bytes_read += len(hit) * self.chunk_bytes
         start = self.env.now
-        yield from self.fabric.to_gpu(instance, tokens * self._kv_per_token)
+        yield from self._in_turn(instance, True, tokens * self._kv_per_token)
         self.loads += 1
         self.load_seconds += self.env.now - start
 
@@ -111,8 +114,18 @@ class NativeOffload:
         self.env.process(self._copy(instance, fresh))
 
     def _copy(self, instance: int, keys: list[int]) -> Steps:
-        yield from self.fabric.from_gpu(instance, len(keys) * self.chunk_bytes_per_rank)
+        yield from self._in_turn(instance, False, len(keys) * self.chunk_bytes_per_rank)
         self._stored(instance, keys)
+
+    def _in_turn(self, instance: int, to_gpu: bool, nbytes_per_rank: float) -> Steps:
+        """One transfer in its direction's queue: it starts when the one submitted before it has finished."""
+        before = self._last.get((instance, to_gpu))
+        done = self._last[(instance, to_gpu)] = self.env.event()
+        if before is not None and not before.processed:
+            yield before
+        f = self.fabric
+        yield from (f.to_gpu(instance, nbytes_per_rank) if to_gpu else f.from_gpu(instance, nbytes_per_rank))
+        done.succeed()
 
     def _stored(self, instance: int, keys: list[int]) -> None:
         self._storing[instance].difference_update(keys)
