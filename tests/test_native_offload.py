@@ -353,3 +353,11 @@ def test_the_planner_tries_the_native_tier_on_its_size_ladder_with_both_policies
     assert offloads[0] == (64 * GIB, "LRU")                    # the spec's own choice first
     assert set(offloads) == {(f * GIB, p) for f in (16, 64, 256) for p in ("LRU", "ARC")}
     assert all("lmcache" not in v or v["lmcache"] is None for v in tried)
+
+
+def test_ablation_adds_the_native_tier_as_the_last_step_over_hbm_alone():
+    from kvplan.sim.ablation import variants
+
+    steps = variants(native())
+    assert [name for name, _ in steps] == ["no reuse", "hbm only", "+ ddr (vLLM native)"]
+    assert [t.serving.kv_offloading is None for _, t in steps] == [True, True, False]
