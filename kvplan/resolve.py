@@ -37,7 +37,7 @@ from .spec.architecture import Architecture
 from .spec.base import SpecModel
 from .spec.cost import CostOverrides
 from .spec.profile import read_profile
-from .spec.serving import StepModel
+from .spec.serving import LlmD, StepModel
 from .spec.slo import Monitoring, Slo
 from .spec.workload import Workload
 from .units import fmt_bytes
@@ -180,6 +180,33 @@ class RouterThresholds(SpecModel):
     """... and more than this many times as many; then every request goes to the least-loaded instance."""
 
 
+class LlmDScheduler(SpecModel):
+    """llm-d's scheduler as kvplan simulates and renders it (serving.router: llm_d): the scorers' weights and what
+    its plugins are told, each a fact kvplan.sim.llmd reads and kvplan.deploy.llmd writes into the
+    EndpointPickerConfig. Sources: llm-d/llm-d-inference-scheduler at 520af478 (plugin defaults) and
+    llm-d/llm-d-kv-cache at 7be76e11 (pkg/kvcache/backend.go, the precise scorer's tier weights)."""
+
+    queue: float
+    kv_cache_utilization: float
+    prefix: float
+    cpu_prefix: float
+    """0 unless the instances have a CPU tier (lmcache.ddr) and prefix_match is approximate."""
+    no_hit_lru: float
+    prefix_match: Literal["approximate", "precise"]
+    gpu_index_blocks: int
+    """The approximate GPU prefix index's LRU capacity per instance: the instance's HBM blocks (llm-d's autoTune reads
+    the same number from vLLM's num_gpu_blocks; kvplan writes it as lruCapacityPerServer)."""
+    cpu_index_blocks: int
+    """The approximate CPU prefix index's LRU capacity per instance: the blocks of block_size tokens the instance's
+    CPU tier holds (lruCapacityPerServer of the guide's cpu prefix producer; 0 without a CPU tier)."""
+    max_prefix_blocks: int = 256
+    """Leading blocks of a prompt the approximate index hashes (maxPrefixBlocksToMatch, default 256:
+    approximateprefix/types.go)."""
+    cpu_tier_weight: float = 0.8
+    """What a block the precise scorer finds only in the CPU tier counts, a block in HBM counting 1
+    (llm-d-kv-cache DefaultKVCacheBackendConfig: gpu 1.0, cpu 0.8)."""
+
+
 class StepCoefficients(SpecModel):
     """The step-time model's coefficients (kvplan.sim.steptime, docs/step-time.md)."""
 
@@ -250,6 +277,8 @@ class Resolved(SpecModel):
     """The router's Prometheus port: the one after its API port."""
     router_thresholds: RouterThresholds
     """vllm-router's cache_aware thresholds (the prefix_aware policy), its defaults."""
+    llm_d: LlmDScheduler | None = None
+    """llm-d's scheduler, its scorers and their weights (serving.router: llm_d only)."""
     kv_cache_dtype: str
     """vLLM --kv-cache-dtype value."""
     kv_cache_memory_bytes: int | None
@@ -361,6 +390,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         offload = resolve_offload(s.kv_offloading, s.block_size, mem.block_bytes_per_rank, storing_ranks,
                                   device.kind == "cpu", topo.simulate_only, problems)
     step = _step_coefficients(device, s.step_model, s.step_profile, problems)
+    llm_d = _llm_d(s, resolved_lm, offload, mem.hbm_blocks, problems) if s.router == "llm_d" else None
 
     if problems:
         raise SpecError(problems)
@@ -376,6 +406,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         cuda_graph_max_tokens=0 if device.kind == "cpu" else min(2 * max_num_seqs, CUDA_GRAPH_MAX_CAPTURE),
         router=s.router,
         router_port=s.router_port, router_metrics_port=s.router_port + 1, router_thresholds=RouterThresholds(),
+        llm_d=llm_d,
         kv_cache_dtype=mem.kv_dtype,
         kv_cache_memory_bytes=s.kv_cache_memory, model_path=s.model_path or model.hf_id, api_host=s.host, api_port=s.port,
         weights_dtype=mem.weights_dtype, quantization=s.quantization, kv_dtype_bytes=mem.kv_dtype_bytes,
@@ -397,6 +428,25 @@ def _simulation_only(topo: Topology, device: Device) -> list[tuple[str, str]]:
         out.append(("serving.kv_offloading", "vLLM 0.32 offloads only from CUDA and XPU devices "
                                              "(vllm/v1/kv_offload/cpu/spec.py CPUOffloadingSpec.get_worker)"))
     return out
+
+
+def _llm_d(s, lm: "ResolvedLMCache | None", native: ResolvedOffload | None, hbm_blocks: int,
+           problems: list[Problem]) -> LlmDScheduler:
+    """llm-d's scheduler for serving.llm_d (its defaults where unset): the CPU prefix scorer only over a CPU tier
+    (LMCache's ddr tier, or vLLM's native one)."""
+    spec = s.llm_d if s.llm_d is not None else LlmD()
+    ddr = lm.tier("ddr") if lm is not None else None
+    cpu_tokens = ddr.capacity_tokens if ddr is not None else native.capacity_tokens if native is not None else 0
+    cpu_blocks = cpu_tokens // s.block_size
+    cpu_weight = spec.cpu_prefix
+    if cpu_weight is None:
+        cpu_weight = 1.0 if cpu_blocks and spec.prefix_match == "approximate" else 0.0
+    elif cpu_weight and not cpu_blocks:
+        problems.append(Problem("serving.llm_d.cpu_prefix", "weighs a CPU prefix scorer, but the instances have no CPU "
+                                "tier for it to find prompts in", cpu_weight, fix="set cpu_prefix: 0, or add lmcache.ddr or serving.kv_offloading"))
+    return LlmDScheduler(queue=spec.queue, kv_cache_utilization=spec.kv_cache_utilization, prefix=spec.prefix,
+                         cpu_prefix=cpu_weight, no_hit_lru=spec.no_hit_lru, prefix_match=spec.prefix_match,
+                         gpu_index_blocks=hbm_blocks, cpu_index_blocks=cpu_blocks)
 
 
 @dataclass(frozen=True)

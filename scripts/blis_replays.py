@@ -24,6 +24,9 @@ How a request of the CSV becomes a line of the log:
   find one, and every place is filled once; the script stops otherwise. Two prompts of the same length that traded
   places cannot be told apart, which changes nothing the simulator sees but which of two equally long prompts came
   first.
+- stage, ttft, e2e: the load stage the request was sent in (the stages follow each other: a stage's requests
+  are the rows after the previous stage's rate x duration), and its measured TTFT and E2E (ttft_s, e2e_s), so a
+  log carries what `kvplan calibrate --requests` fits to.
 - prefix, prefix_tokens: the group whose system prompt the prompt starts with, and how many tokens of it. The log
   does not say which prompts share a system prompt (inference-perf shuffled them with an unseeded random.shuffle),
   so the groups are a reconstruction: a permutation drawn from GROUP_SEED cuts the prompts into num_groups groups
@@ -87,7 +90,8 @@ DERIVATION = ("One log line per CSV row of a run, in the CSV's order. arrival = 
               "microseconds apart traded places (the nearest free place within swap_window whose prompt has the "
               "request's measured length). prefix = the prompt's group, drawn from group_seed because the records do "
               "not say which prompts share a system prompt (a reconstruction); prefix_tokens = round(system_prompt_len "
-              "x the group's mean measured / configured prompt length). The four reasoning runs are left out.")
+              "x the group's mean measured / configured prompt length). stage = the load stage (rate x duration rows "
+              "each, in order); ttft, e2e = ttft_s, e2e_s as measured. The four reasoning runs are left out.")
 """What SOURCE.yaml says of how the logs were made (the module docstring says it at length)."""
 GPU = "H100-SXM"
 LEFT_OUT = {"reasoning": "the server was overloaded: most requests timed out after about 300 s without a first token "
@@ -195,11 +199,13 @@ def convert(exp: str, rows: list[dict[str, str]], bundle: dict) -> dict:
     ratio = [length_of[p] / (system + question) for p in range(count)]
     prefix_tokens = [round(system * float(np.mean([ratio[p] for p in range(count) if group_of[p] == g])))
                      for g in range(groups)]
+    stage_of = np.repeat(np.arange(len(sizes)), sizes).tolist()
     lines = []
-    for row, prompt in zip(rows, sent):
+    for row, prompt, stage in zip(rows, sent, stage_of):
         g = group_of[prompt]
         line = {"arrival": int(row["arrival_time_us"]) / 1e6, "prompt_tokens": int(row["input_tokens"]),
-                "output_tokens": output, "prompt": prompt, "prefix": g, "prefix_tokens": prefix_tokens[g]}
+                "output_tokens": output, "prompt": prompt, "prefix": g, "prefix_tokens": prefix_tokens[g],
+                "stage": stage, "ttft": float(row["ttft_s"]), "e2e": float(row["e2e_s"])}
         lines.append(json.dumps(line, separators=(", ", ": ")))
     OUT.mkdir(parents=True, exist_ok=True)
     log = OUT / f"{exp}.jsonl.gz"

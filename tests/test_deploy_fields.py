@@ -255,9 +255,44 @@ def ceph_hosts(v: View) -> list[str]:
     return sorted(hosts)
 
 
+# Fields llm-d's scheduler deploys: in the EndpointPickerConfig `render --format production-stack` writes beside the
+# values (the Ansible render refuses serving.router: llm_d). (example, changes to its spec, what the config shows.)
+LLM_D = {"serving__router": "llm_d"}
+PickerCheck = Callable[[dict], bool]
+
+
+def picker_config(example: str, changes: dict[str, Any]) -> dict:
+    from kvplan.deploy.llmd import endpoint_picker_config
+    return endpoint_picker_config(resolve(from_mapping(with_changes(example_data(example), **changes),
+                                                       base_dir=REPO / "examples")))
+
+
+def weight(cfg: dict, name: str) -> float | None:
+    return next((p.get("weight") for p in cfg["schedulingProfiles"][0]["plugins"] if p["pluginRef"] == name), None)
+
+
+def producer(cfg: dict, name: str) -> dict:
+    return next(p["parameters"] for p in cfg["plugins"] if p["name"] == name)
+
+
+LLM_D_CASES: dict[str, tuple[str, dict[str, Any], PickerCheck]] = {
+    "serving.llm_d": (FLAGSHIP, {**LLM_D, "serving__llm_d": {"queue": 5, "no_hit_lru": 1, "cpu_prefix": 0.5}},
+                      lambda cfg: (weight(cfg, "queue-scorer"), weight(cfg, "no-hit-lru-scorer"),
+                                   weight(cfg, "cpu-prefix-cache-scorer")) == (5.0, 1.0, 0.5)),
+}
+
+
 def test_every_deployed_field_has_a_rendering_case():
     deployed = {key for key, (kind, _) in LEDGER.items() if kind == DEPLOYED}
-    assert deployed == set(CASES), (f"no case: {sorted(deployed - set(CASES))}", f"not deployed: {sorted(set(CASES) - deployed)}")
+    cases = set(CASES) | set(LLM_D_CASES)
+    assert deployed == cases, (f"no case: {sorted(deployed - cases)}", f"not deployed: {sorted(cases - deployed)}")
+
+
+@pytest.mark.parametrize("path", sorted(LLM_D_CASES))
+def test_a_deployed_field_reaches_llm_ds_scheduler_config(path):
+    example, changes, shows = LLM_D_CASES[path]
+    assert shows(picker_config(example, changes)), f"{path}: the EndpointPickerConfig does not carry the value set"
+    assert not shows(picker_config(example, LLM_D)), f"{path}: the example's own config already shows it"
 
 
 @pytest.mark.parametrize("path", sorted(CASES))
@@ -305,8 +340,27 @@ def test_every_stack_fact_is_a_field_of_resolved_and_no_spec_field():
         assert key not in FIELDS, f"{key} is a spec field: its class belongs in LEDGER"
 
 
+LLM_D_STACK_CASES: dict[str, tuple[Any, PickerCheck]] = {
+    # path in Resolved: (another value there, what llm-d's EndpointPickerConfig shows for it); FLAGSHIP with llm_d
+    "llm_d.gpu_index_blocks": (1234, lambda cfg: producer(cfg, "gpu-prefix-cache-producer")["lruCapacityPerServer"] == 1234),
+    "llm_d.cpu_index_blocks": (4321, lambda cfg: producer(cfg, "cpu-prefix-cache-producer")["lruCapacityPerServer"] == 4321),
+    "llm_d.max_prefix_blocks": (64, lambda cfg: {producer(cfg, n)["maxPrefixBlocksToMatch"] for n in
+                                                 ("gpu-prefix-cache-producer", "cpu-prefix-cache-producer")} == {64}),
+}
+
+
 def test_every_deployed_stack_fact_has_a_rendering_case():
-    assert {key for key, (kind, _) in STACK_FACTS.items() if kind == DEPLOYED} == set(STACK_CASES)
+    assert {key for key, (kind, _) in STACK_FACTS.items() if kind == DEPLOYED} == set(STACK_CASES) | set(LLM_D_STACK_CASES)
+
+
+@pytest.mark.parametrize("path", sorted(LLM_D_STACK_CASES))
+def test_a_stack_fact_changed_in_resolved_changes_llm_ds_scheduler_config(path):
+    from kvplan.deploy.llmd import endpoint_picker_config
+
+    value, shows = LLM_D_STACK_CASES[path]
+    r = resolve(from_mapping(with_changes(example_data(FLAGSHIP), **LLM_D), base_dir=REPO / "examples"))
+    assert shows(endpoint_picker_config(with_fact(r, path, value))), f"{path}: the config does not carry the value"
+    assert not shows(endpoint_picker_config(r)), f"{path}: the example's own config already shows it"
 
 
 @pytest.mark.parametrize("path", sorted(STACK_CASES))

@@ -362,3 +362,22 @@ def test_ablation_adds_the_native_tier_as_the_last_step_over_hbm_alone():
     steps = variants(native())
     assert [name for name, _ in steps] == ["no reuse", "hbm only", "+ ddr (vLLM native)"]
     assert [t.serving.kv_offloading is None for _, t in steps] == [True, True, False]
+
+
+def test_llm_d_scores_the_native_cpu_tier_as_it_scores_lmcaches():
+    """llm-d's CPU prefix scorer indexes the instances' CPU tier, whichever engine keeps it; the engine answers the
+    precise scorer's query from the native tier (nothing touched)."""
+    r = resolve(native("64GiB", serving__router="llm_d"))
+    assert r.llm_d.cpu_index_blocks == r.kv_offloading.capacity_tokens // r.block_size > 0
+    assert r.llm_d.cpu_prefix > 0
+    sim = Simulation(resolve(native(**SMALL_HBM)))
+    sim.run()
+    tier = sim.native.cache(0)
+    used = tier.used
+    held = [e.cpu_prefix_tokens(req) for e in sim.engines[:1] for req in _requests_of(sim)[:50]]
+    assert any(held) and tier.used == used
+
+
+def _requests_of(sim):
+    from kvplan.sim import stages
+    return stages.requests(sim.r, sim.seed)

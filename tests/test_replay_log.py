@@ -91,7 +91,7 @@ def test_a_gzip_log_reads_as_the_same_log(tmp_path):
     packed = tmp_path / "log.jsonl.gz"
     packed.write_bytes(gzip.compress(FIXTURE.read_bytes()))
     a, b = read_log(str(FIXTURE)), read_log(str(packed))
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b))
 
 
 def test_planned_keeps_the_log_entry_of_each_request():
@@ -141,7 +141,12 @@ GOOD = '{"arrival": 0, "prompt_tokens": 100, "output_tokens": 10}'
      "prefix_tokens is more than prompt_tokens"),
     ('{"arrival": 0, "prompt_token": 100, "output_tokens": 10}', "1 field the format does not have (did you mean "
                                                                  "prompt_tokens?)"),
-    ('{"arrival": 0, "prompt_tokens": 100, "output_tokens": 10, "ttft": 0.1, "e2e": 2}', "2 fields the format"),
+    ('{"arrival": 0, "prompt_tokens": 100, "output_tokens": 10, "ttft_s": 0.1, "e2e": 2}', "1 field the format "
+                                                                                          "does not have (did you mean ttft?)"),
+    ('{"arrival": 0, "prompt_tokens": 100, "output_tokens": 10, "ttft": 0, "e2e": 2}', "ttft is out of range"),
+    ('{"arrival": 0, "prompt_tokens": 100, "output_tokens": 10, "e2e": "2s"}', "e2e is a JSON string"),
+    ('{"arrival": 0, "prompt_tokens": 100, "output_tokens": 10, "ttft": 3, "e2e": 2}', "ttft is more than e2e"),
+    ('{"arrival": 0, "prompt_tokens": 100, "output_tokens": 10, "stage": 1.5}', "stage is a JSON number, not a whole"),
 ])
 def test_a_bad_line_is_an_error_naming_file_line_and_what_is_wrong(tmp_path, line, says):
     path = write(tmp_path, GOOD, line, GOOD)
@@ -150,6 +155,13 @@ def test_a_bad_line_is_an_error_naming_file_line_and_what_is_wrong(tmp_path, lin
     [problem] = err.value.problems
     assert problem.path == f"{path}:2" and says in problem.message and problem.fix
     assert problem.value is None                          # the line itself is never shown
+
+
+def test_what_a_benchmark_measured_is_read_beside_the_request_and_missing_figures_are_nan(tmp_path):
+    log = read_log(write(tmp_path, '{"arrival": 0, "prompt_tokens": 100, "output_tokens": 10, "stage": 2, "ttft": 0.04, '
+                                   '"e2e": 0.5}', GOOD))
+    assert log.stage.tolist() == [2, -1] and log.ttft[0] == 0.04 and log.e2e[0] == 0.5
+    assert np.isnan(log.ttft[1]) and np.isnan(log.e2e[1])
 
 
 def test_the_content_of_a_file_that_is_not_a_log_is_never_echoed(tmp_path):
@@ -236,7 +248,7 @@ def test_every_line_is_read_as_json_with_the_documented_fields():
     for line in FIXTURE.read_text().splitlines():
         if line.strip():
             assert set(json.loads(line)) <= {"arrival", "prompt_tokens", "output_tokens", "prompt", "prefix",
-                                              "prefix_tokens"}
+                                              "prefix_tokens", "stage", "ttft", "e2e"}
 
 
 def test_capacity_searches_the_replay_speed_and_the_planner_refuses_a_log():

@@ -83,6 +83,7 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
     import yaml
 
     from ..deploy.helm import values
+    from ..deploy.llmd import endpoint_picker_config
     from ..resolve import resolve
     from ..spec import load
 
@@ -94,13 +95,23 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
         r = resolve(load(spec))
         text = (f"# Helm values for vllm-project/production-stack, rendered by kvplan from {Path(spec).name} "
                 f"(spec {r.spec_hash[:12]})\n" + yaml.safe_dump(values(r, request_cpu, request_memory), sort_keys=False))
+        picker = None
+        if r.router == "llm_d":
+            picker = (f"# llm-d's EndpointPickerConfig (the InferencePool chart's pluginsCustomConfig), rendered by kvplan "
+                      f"from {Path(spec).name} (spec {r.spec_hash[:12]})\n"
+                      + yaml.safe_dump(endpoint_picker_config(r), sort_keys=False))
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     if out_file == STDOUT:
-        return typer.echo(text, nl=False)
+        return typer.echo(text + (f"---\n{picker}" if picker else ""), nl=False)
     Path(out_file).write_text(text)
     out.print(styled(("rendered:", "bold green"), f" {out_file}  ({r.name}, spec {r.spec_hash[:12]})"))
     out.print(f"  run it: helm install {r.name} vllm/vllm-stack -f {out_file}")
+    if picker:
+        picker_file = Path(out_file).with_suffix(".endpoint-picker.yaml")
+        picker_file.write_text(picker)
+        out.print(f"  llm-d's scheduler: {picker_file} (pluginsCustomConfig of llm-d's InferencePool chart, in front "
+                  f"of the pods)")
 
 
 EXIT_DEPLOY_FAILED = 3

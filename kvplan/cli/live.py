@@ -207,6 +207,9 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
               observed: List[str] = typer.Option([], "--observed", help="kvplan bench run directory (repeat to fit several)."),
               vllm_result: List[str] = typer.Option([], "--vllm-result", help="A `vllm bench serve --save-result` JSON "
                                                     "file of the same deployment (repeat to fit several)."),
+              requests: List[str] = typer.Option([], "--requests", help="A benchmark's per-request log of the same "
+                                                 "deployment: the replay log with measured ttft and e2e (repeat to "
+                                                 "fit several; docs/calibrate.md)."),
               out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML).")) -> None:
     """Fit the step-time coefficients to benchmarks and write them as a device profile."""
     from ..gpufit.calibrate import fit_vllm_results
@@ -215,15 +218,23 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
     from ..live.observed import read_run
     from ..spec.profile import write_profile
 
-    if bool(observed) == bool(vllm_result):
-        _fail(SpecError([Problem("--observed / --vllm-result", "give the benchmarks to fit: kvplan bench runs "
-                                 "(--observed) or vllm bench serve results (--vllm-result), one kind per profile",
-                                 fix="kvplan calibrate SPEC --observed RUN_DIR -o profile.yaml, or "
-                                     "kvplan calibrate SPEC --vllm-result result.json -o profile.yaml")]))
+    if sum(map(bool, (observed, vllm_result, requests))) != 1:
+        _fail(SpecError([Problem("--observed / --vllm-result / --requests", "give the benchmarks to fit, one kind per "
+                                 "profile: kvplan bench runs (--observed), vllm bench serve results (--vllm-result) "
+                                 "or per-request logs (--requests)",
+                                 fix="kvplan calibrate SPEC --observed RUN_DIR -o profile.yaml, "
+                                     "kvplan calibrate SPEC --vllm-result result.json -o profile.yaml, or "
+                                     "kvplan calibrate SPEC --requests log.jsonl -o profile.yaml")]))
     topo, resolved, _ = _spec(spec)
     try:
         if vllm_result:
             profile = fit_vllm_results(resolved, topo, vllm_result)
+        elif requests:
+            from ..gpufit.requests import fit_request_logs
+            from ..spec import read_yaml
+
+            base = Path.cwd() if spec == "-" else Path(spec).parent
+            profile = fit_request_logs(resolved, read_yaml(spec), base, requests)
         else:
             runs = [(path, read_run(path)) for path in observed]
             for path, run in runs:
@@ -238,7 +249,14 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
               else f"step_overhead {fmt_duration(s.step_overhead)}")
     out.print(f"  compute_efficiency {s.compute_efficiency:.3f}, attention_efficiency {s.attention_efficiency:.3f}, "
               f"{decode}, request_overhead {fmt_duration(s.request_overhead)}")
-    if vllm_result:
+    if requests:
+        for name in (run["name"] for run in profile.fitted_on):
+            figures = []
+            for m in ("ttft_mean", "e2e_mean", "tpot_mean"):
+                held = f.get(f"{name}: {m} held out")
+                figures.append(f"{m} {f[name + ': ' + m]:+.1%}" + ("" if held is None else f" (held out {held:+.1%})"))
+            out.print(f"  {name}: " + ", ".join(figures))
+    elif vllm_result:
         for name, error in f.items():
             out.print(f"  {name} with the profile: {error:+.1%}")
     else:

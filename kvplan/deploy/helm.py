@@ -12,7 +12,9 @@ For teams that run the vLLM layer on Kubernetes, as the design note recommends, 
   sizes from the same config the Ansible path writes (`stack.inprocess_config`), the rest as
   LMCACHE_* variables (chunk size, disk path, policy, save/retrieve settings); the nvme tier's
   directory is the node's (a hostPath volume mounted at lmcache.nvme.path);
-- one replica per vLLM instance, `requestGPU` = TP; round-robin routing.
+- one replica per vLLM instance, `requestGPU` = TP; round-robin routing, or, for serving.router: llm_d, no
+  production-stack router (`enableRouter: false`) and llm-d's EndpointPickerConfig beside the values
+  (kvplan.deploy.llmd), for llm-d's gateway to route to the pods.
 
 What the chart cannot express is refused with the reason, as the Ansible render refuses
 simulation-only settings: LMCache's MP server, a Ceph tier or cluster (the chart's remote tier is
@@ -33,6 +35,7 @@ from typing import Any
 
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
+from . import llmd
 from .stack import inprocess_config, vllm_args
 
 IMAGE = {"repository": "lmcache/vllm-openai", "tag": "latest"}
@@ -76,10 +79,11 @@ def refusals(r: Resolved) -> list[Problem]:
     if lm is not None and (lm.warmup_system_prompts or lm.warmup_template_tokens):
         out.append(Problem("lmcache.warmup", "production-stack has no warm-up job", fix="drop lmcache.warmup, or deploy "
                            "with Ansible"))
-    if r.instances > 1 and r.router != "round_robin":
+    out += llmd.refusals(r)
+    if r.instances > 1 and r.router not in ("round_robin", "llm_d"):
         out.append(Problem("serving.router", f"production-stack's router is its own, not vllm-router: its session and "
                            f"prefix routing differ from the {r.router} policy kvplan simulates", r.router,
-                           fix="use serving.router: round_robin, or deploy with Ansible"))
+                           fix="use serving.router: round_robin or llm_d, or deploy with Ansible"))
     return out
 
 
@@ -131,7 +135,8 @@ def values(r: Resolved, request_cpu: int, request_memory: str) -> dict[str, Any]
             path = r.lmcache.nvme_path
             spec["extraVolumes"] = [{"name": "lmcache-nvme", "hostPath": {"path": path, "type": "DirectoryOrCreate"}}]
             spec["extraVolumeMounts"] = [{"name": "lmcache-nvme", "mountPath": path}]
-    return {"servingEngineSpec": {"modelSpec": [spec]}, "routerSpec": {"routingLogic": "roundrobin"}}
+    router = {"enableRouter": False} if r.router == "llm_d" else {"routingLogic": "roundrobin"}
+    return {"servingEngineSpec": {"modelSpec": [spec]}, "routerSpec": router}
 
 
 def _text(value: Any) -> str:

@@ -72,6 +72,11 @@ def check_deployable(r: Resolved, inv: inventory_mod.Inventory) -> None:
             problems.append(Problem("simulate_only", "the spec is marked simulate_only, so render refuses it, but it sets "
                                     "nothing the real stack cannot honour", True, fix="remove simulate_only"))
     problems += _quantised_weights(r)
+    if r.router == "llm_d":
+        problems.append(Problem("serving.router", "llm-d's scheduler is the endpoint picker of a Kubernetes gateway (an "
+                                "InferencePool); the Ansible deployment runs vllm-router, which has no weighted scorers",
+                                "llm_d", fix="render --format production-stack, which writes llm-d's "
+                                "EndpointPickerConfig beside the values, or choose a vllm-router policy"))
     if not r.model_path:
         problems.append(Problem("serving.model_path", f"{r.model.name} has no hf_id in the catalog, so vLLM would not know "
                                 "what to serve", None, fix="set serving.model_path to a Hugging Face id or a local directory"))

@@ -66,6 +66,8 @@ class Stage:
     measured: Figures
     prompt_tokens: float
     """Mean prompt tokens of the stage's requests."""
+    output_tokens: float
+    """Mean output tokens of the stage's requests."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,6 @@ class Run:
     spec: dict[str, Any]
     base_dir: Path
     """Where the spec's relative paths (the replay log) are read from."""
-    output_tokens: int
-    """Tokens every request generated (the runs ignore EOS)."""
     stages: list[Stage]
     measured: Figures
 
@@ -148,9 +148,9 @@ def blis_runs() -> list[Run]:
         block_bytes_per_rank = resolve(from_mapping(spec, base_dir=root)).block_bytes_per_rank
         spec["serving"]["kv_cache_memory"] = r["gpu_kv_blocks"] * block_bytes_per_rank
         measured = r["measured"]
-        stages = [Stage(load["rate"], m["requests"], _figures(m, out), ip["prompt_len"]["mean"])
+        stages = [Stage(load["rate"], m["requests"], _figures(m, out), ip["prompt_len"]["mean"], out)
                   for load, m, ip in zip(r["load"]["stages"], measured["stages"], r["inference_perf"]["stages"])]
-        runs.append(Run(name, r["catalog_model"], spec, root, out, stages, _figures(measured["run"], out)))
+        runs.append(Run(name, r["catalog_model"], spec, root, stages, _figures(measured["run"], out)))
     return runs
 
 
@@ -163,7 +163,7 @@ def decode_points(run: Run) -> list[DecodePoint]:
     points = []
     for s in run.stages:
         batch = s.rate * s.measured.e2e_mean
-        context = s.prompt_tokens + run.output_tokens / 2
+        context = s.prompt_tokens + s.output_tokens / 2
         seqs = max(1, round(batch))
         points.append(DecodePoint(run.name, run.model, batch, context, s.measured.tpot_mean,
                                   st.step((), seqs, round(seqs * context))))

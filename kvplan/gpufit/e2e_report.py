@@ -116,17 +116,24 @@ WHERE_IT_MISSES = """## Where it still misses, and why
   1.0-1.5 ms on Llama-2-7B (TP 1), Mixtral-8x7B and CodeLlama-34B (TP 2), but 3.1-3.6 ms on Llama-2-70B
   at TP 4 (the table above), and it shrinks as the batch grows. A per-layer or per-all-reduce term fits
   these runs better in sample but worse held out, so the fit keeps the constant: Llama-2-70B's steps come
-  out about 10 % fast and the small models' a few per cent slow. Separating the two needs runs of one model
-  at several TP degrees, or per-step timings (vLLM's request tracing records them).
-- **The latency outside the engine scales with the step.** Measured TTFT is 3.0-3.5 decode steps; the
-  simulator's async scheduling gives 2.5 (the rest of the step under way, the step already scheduled, the
-  prefill step), and a constant `request_overhead` stands for the rest. The remainder is 0.4-0.7 of a step
-  on every model, so a constant leaves TTFT high on Llama-2-7B and low on Llama-2-70B.
+  out about 10 % fast and the small models' a few per cent slow. The isolated all-reduce is not the
+  missing time: vLLM's own benchmark (vllm-project/vllm PR 24532, H100, TP 4) times a 0.5 MB all-reduce,
+  a 32-sequence decode step's of an 8192-wide model, at 10 us, which kvplan's all-reduce term already
+  gives. Separating the rest needs runs of one model at several TP degrees, or per-step timings (vLLM's
+  request tracing records them).
+- **TTFT follows the decode step.** Measured TTFT is 3.0-3.5 decode steps; the simulator's async
+  scheduling gives 2.5 (the rest of the step under way, the step already scheduled, the prefill step),
+  and a constant `request_overhead` stands for the rest. The fastest requests of a low-load stage show
+  what is outside the steps: their TTFT (the 1st percentile of the codegen runs' first stage) is 2 decode
+  steps plus 5.2 ms on Llama-2-7B (TP 1), 6.8 ms on CodeLlama-34B (TP 2) and 7.2 ms on Llama-2-70B
+  (TP 4), so the constant grows a little with TP. Most of each run's
+  TTFT error is its decode-step error times the 2.5 steps: high on Llama-2-7B, low on Llama-2-70B.
 - **Tails.** TTFT p99 follows arrival bursts that reach the 20 requests/s stages' queues; where the
   simulated decode step is a few per cent slower than the real one, bursts queue longer (Llama-2-7B's
   20 requests/s stage), and where faster, shorter.
 - **Only H100.** The fit moves H100-SXM's coefficients alone; the other GPUs keep their eager overheads
-  as the decode-step cost until runs of theirs are fitted (`kvplan calibrate` fits a team's own).
+  as the decode-step cost until runs of theirs are fitted (`kvplan calibrate --requests` fits a team's own
+  from its benchmark's per-request logs, the same way).
 """
 
 

@@ -80,8 +80,13 @@ def from_helm_values(data: dict[str, Any], gpu: str, model_spec: str | None = No
         imported.spec["workload"] = imported.spec.pop("workload")     # keep the placeholder last
     for name in sorted(n for n in env if not n.startswith("LMCACHE_") or not lmcache.get("enabled")):
         imported.unmapped.append((f"env {name}", "kvplan has no setting for it"))
-    logic = (data.get("routerSpec") or {}).get("routingLogic", "roundrobin")
-    if logic == "roundrobin":
+    router = data.get("routerSpec") or {}
+    logic = router.get("routingLogic", "roundrobin")
+    if router.get("enableRouter") is False:
+        imported.unmapped.append(("routerSpec.enableRouter false", "another router fronts the pods (kvplan renders this "
+                                  "for llm-d's gateway, whose EndpointPickerConfig the import does not read): set "
+                                  "serving.router and serving.llm_d yourself"))
+    elif logic == "roundrobin":
         serving["router"] = "round_robin"
     else:
         imported.unmapped.append((f"routerSpec.routingLogic {logic}", "production-stack's own router policy; kvplan "

@@ -30,6 +30,9 @@ instead; a production engine has none.
   BlockModel). Held by tests/test_prefix_cache.py::test_runs_behave_exactly_like_blocks.
 - `Router._match` finds the routed prefix of a prompt by a binary search. For: walking its keys
   one by one. Held by tests/test_router.py::test_prefix_aware_counts_the_routed_prefix_of_a_prompt.
+- `llmd.PrefixIndex` keeps, for each block hash, the instances whose LRU holds it. For: each
+  instance's LRU asked for each block (llm-d's approx-prefix-cache-producer). Held by
+  tests/test_llmd.py::test_the_index_by_holders_counts_as_walking_every_instances_lru.
 - `links.Link` works out its completions lazily, by a virtual clock. For: processor sharing
   stepped from event to event with every transfer's remaining work. Held by tests/test_links.py::
   test_finish_times_match_a_step_by_step_processor_sharing_computation and

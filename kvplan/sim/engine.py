@@ -211,6 +211,26 @@ class Engine:
     def load(self) -> int:
         return len(self.waiting) + len(self.running) + self.loading
 
+    @property
+    def waiting_count(self) -> int:
+        """Requests waiting to be admitted: vLLM's num_requests_waiting metric."""
+        return len(self.waiting)
+
+    def gpu_prefix_blocks(self, req: "Request") -> int:
+        """Leading blocks of `req`'s prompt this instance's HBM prefix cache holds (in use or free, until evicted:
+        what vLLM's KV events report); 0 without prefix caching, whose blocks vLLM never reuses."""
+        if not self.prefix_caching:
+            return 0
+        return self.hbm.match(req.content.keys(self.bs, req.prompt_tokens))
+
+    def cpu_prefix_tokens(self, req: "Request") -> int:
+        """Leading tokens of `req`'s prompt this instance holds in its CPU tier: the offload engine's (LMCache's
+        ddr tier today), 0 without one. A query a router asks of every instance (kvplan.sim.llmd); an offload engine
+        beside LMCache answers it the same way."""
+        if self.native is not None:              # vLLM's native CPU tier, the other offload engine
+            return self.native.cpu_prefix_tokens(self.index, req.content, req.prompt_tokens)
+        return self.lm.cpu_prefix_tokens(self.index, req.content, req.prompt_tokens) if self.lm is not None else 0
+
     # ---- the loop
     def loop(self) -> Steps:
         env = self.env

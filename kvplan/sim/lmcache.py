@@ -134,6 +134,14 @@ class LMCacheModel:
                 pos += held
         return spans, counts
 
+    def cpu_prefix_tokens(self, instance: int, content, prompt_tokens: int) -> int:
+        """Leading tokens of a prompt (`content`, `prompt_tokens` long) that `instance`'s CPU tier (ddr) holds, in
+        whole chunks; 0 without a ddr tier. A query: nothing is touched or counted (a router asks it of every
+        instance: kvplan.sim.llmd)."""
+        if "ddr" not in self.caches:
+            return 0
+        return self.cache("ddr", instance).prefix(content.keys(self.chunk_size, prompt_tokens), 0) * self.chunk_size
+
     def count_lookup(self, counts: list[tuple[str, int, int]], tokens: int, relookup: bool = False) -> None:
         """Count an admitted request's lookup of `tokens` tokens (what `probe` returned as `counts`).
 

@@ -71,6 +71,12 @@ class NativeOffload:
         """How many consecutive chunks of `keys` from chunk `start` the instance's tier holds."""
         return self.cache(instance).prefix(keys, start) if start < len(keys) else 0
 
+    def cpu_prefix_tokens(self, instance: int, content, prompt_tokens: int) -> int:
+        """Leading tokens of a prompt (`content`, `prompt_tokens` long) the instance's CPU tier holds, in whole
+        chunks. A query (nothing touched or counted): llm-d's precise CPU prefix scorer asks it of every instance
+        (kvplan.sim.llmd), as it asks LMCache's ddr tier."""
+        return self.cache(instance).prefix(content.keys(self.chunk_tokens, prompt_tokens), 0) * self.chunk_tokens
+
     def count_lookup(self, asked: int, held: int, tokens: int, relookup: bool) -> None:
         """Count an admitted request's lookup: `asked` chunks beyond the HBM hit, `held` of them in the tier."""
         c = self.counters[TIER]

@@ -15,6 +15,11 @@ The log is JSON lines (a file ending in .gz is gzip), one request per line, one 
   same prompt token for token (a shorter one is the start of a longer one). A request without a prompt id sends
   text no other request sends after its prefix.
 
+- `stage`, `ttft`, `e2e` (optional): what the benchmark measured, for `kvplan calibrate --requests`
+  (kvplan.gpufit.requests): the load stage the request belonged to (a whole number; stages run back to back),
+  and its time to first token and end-to-end latency in seconds (numbers > 0, ttft <= e2e). The simulator does
+  not read them: a replay sends the same requests whatever they measured.
+
 Ids are whole numbers from 0 to 2^53. The generated tokens of two requests are never shared. A request's content
 (kvplan.sim.content) is the runs (LOG_PREFIX, prefix), (LOG_PROMPT, prompt) or, without a prompt id, (USER_TEXT, n),
 then (OUTPUT, n), n the request's place among the file's requests; kvplan bench sends them as token ids
@@ -39,12 +44,16 @@ import numpy as np
 from ..errors import Problem, SpecError, did_you_mean
 from .content import LOG_PREFIX, LOG_PROMPT, OUTPUT, USER_TEXT, Segments
 
-FIELDS = ("arrival", "prompt_tokens", "output_tokens", "prompt", "prefix", "prefix_tokens")
+FIELDS = ("arrival", "prompt_tokens", "output_tokens", "prompt", "prefix", "prefix_tokens", "stage", "ttft", "e2e")
 """Every field a line may have."""
+_REQUEST = FIELDS[:6]
+"""The fields that say what a request sent (the rest say what was measured)."""
 MAX_LOG_BYTES = 1 << 30
 """The largest log kvplan reads, uncompressed (a million requests take about 100 MB)."""
 MAX_ID = 1 << 53
 """The largest id, and the largest number of tokens, a line may give (the integers a float holds exactly)."""
+_ABSENT = {"prompt": -1, "prefix": -1, "stage": -1, "ttft": math.nan, "e2e": math.nan}
+"""What a field left out of a line is recorded as (0 for prefix_tokens)."""
 _MAX_PROBLEMS = 10
 _GZIP_MAGIC = b"\x1f\x8b"
 FIX_FORMAT = "write one JSON object per line: {\"arrival\": 0.5, \"prompt_tokens\": 500, \"output_tokens\": 100} " \
@@ -66,6 +75,12 @@ class Log(NamedTuple):
     """Tokens of the prefix the prompt starts with, 0 for none."""
     lines: np.ndarray
     """Each request's line number in the file (from 1)."""
+    stage: np.ndarray
+    """The load stage it was measured in, -1 where the line does not say (int64)."""
+    ttft: np.ndarray
+    """Measured time to first token, seconds; NaN where the line does not say (float64)."""
+    e2e: np.ndarray
+    """Measured end-to-end latency, seconds; NaN where the line does not say (float64)."""
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -125,7 +140,7 @@ def read_log(path: str) -> Log:
             error = _same_prompt(row, number, prompts)
         if error is None:
             for name in FIELDS:
-                columns[name].append(row.get(name, -1 if name in ("prompt", "prefix") else 0))
+                columns[name].append(row.get(name, _ABSENT.get(name, 0)))
             columns["line"].append(number)
             continue
         bad += 1
@@ -138,9 +153,10 @@ def read_log(path: str) -> Log:
         problems.append(Problem(str(file), "the log has no requests", fix=FIX_FORMAT))
     if problems:
         raise SpecError(problems)
-    ints = {name: np.array(columns[name], dtype=np.int64) for name in (*FIELDS[1:], "line")}
-    return Log(np.array(columns["arrival"], dtype=np.float64), ints["prompt_tokens"], ints["output_tokens"],
-               ints["prompt"], ints["prefix"], ints["prefix_tokens"], ints["line"])
+    ints = {name: np.array(columns[name], dtype=np.int64) for name in (*_REQUEST[1:], "stage", "line")}
+    floats = {name: np.array(columns[name], dtype=np.float64) for name in ("arrival", "ttft", "e2e")}
+    return Log(floats["arrival"], ints["prompt_tokens"], ints["output_tokens"], ints["prompt"], ints["prefix"],
+               ints["prefix_tokens"], ints["line"], ints["stage"], floats["ttft"], floats["e2e"])
 
 
 def _text(file: Path) -> str:
@@ -199,7 +215,8 @@ def _parse(line: str) -> tuple[dict[str, Any], None] | tuple[None, tuple[str, st
         why = f"a JSON {_kind(arrival)}" if type(arrival) not in (int, float) else "out of range"
         return None, (f"arrival is {why}: it must be seconds from the start, a number from 0 to {MAX_ID:,}",
                       "write arrival as seconds, e.g. 0.25")
-    for name, low in (("prompt_tokens", 1), ("output_tokens", 1), ("prompt", 0), ("prefix", 0), ("prefix_tokens", 1)):
+    for name, low in (("prompt_tokens", 1), ("output_tokens", 1), ("prompt", 0), ("prefix", 0), ("prefix_tokens", 1),
+                      ("stage", 0)):
         if name in row:
             value = row[name]
             if type(value) is not int:
@@ -214,6 +231,15 @@ def _parse(line: str) -> tuple[dict[str, Any], None] | tuple[None, tuple[str, st
     if row.get("prefix_tokens", 0) > row["prompt_tokens"]:
         return None, ("prefix_tokens is more than prompt_tokens: the prefix is the start of the prompt",
                       "make prefix_tokens at most prompt_tokens")
+    for name in ("ttft", "e2e"):
+        value = row.get(name, 1.0)
+        if type(value) not in (int, float) or not math.isfinite(value) or not 0 < value <= MAX_ID:
+            why = f"a JSON {_kind(value)}" if type(value) not in (int, float) else "out of range"
+            return None, (f"{name} is {why}: it must be the measured seconds, a number above 0",
+                          f"write {name} as seconds, e.g. 0.042, or leave it out")
+    if row.get("ttft", 0) > row.get("e2e", math.inf):
+        return None, ("ttft is more than e2e: the first token comes before the last",
+                      "write each request's own ttft and e2e, in seconds")
     return row, None
 
 

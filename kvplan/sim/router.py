@@ -22,6 +22,9 @@ policy to its flags):
   prompts, not of what an instance's cache still holds: a prefix the instance has evicted still
   attracts its requests. The simulator keeps that tree at block granularity and, like the router
   between its periodic evictions, never trims it.
+
+llm_d is not vllm-router: it is llm-d's scheduler, whose weighted scorers kvplan.sim.llmd simulates
+(`Resolved.llm_d`); kvplan renders its configuration for llm-d's gateway on Kubernetes.
 """
 
 from __future__ import annotations
@@ -29,17 +32,20 @@ from __future__ import annotations
 from itertools import count
 from typing import Iterable
 
-from ..resolve import RouterThresholds
+from ..resolve import LlmDScheduler, RouterThresholds
 from . import workload as wl
 from .clock import Environment, Steps
+from .llmd import Scheduler
 
 
 class Router:
     """Picks an instance for each request, as the deployed router's policy for `kind` does (prefix_aware with
     `thresholds`, the deployed router's: `Resolved.router_thresholds`)."""
 
-    def __init__(self, kind: str, engines: list, block_size: int, thresholds: RouterThresholds):
+    def __init__(self, kind: str, engines: list, block_size: int, thresholds: RouterThresholds,
+                 llm_d: LlmDScheduler | None = None, seed: int = 0):
         self.kind, self.engines, self.block_size = kind, engines, block_size
+        self.llm_d: Scheduler | None = Scheduler(llm_d, engines, block_size, seed) if llm_d is not None else None
         self.thresholds = thresholds
         self.cache_threshold: float = thresholds.cache_threshold
         self.balance_abs: int = thresholds.balance_abs
@@ -74,6 +80,8 @@ class Router:
             return self._least_loaded()
         if self.kind == "session_affinity":
             return self._sticky(req.session)
+        if self.llm_d is not None:
+            return self.llm_d.pick(req)
         return self._cache_aware(req)
 
     def _sticky(self, session: int) -> int:
@@ -108,6 +116,8 @@ class Router:
         collector would walk each of them to free the run's objects (1.4 s of a 9 s Mooncake-trace run)."""
         for routed in self._routed:
             routed.clear()
+        if self.llm_d is not None:
+            self.llm_d.forget()
 
     @staticmethod
     def _match(routed: set, keys: list[int]) -> int:

@@ -95,7 +95,7 @@ class Simulation:
         self.offload = self.lmcache or self.native         # the offload engine, LMCache or vLLM's native (or none)
         self.engines = [Engine(r, i, self.env, self.hbm[i], self.lmcache, StepTime(r), self.finished, self.native)
                         for i in range(r.instances)]
-        self.router = Router(r.router, self.engines, r.block_size, r.router_thresholds)
+        self.router = Router(r.router, self.engines, r.block_size, r.router_thresholds, r.llm_d, self.seed)
         self.ledger = Ledger(0, 0.0, self.request_overhead)   # the per-request table (sized once the requests are known)
         self.finished_count = 0
         self.offset = 0.0                        # traffic starts after the warm-up

@@ -88,7 +88,12 @@ LEDGER: dict[str, tuple[Kind, str]] = {
                                              "of --kv-transfer-config (--kv-offloading-size, in exact bytes)"),
     "serving.kv_offloading.eviction": (DEPLOYED, "the OffloadingConnector's eviction_policy (lru or arc)"),
     "serving.kv_offloading.block_size": (DEPLOYED, "the OffloadingConnector's block_size (tokens per offloaded chunk)"),
-    "serving.router": (DEPLOYED, "the router in front of the instances (vllm-router) and its --policy"),
+    "serving.router": (DEPLOYED, "the router in front of the instances (vllm-router) and its --policy; llm_d: llm-d's "
+                                 "EndpointPickerConfig (render --format production-stack), which the Ansible render "
+                                 "refuses: vllm-router has no weighted scorers"),
+    "serving.llm_d": (DEPLOYED, "each scorer's weight and the prefix producers in llm-d's EndpointPickerConfig "
+                                "(kvplan.deploy.llmd, render --format production-stack); prefix_match: precise is "
+                                "refused at render (kvplan deploys no KV-events publisher)"),
     "serving.router_port": (DEPLOYED, "the router's --port (and --prometheus-port, the next one)"),
     "serving.model_path": (DEPLOYED, "the checkpoint `vllm serve` is given"),
     "serving.host": (DEPLOYED, "vLLM --host"),
@@ -164,6 +169,11 @@ STACK_FACTS: dict[str, tuple[Kind, str]] = {
     "router_thresholds.cache_threshold": (DEPLOYED, "vllm-router --cache-threshold (serving.router: prefix_aware)"),
     "router_thresholds.balance_abs": (DEPLOYED, "vllm-router --balance-abs-threshold (serving.router: prefix_aware)"),
     "router_thresholds.balance_rel": (DEPLOYED, "vllm-router --balance-rel-threshold (serving.router: prefix_aware)"),
+    "llm_d.gpu_index_blocks": (DEPLOYED, "lruCapacityPerServer of llm-d's GPU approx-prefix-cache-producer"),
+    "llm_d.cpu_index_blocks": (DEPLOYED, "lruCapacityPerServer of llm-d's CPU approx-prefix-cache-producer"),
+    "llm_d.max_prefix_blocks": (DEPLOYED, "maxPrefixBlocksToMatch of llm-d's approx-prefix-cache-producers"),
+    "llm_d.cpu_tier_weight": (NOT_DEPLOYED, "the precise prefix scorer's CPU tier weight (llm-d-kv-cache's default); "
+                                            "prefix_match: precise is refused at render, so nothing carries it yet"),
     "lmcache.http_port": (DEPLOYED, "the LMCache server's --http-port (lmcache.port + 1): the lmcache role's health "
                                     "check and Prometheus's LMCache targets, where kvplan observe reads it too"),
     "lmcache.http_address": (DEPLOYED, "where the lmcache role asks the server on its node for its /status"),

@@ -36,7 +36,7 @@ def write_profile(profile: Profile, path: Path) -> None:
     step = {k: _ms(v) if k.endswith(("_overhead", "_latency")) else v for k, v in s.items() if v is not None}
     body = {"device": profile.device, "model": profile.model, "step_model": step,
             "fitted": profile.fitted, "fitted_on": profile.fitted_on, "fit": profile.fit}
-    runs = ", ".join(f"{run['name']} ({run['started_at']})" for run in profile.fitted_on)
+    runs = ", ".join(run["name"] + (f" ({run['started_at']})" if run.get("started_at") else "") for run in profile.fitted_on)
     header = (f"# Device profile of {profile.device} serving {profile.model}, fitted by `kvplan calibrate` to "
               f"{runs}.\n# Name it in a spec as serving.step_profile: {path.name}, apply it with "
               f"`kvplan simulate|compare SPEC --profile {path.name}`, or copy step_model under the spec's serving:.\n")

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..units import Duration, Size
 from .base import SpecModel, spec_file
 from .grammar import HostName, ModelId
 from .offload import KvOffloading
 
-Router = Literal["round_robin", "least_loaded", "session_affinity", "prefix_aware"]
+Router = Literal["round_robin", "least_loaded", "session_affinity", "prefix_aware", "llm_d"]
+PrefixMatch = Literal["approximate", "precise"]
 WeightsDtype = Literal["auto", "fp32", "bf16", "fp16", "fp8", "int4"]
 Quantization = Literal["fp8", "awq", "gptq", "compressed-tensors"]
 QUANTIZATIONS: dict[str, tuple[str, ...]] = {"fp8": ("fp8", "compressed-tensors"), "int4": ("awq", "gptq", "compressed-tensors")}
@@ -64,6 +65,52 @@ class StepModel(SpecModel):
     graph_layer_overhead: Duration | None = None
     """layer_overhead of a step vLLM runs as a captured CUDA graph, e.g. '5us'; default: the catalog's, else
     layer_overhead."""
+
+
+class LlmD(SpecModel):
+    """llm-d's scheduler (its endpoint picker, EPP) as the router: each scorer rates every instance in [0, 1], the
+    scores are summed with these weights and the instance with the highest sum takes the request (kvplan.sim.llmd
+    says how each scorer scores). A weight of 0 leaves its scorer out. The defaults are llm-d's tiered-prefix-cache
+    guide for a CPU tier (llm-d/llm-d guides/tiered-prefix-cache/cpu/router/tiered-prefix-cache-cpu.values.yaml,
+    commit c2405cdf): queue 2, KV-cache utilisation 2, GPU prefix 1, CPU prefix 1."""
+
+    queue: float = Field(2.0, ge=0, le=1000)
+    """Weight of llm-d's queue-scorer: fewer requests waiting (vLLM's num_requests_waiting) scores higher."""
+
+    kv_cache_utilization: float = Field(2.0, ge=0, le=1000)
+    """Weight of llm-d's kv-cache-utilization-scorer: 1 - the share of HBM KV blocks in use."""
+
+    prefix: float = Field(1.0, ge=0, le=1000)
+    """Weight of the GPU prefix scorer: the share of the prompt's blocks the instance holds (prefix_match says how
+    the scheduler knows)."""
+
+    cpu_prefix: float | None = Field(None, ge=0, le=1000)
+    """Weight of a second prefix-cache-scorer over the CPU tier (approximate prefix_match only: precise sees the CPU
+    tier itself). Default: 1 where the instances have a CPU tier (lmcache.ddr), else 0."""
+
+    no_hit_lru: float = Field(0.0, ge=0, le=1000)
+    """Weight of llm-d's no-hit-lru-scorer: a request no instance holds any of goes to the instance least recently
+    given such a request (0 in llm-d's guides)."""
+
+    prefix_match: PrefixMatch = "approximate"
+    """How the prefix scorer knows what an instance holds: approximate (the scheduler remembers the prompts it
+    routed to each instance, an LRU index as large as the instance's cache: approx-prefix-cache-producer) or
+    precise (vLLM's KV events: what the instance's HBM and CPU tier really hold, CPU blocks weighing 0.8 of an HBM
+    block: precise-prefix-cache-scorer)."""
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> "LlmD":
+        weights = {"queue": self.queue, "kv_cache_utilization": self.kv_cache_utilization, "prefix": self.prefix,
+                   "cpu_prefix": self.cpu_prefix or 0.0, "no_hit_lru": self.no_hit_lru}
+        if not any(weights.values()):
+            raise ValueError("every scorer's weight is 0, so every instance would score alike; give at least one of "
+                             f"{', '.join(weights)} a positive weight (llm-d's guides: queue 2, kv_cache_utilization 2, "
+                             "prefix 1, cpu_prefix 1)")
+        if self.prefix_match == "precise" and self.cpu_prefix:
+            raise ValueError(f"cpu_prefix: {self.cpu_prefix} with prefix_match: precise; the precise scorer sees the "
+                             "CPU tier itself (through vLLM's KV events), so a second CPU scorer would count it twice; "
+                             "set cpu_prefix: 0, or use prefix_match: approximate")
+        return self
 
 
 class Serving(SpecModel):
@@ -133,7 +180,12 @@ class Serving(SpecModel):
     router: Router = "round_robin"
     """How requests are spread over instances, by the router kvplan deploys in front of them (vllm-router;
     docs/deploy.md): round_robin, least_loaded (fewest requests in flight), session_affinity (a session stays
-    on one instance) or prefix_aware (follow the longest routed prefix, unless the load is out of balance)."""
+    on one instance) or prefix_aware (follow the longest routed prefix, unless the load is out of balance); or
+    llm_d, llm-d's scheduler with the weighted scorers of serving.llm_d (deployed by llm-d's gateway on Kubernetes:
+    `kvplan render --format production-stack` writes its EndpointPickerConfig; the Ansible render refuses it)."""
+
+    llm_d: LlmD | None = None
+    """The scorers' weights of llm-d's scheduler (serving.router: llm_d); unset: llm-d's guide defaults."""
 
     router_port: int = Field(30000, ge=1, le=65535)
     """Port of the router's OpenAI API (on the first gpu host); its Prometheus metrics are on the next port."""
@@ -153,6 +205,13 @@ class Serving(SpecModel):
     step_profile: str | None = None
     """A device profile file (`kvplan calibrate -o`) whose step_model the simulator uses for this accelerator;
     step_model keys set here win over it. A relative path is read from the spec file's folder."""
+
+    @model_validator(mode="after")
+    def _llm_d_needs_its_router(self) -> "Serving":
+        if self.llm_d is not None and self.router != "llm_d":
+            raise ValueError(f"serving.llm_d weighs llm-d's scorers, but serving.router is {self.router}, which has "
+                             "none; set router: llm_d, or remove serving.llm_d")
+        return self
 
     @field_validator("step_profile")
     @classmethod
