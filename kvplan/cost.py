@@ -131,6 +131,10 @@ def cost_of(topo: Topology, resolved: Resolved, results: Sequence[Throughput] = 
     if lm is not None and lm.ddr is not None:
         add("ddr", "capex", r.nodes * lm.ddr.size / GB, "GB", f"{r.nodes} node(s) x {_gb(lm.ddr.size)} GB",
             "ddr_gb_month", DDR_PRICE)
+    n = r.kv_offloading                         # vLLM's native CPU tier: host DRAM of each instance
+    if n is not None:
+        add("ddr", "capex", r.instances * n.capacity_bytes / GB, "GB",
+            f"{r.instances} instance(s) x {_gb(n.capacity_bytes)} GB (vLLM native offloading)", "ddr_gb_month", DDR_PRICE)
     if lm is not None and lm.nvme is not None:
         add("nvme", "capex", r.nodes * lm.nvme.size / GB, "GB", f"{r.nodes} node(s) x {_gb(lm.nvme.size)} GB {lm.nvme.device}",
             "nvme_gb_month", lm.nvme.device)

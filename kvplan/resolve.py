@@ -34,6 +34,7 @@ from typing import Literal
 from .catalog import Catalog, CephDeviceClass, Device, Nic, NvmeClass, load_catalog, lookup
 from .errors import Problem, SpecError, did_you_mean
 from .kv_capacity import ProfiledMemory, profiled_memory
+from .offload import ResolvedOffload, resolve_offload
 from .spec import Topology
 from .spec.architecture import Architecture
 from .spec.base import SpecModel
@@ -330,6 +331,8 @@ class Resolved(SpecModel):
     """Step-time coefficients: the accelerator's catalog defaults with serving.step_model on top."""
 
     lmcache: ResolvedLMCache | None
+    kv_offloading: ResolvedOffload | None = None
+    """vLLM's native CPU offloading (serving.kv_offloading; offload.py), the other offload engine; None: off."""
     nvme: NvmeClass | None
     ceph: ResolvedCeph | None
 
@@ -387,15 +390,19 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
     storing_ranks = 1 if model.attention == "mla" else tp
     resolved_lm = _lmcache(topo, mem.per_rank_token, storing_ranks, instances_per_node, nodes, problems) if lm else None
     ceph = _ceph(topo, ceph_class, nic, resolved_lm, problems) if topo.ceph and ceph_class and nic else None
+    offload = None
+    if s.kv_offloading is not None:
+        offload = resolve_offload(s.kv_offloading, s.block_size, mem.block_bytes_per_rank, storing_ranks,
+                                  device.kind == "cpu", topo.simulate_only, problems)
     step = _step_coefficients(device, s.step_model, s.step_profile, problems)
-    llm_d = _llm_d(s, resolved_lm, mem.hbm_blocks, problems) if s.router == "llm_d" else None
+    llm_d = _llm_d(s, resolved_lm, offload, mem.hbm_blocks, problems) if s.router == "llm_d" else None
 
     if problems:
         raise SpecError(problems)
 
     return Resolved(
         name=topo.name, spec_hash=topo.spec_hash(), simulate_only=topo.simulate_only,
-        simulation_only=[(p.path, p.message) for p in topo.simulation_only_settings()] if topo.simulate_only else [],
+        simulation_only=_simulation_only(topo, device) if topo.simulate_only else [],
         model=model, device=device,
         instances=s.instances, tensor_parallel=tp, gpus_per_node=s.gpus_per_node, gpus_total=gpus_total, nodes=nodes,
         instances_per_node=instances_per_node, block_size=s.block_size, max_model_len=max_model_len,
@@ -415,21 +422,34 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         weight_bytes_per_gpu=mem.weight_bytes_per_gpu, cuda_memory_bytes=_cuda_total(device), non_kv_bytes_per_gpu=mem.non_kv,
         profiled=mem.profiled, kv_budget_bytes_per_gpu=mem.kv_budget, hbm_blocks=mem.hbm_blocks,
         hbm_tokens=mem.hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
-        hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, nvme=nvme, ceph=ceph, workload=topo.workload,
+        hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, kv_offloading=offload, nvme=nvme, ceph=ceph, workload=topo.workload,
         slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost)
 
 
-def _llm_d(s, lm: "ResolvedLMCache | None", hbm_blocks: int, problems: list[Problem]) -> LlmDScheduler:
-    """llm-d's scheduler for serving.llm_d (its defaults where unset): the CPU prefix scorer only over a CPU tier."""
+def _simulation_only(topo: Topology, device: Device) -> list[tuple[str, str]]:
+    """What a simulate_only spec sets that the real stack cannot honour: the rules' findings, and native offloading
+    on a CPU device, which vLLM refuses to start (offload.py)."""
+    out = [(p.path, p.message) for p in topo.simulation_only_settings()]
+    if topo.serving.kv_offloading is not None and device.kind == "cpu":
+        out.append(("serving.kv_offloading", "vLLM 0.32 offloads only from CUDA and XPU devices "
+                                             "(vllm/v1/kv_offload/cpu/spec.py CPUOffloadingSpec.get_worker)"))
+    return out
+
+
+def _llm_d(s, lm: "ResolvedLMCache | None", native: ResolvedOffload | None, hbm_blocks: int,
+           problems: list[Problem]) -> LlmDScheduler:
+    """llm-d's scheduler for serving.llm_d (its defaults where unset): the CPU prefix scorer only over a CPU tier
+    (LMCache's ddr tier, or vLLM's native one)."""
     spec = s.llm_d if s.llm_d is not None else LlmD()
     ddr = lm.tier("ddr") if lm is not None else None
-    cpu_blocks = ddr.capacity_tokens // s.block_size if ddr is not None else 0
+    cpu_tokens = ddr.capacity_tokens if ddr is not None else native.capacity_tokens if native is not None else 0
+    cpu_blocks = cpu_tokens // s.block_size
     cpu_weight = spec.cpu_prefix
     if cpu_weight is None:
         cpu_weight = 1.0 if cpu_blocks and spec.prefix_match == "approximate" else 0.0
     elif cpu_weight and not cpu_blocks:
         problems.append(Problem("serving.llm_d.cpu_prefix", "weighs a CPU prefix scorer, but the instances have no CPU "
-                                "tier for it to find prompts in", cpu_weight, fix="set cpu_prefix: 0, or add lmcache.ddr"))
+                                "tier for it to find prompts in", cpu_weight, fix="set cpu_prefix: 0, or add lmcache.ddr or serving.kv_offloading"))
     return LlmDScheduler(queue=spec.queue, kv_cache_utilization=spec.kv_cache_utilization, prefix=spec.prefix,
                          cpu_prefix=cpu_weight, no_hit_lru=spec.no_hit_lru, prefix_match=spec.prefix_match,
                          gpu_index_blocks=hbm_blocks, cpu_index_blocks=cpu_blocks)

@@ -121,6 +121,14 @@ def rendered(example: str, changes: dict[str, Any], tmp: Path) -> View:
 
 Check = Callable[[View], bool]
 LOCAL, FLAGSHIP, CODEGEN = "local", "chat-llama2-13b", "codegen-70b"
+NATIVE = {"lmcache": None, "ceph": None, "serving__kv_offloading": {"size": "32GiB"}}
+"""The flagship with vLLM's native offloading in place of LMCache."""
+
+
+def offloading(v: View) -> dict[str, Any]:
+    """The OffloadingConnector's extra config in the rendered --kv-transfer-config ({} for another connector)."""
+    transfer = v.transfer()
+    return transfer.get("kv_connector_extra_config", {}) if transfer["kv_connector"] == "OffloadingConnector" else {}
 
 
 def inline_model(name: str, **changes: Any) -> dict[str, Any]:
@@ -160,6 +168,11 @@ CASES: dict[str, tuple[str, dict[str, Any], Check]] = {
                                 lambda v: v.vllm("--no-enable-chunked-prefill") == [""]),
     "serving.async_scheduling": (FLAGSHIP, {"serving__async_scheduling": False},
                                  lambda v: v.vllm("--no-async-scheduling") == [""] and not v.vllm("--async-scheduling")),
+    "serving.kv_offloading.size": (FLAGSHIP, NATIVE, lambda v: offloading(v).get("cpu_bytes_to_use") == 32 * 2 ** 30),
+    "serving.kv_offloading.eviction": (FLAGSHIP, {**NATIVE, "serving__kv_offloading": {"size": "32GiB", "eviction": "ARC"}},
+                                       lambda v: offloading(v).get("eviction_policy") == "arc"),
+    "serving.kv_offloading.block_size": (FLAGSHIP, {**NATIVE, "serving__kv_offloading": {"size": "32GiB", "block_size": 64}},
+                                         lambda v: offloading(v).get("block_size") == 64),
     "serving.router": (FLAGSHIP, {"serving__router": "prefix_aware"},
                        lambda v: flags(v.vars("router")["router_args"])["--policy"] == ["cache_aware"]),
     "serving.router_port": (FLAGSHIP, {"serving__router_port": 8100},

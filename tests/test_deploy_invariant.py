@@ -127,6 +127,14 @@ def test_the_rendered_stack_carries_the_simulators_numbers(path, tmp_path):
                 assert adapter["eviction"]["eviction_policy"] == LMCACHE_MP_NAME.get(policy(cache), policy(cache))
                 assert adapter["eviction"]["trigger_watermark"] == cache.watermark
                 assert adapter["eviction"]["eviction_ratio"] == cache.ratio
+    if r.kv_offloading is not None:                 # vLLM's native CPU tier: the connector's extra config
+        transfer = json.loads(vllm["--kv-transfer-config"][0])
+        extra, tier = transfer["kv_connector_extra_config"], sim.native.cache(0)
+        assert transfer["kv_connector"] == "OffloadingConnector" and sim.lmcache is None
+        assert extra["cpu_bytes_to_use"] == tier.capacity == r.kv_offloading.capacity_bytes
+        assert extra["block_size"] == sim.native.chunk_tokens
+        assert extra["eviction_policy"] == policy(tier).lower()
+        assert len(sim.native.caches["ddr"]) == r.instances             # one tier per vLLM instance
     if r.ceph is not None:
         ceph = role_vars(root, "ceph")
         assert len(sim.fabric.placement(12345)) == ceph["ceph_pool_size"] == r.ceph.pool_size

@@ -13,7 +13,7 @@ import sys
 
 from conftest import REPO
 
-HOT = ["prefix_cache", "content", "clock", "links", "decoding", "seq", "engine", "lmcache", "fabric", "eviction", "policies",
+HOT = ["prefix_cache", "content", "clock", "links", "decoding", "seq", "engine", "lmcache", "native", "fabric", "eviction", "policies",
        "steptime"]
 
 

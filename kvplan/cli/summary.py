@@ -45,6 +45,18 @@ def summary_tables(r: Resolved) -> list[Table]:
                                   f"eviction {t.eviction}{ttl}{configured}")
         tables.append(tiers)
 
+    n = r.kv_offloading
+    if n:
+        native = Table(title=f"vLLM native offloading (OffloadingConnector, chunk {n.chunk_tokens} tokens = "
+                             f"{fmt_bytes(n.chunk_bytes)})", show_header=False, title_justify="left")
+        native.add_column(style="bold")
+        native.add_column()
+        native.add_row("ddr", f"{r.instances} x {fmt_bytes(n.capacity_bytes)} (one per instance) = "
+                              f"{fmt_count(n.capacity_chunks)} chunks = {fmt_count(n.capacity_tokens)} tokens each; "
+                              f"eviction {n.eviction}; loads and stores asynchronous over PCIe "
+                              f"({fmt_bandwidth(r.pcie_bandwidth or r.hbm_bandwidth)})")
+        tables.append(native)
+
     if r.ceph:
         c = r.ceph
         ceph = Table(title=f"Ceph ({c.deploy})", show_header=False, title_justify="left")

@@ -92,9 +92,12 @@ def values(r: Resolved, request_cpu: int, request_memory: str) -> dict[str, Any]
     problems = refusals(r)
     cfg = inprocess_config(r) if r.lmcache is not None else None
     buffer_gib = cfg["max_local_cpu_size"] * r.tensor_parallel if cfg else 0.0
+    if r.kv_offloading is not None:          # vLLM's native CPU tier lives in the pod's memory too
+        buffer_gib = r.kv_offloading.capacity_bytes / 2 ** 30
     if _gib(request_memory) < buffer_gib:
-        problems.append(Problem("--request-memory", f"the pod must hold LMCache's CPU buffer: {buffer_gib:.1f} GiB "
-                                f"({cfg['max_local_cpu_size']:.1f} GiB on each of {r.tensor_parallel} GPU(s))",
+        held = (f"LMCache's CPU buffer: {buffer_gib:.1f} GiB ({cfg['max_local_cpu_size']:.1f} GiB on each of "
+                f"{r.tensor_parallel} GPU(s))" if cfg else f"vLLM's native CPU offloading tier: {buffer_gib:.1f} GiB")
+        problems.append(Problem("--request-memory", f"the pod must hold {held}",
                                 request_memory, fix=f"request at least {buffer_gib:.1f}Gi plus what vLLM needs"))
     if problems:
         raise SpecError(problems)
@@ -112,8 +115,9 @@ def values(r: Resolved, request_cpu: int, request_memory: str) -> dict[str, Any]
             config["enablePrefixCaching"] = flag == "--enable-prefix-caching"
         elif flag in ("--enable-chunked-prefill", "--no-enable-chunked-prefill"):
             config["enableChunkedPrefill"] = flag == "--enable-chunked-prefill"
-        elif flag in ("--served-model-name", "--kv-transfer-config"):
-            continue                # the chart names the model by modelURL and writes LMCache's connector itself
+        elif flag == "--served-model-name" or (flag == "--kv-transfer-config" and r.kv_offloading is None):
+            continue                # the chart names the model by modelURL and writes LMCache's connector itself;
+                                    # vLLM's native OffloadingConnector it does not know, so it goes in extraArgs
         else:
             extra += [flag] + ([value] if value is not None else [])
     if extra:

@@ -307,13 +307,26 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
 
 
+NATIVE_POLICY = {"LRU": "lru", "ARC": "arc"}
+"""serving.kv_offloading.eviction -> the OffloadingConnector's eviction_policy (vLLM 0.32
+v1/kv_offload/cpu/policies/factory.py)."""
+
+
 def kv_transfer_config(r: Resolved) -> dict[str, Any] | None:
-    """vLLM --kv-transfer-config: the LMCache connector of the spec's mode, recomputing on load failures."""
+    """vLLM --kv-transfer-config: the LMCache connector of the spec's mode, or vLLM's native OffloadingConnector
+    (what --kv-offloading-backend native sets up, with the exact bytes, chunk size and policy the simulator used),
+    recomputing on load failures."""
+    n = r.kv_offloading
+    if n is not None:
+        extra: dict[str, Any] = {"cpu_bytes_to_use": n.capacity_bytes, "block_size": n.chunk_tokens,
+                                 "eviction_policy": NATIVE_POLICY[n.eviction]}
+        return {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+                "kv_connector_extra_config": extra}
     if r.lmcache is None:
         return None
+    extra = {"lmcache.mp.host": f"tcp://{LMCACHE_HOST}", "lmcache.mp.port": r.lmcache.port}
     if r.lmcache.mode == "inprocess":
         return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both", "kv_load_failure_policy": "recompute"}
-    extra: dict[str, Any] = {"lmcache.mp.host": f"tcp://{LMCACHE_HOST}", "lmcache.mp.port": r.lmcache.port}
     if r.lmcache.save_decode_cache:
         extra["lmcache.mp.save_decode_cache"] = True
     return {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both", "kv_load_failure_policy": "recompute",

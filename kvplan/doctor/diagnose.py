@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..resolve import Resolved
 from ..spec import Topology
-from . import ceph, hit_ratio, live, memory, tail
+from . import ceph, hit_ratio, live, memory, native, tail
 from .case import METRICS, Case
 from .finding import Change, Diagnosis, Finding, Fix
 from .prove import changed_mapping, prove
@@ -24,7 +24,7 @@ from .prove import changed_mapping, prove
 if TYPE_CHECKING:
     from ..live.observe import Snapshot
 
-RULES = [*hit_ratio.RULES, *memory.RULES, *tail.RULES, *ceph.RULES]
+RULES = [*hit_ratio.RULES, *native.RULES, *memory.RULES, *tail.RULES, *ceph.RULES]
 FOLLOW_UPS = [*memory.FOLLOW_UPS, *ceph.FOLLOW_UPS]
 
 

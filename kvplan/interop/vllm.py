@@ -1,6 +1,7 @@
 """A `vllm serve ...` command line as a spec: the model, every serving flag kvplan simulates and deploys
-(`VLLM_FLAGS`, `VLLM_SWITCHES`, --dtype, --quantization), VLLM_CPU_KVCACHE_SPACE, and the LMCache connector of
---kv-transfer-config; every other flag listed with the reason."""
+(`VLLM_FLAGS`, `VLLM_SWITCHES`, --dtype, --quantization), VLLM_CPU_KVCACHE_SPACE, the LMCache connector of
+--kv-transfer-config, and vLLM's native offloading (--kv-offloading-size / --kv-offloading-backend, or the
+OffloadingConnector); every other flag listed with the reason."""
 
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ def from_vllm_command(command: str, gpu: str, name: str = "imported") -> Importe
     serving: dict[str, Any] = {"gpu": gpu}
     lmcache: dict[str, Any] | None = None
     unmapped: list[tuple[str, str]] = []
+    offloading: dict[str, str] = {}              # --kv-offloading-size / --kv-offloading-backend, read after the loop
     while words and "=" in words[0] and not words[0].startswith("-"):      # NAME=value before the command
         variable, value = words.pop(0).split("=", 1)
         if variable == "VLLM_CPU_KVCACHE_SPACE":
@@ -116,11 +118,18 @@ def from_vllm_command(command: str, gpu: str, name: str = "imported") -> Importe
                 unmapped.append((shown, "kvplan cannot tell the weights' precision from it: set serving.quantization "
                                         "and serving.weights_dtype (fp8 or int4) by hand"))
         elif flag == "--kv-transfer-config" and value is not None:
-            lmcache = _connector(value, unmapped)
+            native = _offloading_connector(value, unmapped)
+            if native is not None:
+                serving["kv_offloading"] = native
+            else:
+                lmcache = _connector(value, unmapped)
+        elif flag in ("--kv-offloading-size", "--kv-offloading-backend") and value is not None:
+            offloading[flag] = value
         elif flag in SET_BY_KVPLAN:
             unmapped.append((shown, SET_BY_KVPLAN[flag]))
         else:
             unmapped.append((shown, "kvplan has no setting for it (it neither simulates nor deploys it)"))
+    lmcache = _kv_offloading_flags(offloading, serving, lmcache, unmapped)
     if model is None:
         raise SpecError([Problem("--vllm", "the command names no model",
                                  fix="give it as vllm serve does: --vllm \"vllm serve meta-llama/Llama-3.1-8B ...\"")])
@@ -144,6 +153,57 @@ def _after_entrypoint(words: list[str]) -> list[str]:
         if word == "vllm.entrypoints.openai.api_server":
             return words[k + 1:]
     return words[1:] if words and words[0].endswith("vllm") else words
+
+
+NATIVE_EXTRA = {"cpu_bytes_to_use": "size", "block_size": "block_size", "eviction_policy": "eviction"}
+"""The OffloadingConnector's extra config keys kvplan reads -> serving.kv_offloading's keys."""
+
+
+def _kv_offloading_flags(flags: dict[str, str], serving: dict[str, Any], lmcache: dict[str, Any] | None,
+                         unmapped: list[tuple[str, str]]) -> dict[str, Any] | None:
+    """--kv-offloading-size GiB [--kv-offloading-backend native|lmcache], as vLLM 0.32's config/vllm.py reads them
+    (`_post_init_kv_transfer_config`): native -> serving.kv_offloading of those GiB, lmcache -> LMCache in MP mode
+    (whose server, not vLLM, holds the bytes). Returns the lmcache section."""
+    size, backend = flags.get("--kv-offloading-size"), flags.get("--kv-offloading-backend", "native")
+    if size is None:
+        if "--kv-offloading-backend" in flags:
+            unmapped.append((f"--kv-offloading-backend {backend}", "vLLM turns offloading on only with "
+                                                                    "--kv-offloading-size"))
+        return lmcache
+    shown = f"--kv-offloading-size {size}"
+    try:
+        nbytes = int(float(size) * 2 ** 30)
+    except ValueError:
+        unmapped.append((shown, f"'{size}' is not a size in GiB"))
+        return lmcache
+    if backend == "native":
+        serving.setdefault("kv_offloading", {"size": nbytes})
+        return lmcache
+    if backend == "lmcache":
+        unmapped.append((shown, "with --kv-offloading-backend lmcache vLLM passes no size: the LMCache server's "
+                                "L1 (lmcache.ddr.size) holds the bytes; set it by hand"))
+        return lmcache or {"mode": "mp"}
+    unmapped.append((f"--kv-offloading-backend {backend}", "vLLM 0.32 offers native and lmcache"))
+    return lmcache
+
+
+def _offloading_connector(text: str, unmapped: list[tuple[str, str]]) -> dict[str, Any] | None:
+    """--kv-transfer-config with vLLM's OffloadingConnector -> serving.kv_offloading (None for another connector)."""
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return None                              # _connector says it is not JSON
+    if not isinstance(config, dict) or config.get("kv_connector") != "OffloadingConnector":
+        return None
+    extra = config.get("kv_connector_extra_config") or {}
+    section: dict[str, Any] = {NATIVE_EXTRA[key]: extra[key] for key in NATIVE_EXTRA if key in extra}
+    if "eviction" in section:
+        section["eviction"] = str(section["eviction"]).upper()
+    if "size" in section:
+        section["size"] = int(float(section["size"]))
+    for key in sorted(set(extra) - set(NATIVE_EXTRA)):
+        unmapped.append((f"kv_connector_extra_config.{key}", "kvplan has no setting for it"))
+    return section
 
 
 def _connector(text: str, unmapped: list[tuple[str, str]]) -> dict[str, Any] | None:

@@ -97,11 +97,13 @@ class Candidate:
         r, lm, c = self.resolved, self.topo.lmcache, self.topo.ceph
         tiers = {t.name: t for t in (r.lmcache.tiers if r.lmcache else [])}
         policy = ", ".join(sorted({t.eviction for t in tiers.values() if t.name != "ceph" or lm.mode == "mp"})) or "-"
+        n = r.kv_offloading                      # vLLM's native CPU tier: per instance, named apart from LMCache's
+        ddr = f"{_size(n.capacity_bytes)}/instance native" if n else _size(lm.ddr.size) if lm and lm.ddr else "-"
         return {"accelerator": f"{r.instances} x {r.device.name}" + (f" TP{r.tensor_parallel}" if r.tensor_parallel > 1 else ""),
-                "ddr": _size(lm.ddr.size) if lm and lm.ddr else "-",
+                "ddr": ddr,
                 "nvme": _size(lm.nvme.size) if lm and lm.nvme else "-",
                 "ceph": f"{c.hosts * c.osds_per_host} OSD x{c.pool.size}" if c and lm and lm.ceph else "-",
-                "eviction": policy}
+                "eviction": n.eviction if n else policy}
 
 
 def _size(n: int) -> str:
@@ -477,9 +479,12 @@ def _choice(c: Candidate) -> tuple:
 
 
 def _capacity(c: Candidate) -> tuple:
-    """Bytes of every LMCache tier together, then the earliest candidate (the spec's own policy)."""
+    """Bytes of every offload tier together (LMCache's or vLLM's native one), then the earliest candidate (the
+    spec's own policy)."""
     tiers = c.resolved.lmcache.tiers if c.resolved.lmcache else []
-    return (sum(t.capacity_bytes * t.caches for t in tiers), -c.index)
+    n = c.resolved.kv_offloading
+    native = n.capacity_bytes * c.resolved.instances if n else 0
+    return (sum(t.capacity_bytes * t.caches for t in tiers) + native, -c.index)
 
 
 def _judge(c: Candidate, results: list[SimResult | SloMiss], targets: dict[str, float]) -> None:

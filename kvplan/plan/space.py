@@ -3,7 +3,8 @@
 `variants` varies a spec (as a mapping) along the planner's axes: the accelerator, tensor
 parallelism and instances; ddr and nvme per node on a ladder around the spec's sizes; the Ceph
 tier off, on, or at 2 replicas; one eviction policy for every LMCache tier among those its mode
-really has. `hardware_groups` gathers them by hardware choice (accelerator, TP, instances), each
+really has; with vLLM's native offloading instead of LMCache, its CPU tier on the same size ladder with LRU
+and ARC (vLLM 0.32's policies). `hardware_groups` gathers them by hardware choice (accelerator, TP, instances), each
 with its accelerators' hourly price: a lower bound on the cost of every combination in it, known
 before any of them is validated, so the planner enumerates groups cheapest first. `Specs` validates
 the combinations, each distinct section once.
@@ -25,6 +26,7 @@ from ..spec.ceph import Ceph
 from ..spec.lmcache import LMCache
 from ..spec.rules import REAL_POLICIES
 from ..spec.serving import Serving
+from ..units import parse_size
 
 TP_LADDER = (1, 2, 4, 8)
 SIZE_LADDER = (0.25, 1.0, 4.0)
@@ -71,6 +73,7 @@ def variants(base: dict, topo: Topology, catalog: Catalog, gpus: Sequence[str] |
                         new["ceph"] = _policy(ceph, policy) if ceph is not None and mode == "mp" else ceph
                         tier_options.append(new)
     ceph_options = _ceph_options(base.get("ceph"), lm)
+    offload_options = _native_options(s.get("kv_offloading"))
 
     out = []
     for name in names:
@@ -78,13 +81,28 @@ def variants(base: dict, topo: Topology, catalog: Catalog, gpus: Sequence[str] |
             for tiers in tier_options:
                 cephs = ceph_options if tiers is not None and tiers.get("ceph") is not None else [None]
                 for cluster in cephs:
-                    for n in range(1, max_instances + 1):
-                        spec = {**base, "serving": {**s, "gpu": name, "tensor_parallel": tp, "instances": n}}
-                        if tiers is not None:
-                            spec["lmcache"] = tiers
-                        spec["ceph"] = cluster if cluster is not None else (base.get("ceph") if tiers is None else None)
-                        out.append(spec)
+                    for offload in offload_options:
+                        for n in range(1, max_instances + 1):
+                            serving = {**s, "gpu": name, "tensor_parallel": tp, "instances": n}
+                            if offload is not None:
+                                serving["kv_offloading"] = offload
+                            spec = {**base, "serving": serving}
+                            if tiers is not None:
+                                spec["lmcache"] = tiers
+                            spec["ceph"] = cluster if cluster is not None else (base.get("ceph") if tiers is None else None)
+                            out.append(spec)
     return out
+
+
+def _native_options(native: dict | None) -> list[dict | None]:
+    """vLLM's native CPU tier on the size ladder with each of its policies, the spec's own first."""
+    if native is None:
+        return [None]
+    own = str(native.get("eviction", "LRU")).upper()
+    size = parse_size(native["size"])
+    factors = sorted(SIZE_LADDER, key=lambda f: f != 1.0)
+    return [{**native, "size": max(1, int(size * f)), "eviction": p}
+            for f in factors for p in [own] + [q for q in ("LRU", "ARC") if q != own]]
 
 
 def _ordered(options: list, first) -> list:

@@ -27,7 +27,10 @@ def result_sections(res: SimResult) -> list[Section]:
         ["simulated time", fmt_duration(res.duration)],
         ["prompt tokens", f"{fmt_count(res.prompt_tokens)}, recomputed {fmt_count(res.recomputed_tokens)} "
                           f"({pct(res.recomputed_tokens / res.prompt_tokens if res.prompt_tokens else 0)})"]])
-    if res.lmcache_hit_ratio is not None:
+    if res.lmcache_hit_ratio is not None and res.offload_engine == "native":
+        head.rows.append(["offload hit ratio", f"{pct(res.lmcache_hit_ratio)} (vLLM native CPU offloading, beyond "
+                                               "its HBM prefix cache)"])
+    elif res.lmcache_hit_ratio is not None:
         head.rows.append(["LMCache hit ratio", f"{pct(res.lmcache_hit_ratio)} ({res.lmcache_mode} mode)"])
     head.rows.append(["throughput", f"{res.requests_per_s:.2f} req/s, {fmt_si(res.prompt_tokens_per_s)} prompt tok/s, "
                                     f"{fmt_si(res.generated_tokens_per_s)} generated tok/s; goodput {res.goodput_per_s:.2f} req/s"])

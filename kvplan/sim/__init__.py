@@ -15,7 +15,8 @@ instead; a production engine has none.
 - Decode fast-forward (`Engine._fast_forward`): many decode steps in one event. For: one step at
   a time (Probe(fast_forward=False)). Held by tests/test_engine.py::
   test_fast_forward_gives_the_same_latencies_as_stepping (latencies to 1e-9 relative, the same
-  preemptions).
+  preemptions), and with vLLM's native offloading's loads landing between steps by
+  tests/test_native_offload.py::test_the_fast_forms_give_the_same_results_with_native_offloading.
 - `StepTime.decode_run`: a run's step end times in one loop. For: `StepTime.step` summed step by
   step. Held by tests/test_steptime.py::test_decode_run_equals_stepping_one_at_a_time (to 1e-12
   relative). A run timed as the engine reaches it (`StepTime.extend_run`, PLAN_FIRST steps, then

@@ -8,6 +8,8 @@ Variants, in the spirit of the design note's "PyTorch / vLLM / vLLM + LMCache + 
   + nvme       ... and its nvme tier
   + ceph       ... and the Ceph tier (the spec as written)
 
+With vLLM's native offloading instead of LMCache, the last row is `+ ddr (vLLM native)`, the spec as written.
+
 A variant the spec has no tier for is left out (its row would repeat the one above). Every
 variant keeps the spec's mode, sizes and policies, so each row differs from the one above by
 exactly one tier.
@@ -27,10 +29,12 @@ from .run import run
 
 
 def variants(topo: Topology) -> list[tuple[str, Topology]]:
-    serving = topo.serving
+    serving = topo.serving.model_copy(update={"kv_offloading": None})      # HBM alone
     out = [("no reuse", topo.model_copy(update={"lmcache": None, "ceph": None,
                                                 "serving": serving.model_copy(update={"prefix_caching": False})})),
-           ("hbm only", topo.model_copy(update={"lmcache": None, "ceph": None}))]
+           ("hbm only", topo.model_copy(update={"lmcache": None, "ceph": None, "serving": serving}))]
+    if topo.serving.kv_offloading is not None:
+        out.append(("+ ddr (vLLM native)", topo))
     lm = topo.lmcache
     if lm is None:
         return out

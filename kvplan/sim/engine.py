@@ -20,6 +20,13 @@ Each engine step (vllm/v1/core/sched/scheduler.py, simplified to what decides ti
 3. The step takes load time (the synchronous retrieves of newly admitted requests, concurrent)
    + forward time (the step-time model) + the GPU -> DRAM copy of chunks completed in the step
    (LMCache's wait_for_save); NVMe and Ceph writes continue asynchronously.
+
+With vLLM's native offloading instead of LMCache (native.py), admission asks its CPU tier after the
+prefix cache; a request with chunks there gets its blocks, leaves the waiting queue while they load
+(WAITING_FOR_REMOTE_KVS: it takes no budget and no max_num_seqs slot, and the step does not wait for
+it) and returns to the front of the queue when the load completes, schedulable like an arrival at
+that moment (`admission_lag`), with the loaded tokens computed. Its stores are copies started after
+the step that completes a chunk, which the step does not wait for either.
 4. A request whose prompt completes in the step emits its first token then (TTFT); decoding
    requests emit one token per step; a finished request's blocks return to the free queue with
    their hashes, last block first.
@@ -63,6 +70,7 @@ from .steptime import StepTime
 if TYPE_CHECKING:
     from ..resolve import Resolved
     from .lmcache import LMCacheModel, Span
+    from .native import NativeOffload
     from .workload import Request
 
 
@@ -96,7 +104,7 @@ class Engine:
     warm-up."""
 
     def __init__(self, r: Resolved, index: int, env: Environment, hbm: PrefixCache, lm: LMCacheModel | None,
-                 steptime: StepTime, on_finish: OnFinish):
+                 steptime: StepTime, on_finish: OnFinish, native: NativeOffload | None = None):
         self.index, self.env = index, env
         self.hbm = hbm
         self.steptime = steptime
@@ -111,9 +119,13 @@ class Engine:
         # already scheduled; Resolved.async_scheduling).
         self.admission_lag = 2 if r.async_scheduling else 1
         self.prefix_caching = r.prefix_caching
-        self.keyed = r.prefix_caching or r.lmcache is not None   # HBM blocks need their keys (Seq.blocks): the prefix
-                                                 # cache looks them up, blocks loaded from LMCache are committed under them
+        self.keyed = r.prefix_caching or r.lmcache is not None or native is not None   # HBM blocks need their keys
+                                                 # (Seq.blocks): the prefix cache looks them up, loaded blocks are
+                                                 # committed under them
         self.lm = lm
+        self.native = native                     # vLLM's native offloading (None: off); never beside lm
+        self.loading = 0                         # its requests whose blocks are loading or landed (out of waiting)
+        self.landed: list[Seq] = []              # loaded, waiting for the schedule point that sees it (_admit_waiting)
         lmc = r.lmcache                          # request merging (_merge_hold): resolve sets both or neither
         self.merge_window = (lmc.merging_window_s or 0.0) if lmc is not None else 0.0
         self.merge_tokens = (lmc.merging_max_tokens or 0) if lmc is not None else 0
@@ -135,14 +147,28 @@ class Engine:
     # ---- arrivals
     def submit(self, req: "Request", record: bool = True) -> None:
         seq = Seq(req, record)
+        seq.ready = self._next_schedule()
+        self.waiting.append(seq)
+        self._wake()
+
+    def _next_schedule(self) -> int:
+        """The step count from which a request that turns up now can be scheduled."""
         if self.running:                         # a step is under way: the request waits for a schedule point
             done = self.steps
             if self.run_ends:                    # inside a run of decode steps: those already completed
                 done += bisect_right(self.run_ends, self.env.now - self.run_start)
-            seq.ready = done + self.admission_lag
-        else:                                    # an idle engine schedules it at once
-            seq.ready = self.steps
-        self.waiting.append(seq)
+            return done + self.admission_lag
+        return self.steps                        # an idle engine schedules it at once
+
+    def _loaded(self, seq: Seq) -> None:
+        """Native offloading: `seq`'s blocks are in HBM. vLLM caches them, and the finished load, reported in a
+        step's output, makes the request schedulable at the next schedule point that sees that output; until
+        then the scheduler skips it and schedules the others (`_admit_waiting` puts it back at the front)."""
+        if self.prefix_caching:
+            self.hbm.commit(seq.holding, seq.blocks, seq.computed // self.bs)
+        seq.loaded = True
+        seq.ready = self._next_schedule()
+        self.landed.append(seq)
         self._wake()
 
     def _wake(self) -> None:
@@ -183,7 +209,7 @@ class Engine:
 
     @property
     def load(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.running) + self.loading
 
     @property
     def waiting_count(self) -> int:
@@ -201,13 +227,15 @@ class Engine:
         """Leading tokens of `req`'s prompt this instance holds in its CPU tier: the offload engine's (LMCache's
         ddr tier today), 0 without one. A query a router asks of every instance (kvplan.sim.llmd); an offload engine
         beside LMCache answers it the same way."""
+        if self.native is not None:              # vLLM's native CPU tier, the other offload engine
+            return self.native.cpu_prefix_tokens(self.index, req.content, req.prompt_tokens)
         return self.lm.cpu_prefix_tokens(self.index, req.content, req.prompt_tokens) if self.lm is not None else 0
 
     # ---- the loop
     def loop(self) -> Steps:
         env = self.env
         while True:
-            if not self.running and not self.waiting:
+            if not self.running and not self.waiting and not self.landed:
                 self.wakeup = env.event()
                 yield self.wakeup
                 continue
@@ -367,6 +395,12 @@ class Engine:
     def _admit_waiting(self, admit: bool, budget: int, prefills: list) -> list[Process]:
         """Admit waiting requests first come first served while they fit; returns their loads."""
         loads: list[Process] = []
+        if self.landed:                          # loads seen by this schedule point rejoin the front of the queue
+            due = [seq for seq in self.landed if seq.ready <= self.steps or not self.running]
+            for seq in reversed(due):
+                self.landed.remove(seq)
+                self.waiting.appendleft(seq)
+                self.loading -= 1
         if admit:
             while self.waiting and len(self.running) < self.max_seqs and budget > 0:
                 seq = self.waiting[0]
@@ -376,6 +410,9 @@ class Engine:
                 if new == 0:
                     break
                 self.waiting.popleft()
+                if new < 0:                      # its blocks load from the native CPU tier: it waits apart
+                    self.loading += 1
+                    continue
                 self.running.append(seq)
                 self.prefilling.append(seq)
                 budget -= new
@@ -386,8 +423,11 @@ class Engine:
         return loads
 
     def _admit(self, seq: Seq, budget: int) -> int:
-        """Try to give `seq` its blocks; returns the tokens it prefills this step (0 = not admitted)."""
+        """Try to give `seq` its blocks; returns the tokens it prefills this step (0 = not admitted, -1 = its
+        blocks load from the native CPU tier first)."""
         req, bs = seq.req, self.bs
+        if seq.loaded:
+            return self._admit_loaded(seq, budget)
         if not seq.blocks and self.keyed:
             seq.blocks = req.content.keys(bs, req.prompt_tokens + req.output_tokens)
         hit = 0
@@ -406,6 +446,11 @@ class Engine:
             usable = min(held, seq.target - 1)
             if usable > local and usable - local >= lm.min_retrieve_tokens:
                 external = usable
+        native_probe = None
+        if self.native is not None:
+            native_probe = self._native_probe(seq, local)
+            if native_probe[2] > local:
+                return self._native_load(seq, hit, local, native_probe)
         computed = external
         new = seq.target - computed
         if self.chunked:
@@ -420,6 +465,8 @@ class Engine:
         first = seq.preemptions == 0          # where the prompt's KV came from is recorded at first admission
         if first:
             seq.hbm_tokens = local
+        if native_probe is not None and self.native is not None:
+            self.native.count_lookup(native_probe[0], native_probe[1], seq.target, relookup=not first)
         if self.lm is not None:
             self.lm.count_lookup(counts, seq.target, relookup=not first)
             self.lm.touch(self.index, seq.chunks, spans)
@@ -430,6 +477,60 @@ class Engine:
                         seq.tiers[tier] += tokens
                 seq.pending_load = self.env.process(self.lm.retrieve(self.index, seq.chunks, spans, local, external))
         self.hbm.commit(holding, seq.blocks, computed // bs)
+        self._cache_scheduled([(seq, new)])
+        return new
+
+    def _native_probe(self, seq: Seq, local: int) -> tuple[int, int, int]:
+        """Native offloading: what the CPU tier holds after the HBM hit of `local` tokens, as (chunks asked,
+        chunks held, the token up to which the request's blocks can load: whole blocks, one token left to
+        compute, as vLLM's scheduler leaves it)."""
+        native, req = self.native, seq.req
+        assert native is not None
+        size = native.chunk_tokens
+        if not seq.chunks:
+            seq.chunks = req.content.keys(size, req.prompt_tokens)
+        start = local // size
+        held = native.lookup(self.index, seq.chunks, start)
+        end = min((start + held) * size, seq.target - 1) // self.bs * self.bs
+        return len(seq.chunks) - start, held, end
+
+    def _native_load(self, seq: Seq, hit: int, local: int, probe: tuple[int, int, int]) -> int:
+        """Give `seq` the blocks the CPU tier fills and start their load: it waits apart until they are in
+        (`_loaded`). Returns -1, or 0 when the pool cannot give it the blocks."""
+        native = self.native
+        assert native is not None
+        asked, held, end = probe
+        holding = self.hbm.allocate(seq.blocks, hit, self._blocks_for(end))
+        if holding is None:
+            return 0
+        first = seq.preemptions == 0
+        native.count_lookup(asked, held, seq.target, relookup=not first)
+        seq.holding, seq.computed = holding, end
+        seq.admitted = self.env.now if seq.admitted < 0 else seq.admitted
+        if first:
+            seq.hbm_tokens = local
+            seq.tiers["ddr"] += end - local
+        self.hbm.commit(holding, seq.blocks, hit)
+        self.env.process(self._fetch(seq, native.load(self.index, seq.chunks, local, end)))
+        return -1
+
+    def _fetch(self, seq: Seq, load: Steps) -> Steps:
+        """A process: the load of `seq`'s blocks, then `_loaded`."""
+        yield from load
+        self._loaded(seq)
+
+    def _admit_loaded(self, seq: Seq, budget: int) -> int:
+        """Schedule a request whose blocks the native CPU tier loaded: its loaded tokens are computed, it needs
+        blocks for this step's chunk of the rest."""
+        new = seq.target - seq.computed
+        if self.chunked:
+            new = min(new, budget)
+        elif new > budget:
+            return 0
+        need = self._blocks_for(seq.computed + new) - seq.holding.blocks
+        if need > 0 and not self.hbm.grow(seq.holding, need):
+            return 0
+        seq.loaded = False
         self._cache_scheduled([(seq, new)])
         return new
 
@@ -454,7 +555,7 @@ class Engine:
         self.waiting.appendleft(seq)
 
     def _can_fast_forward(self) -> bool:
-        if not self.waiting:
+        if not self.waiting and not self.landed:
             return True
         return len(self.running) >= self.max_seqs
 
@@ -470,9 +571,15 @@ class Engine:
         yield env.timeout(self.steptime.step([(new, s.computed) for s, new in prefills], decoding.members,
                                              decoding.context))
         stores = []
+        native = self.native
         for seq, new in prefills:
             seq.computed += new
-            if self.lm is not None:
+            if native is not None:           # the chunks this step completed are copied off after it
+                full = min(seq.computed, seq.prompt) // native.chunk_tokens
+                if full > seq.saved:
+                    native.store(self.index, seq.chunks[seq.saved:full])
+                    seq.saved = full
+            elif self.lm is not None:
                 full = min(seq.computed, seq.req.prompt_tokens) // self.lm.chunk_size
                 if full > seq.saved:
                     stores += seq.chunks[seq.saved:full]

@@ -74,8 +74,9 @@ def alerts(r: Resolved, cache_hit: float | None, mean_block_utilisation: float,
     """`ceph_op`: mean seconds of one OSD op on the slowest OSD (`slowest_mean`), None without Ceph traffic."""
     m, out = r.monitoring, []
     if cache_hit is not None and cache_hit < m.min_lmcache_hit_ratio:
+        offload = "vLLM's native CPU offloading" if r.kv_offloading is not None else "LMCache"
         out.append(f"cache hit ratio {cache_hit:.1%} (prompt tokens whose KV came from vLLM's prefix cache or "
-                   f"LMCache) is below {m.min_lmcache_hit_ratio:.0%}")
+                   f"{offload}) is below {m.min_lmcache_hit_ratio:.0%}")
     if mean_block_utilisation > m.max_block_utilization:
         out.append(f"HBM block utilisation {mean_block_utilisation:.1%} is above {m.max_block_utilization:.0%}")
     if ceph_op is not None and r.ceph is not None and ceph_op > r.ceph.op_latency_alert:

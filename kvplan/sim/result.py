@@ -222,11 +222,20 @@ class SimResult(_Result):
     """The design note's monitoring thresholds this run crossed."""
     lmcache_hit_ratio: float | None
     """The prefix LMCache held (whole chunks, any tier) over the prompt tokens it looked up, each
-    request's first lookup only (docs/simulator.md, "Ratios")."""
+    request's first lookup only (docs/simulator.md, "Ratios"). With vLLM's native offloading instead: the
+    chunks its CPU tier held beyond vLLM's own HBM hit over the prompt tokens (its lookup starts there)."""
     relookups: int
     """Lookups of preempted requests re-admitted for recomputation, counted apart from the ratios above."""
     relookup_hit_ratio: float | None
     """lmcache_hit_ratio of those re-lookups alone."""
+    @property
+    def offload_engine(self) -> str | None:
+        """"lmcache", "native" (vLLM's native CPU offloading: a tier below HBM and no LMCache mode; the spec
+        allows one engine) or None (HBM only)."""
+        if self.lmcache_mode is not None:
+            return "lmcache"
+        return "native" if any(t.name != "hbm" for t in self.tiers) else None
+
     steady_state: list[TierState] = []
     """Per LMCache tier: whether the run was long enough for it to fill (kvplan.sim.steady)."""
     tiers: list[TierResult]

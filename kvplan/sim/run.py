@@ -33,6 +33,7 @@ from .fabric import Fabric
 from .ledger import Ledger
 from .load import Load
 from .lmcache import TIERS, LMCacheModel
+from .native import NativeOffload
 from .prefix_cache import PrefixCache
 from .router import Router
 from .seq import Seq
@@ -90,7 +91,9 @@ class Simulation:
         self.fabric = Fabric(self.env, r)
         self.hbm = [PrefixCache(r.hbm_blocks) for _ in range(r.instances)]
         self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
-        self.engines = [Engine(r, i, self.env, self.hbm[i], self.lmcache, StepTime(r), self.finished)
+        self.native = NativeOffload(self.env, r, self.fabric) if r.kv_offloading else None
+        self.offload = self.lmcache or self.native         # the offload engine, LMCache or vLLM's native (or none)
+        self.engines = [Engine(r, i, self.env, self.hbm[i], self.lmcache, StepTime(r), self.finished, self.native)
                         for i in range(r.instances)]
         self.router = Router(r.router, self.engines, r.block_size, r.router_thresholds, r.llm_d, self.seed)
         self.ledger = Ledger(0, 0.0, self.request_overhead)   # the per-request table (sized once the requests are known)
@@ -156,11 +159,11 @@ class Simulation:
     def _sample(self) -> None:
         now = self.env.now
         used = {"hbm": sum(c.cached_blocks for c in self.hbm) * self.r.block_bytes}
-        if self.lmcache:
-            for tier in self.lmcache.order:
-                for cache in self.lmcache.caches[tier]:
+        if self.offload:
+            for tier in self.offload.order:
+                for cache in self.offload.caches[tier]:
                     cache.expire(now)
-                used[tier] = self.lmcache.used_bytes(tier)
+                used[tier] = self.offload.used_bytes(tier)
         t = round(now - self.offset, 9)
         for tier, value in used.items():
             self.occupancy[tier].append((t, value))
@@ -265,8 +268,8 @@ class Simulation:
         reached -= hbm_served
         lm_hit = relookup_hit = None
         relookups = 0
-        if self.lmcache:
-            lm = self.lmcache
+        if self.offload:
+            lm = self.offload
             for tier in lm.order:
                 c, caches = lm.counters[tier], lm.caches[tier]
                 served = int(getattr(recs, f"{tier}_tokens").sum())
@@ -287,7 +290,7 @@ class Simulation:
             relookups, relookup_hit = lm.relookups, _ratio(lm.relookup_hit_tokens, lm.relookup_tokens)
         # The "LMCache hit ratio" alert's figure, as vLLM's counters give it live: prompt tokens whose KV came
         # from a cache (vLLM's prefix cache or an LMCache tier) over all prompt tokens.
-        cache_hit = _ratio(sum(t.served_tokens for t in tiers), prompt) if self.lmcache else None
+        cache_hit = _ratio(sum(t.served_tokens for t in tiers), prompt) if self.offload else None
         lat = metrics.latency(recs)
         f = self.fabric
         ceph_ops = slowest = None
@@ -314,9 +317,14 @@ class Simulation:
             alerts=metrics.alerts(r, cache_hit, mean_util, slowest), lmcache_hit_ratio=lm_hit,
             relookups=relookups, relookup_hit_ratio=relookup_hit, tiers=tiers,
             steady_state=[steady.judge(t.name, t.capacity_bytes, t.peak_used_bytes, t.final_used_bytes, t.evictions,
-                                       r.lmcache.tier(t.name).ttl_s, duration, *self._longer())
+                                       self._ttl(t.name), duration, *self._longer())
                           for t in tiers if t.name != "hbm"],
             links=links, stages=self._stages(recs), per_request=recs)
+
+    def _ttl(self, tier: str) -> float | None:
+        """A tier's expiry (LMCache's ceph tier only; vLLM's native CPU tier has none)."""
+        found = self.r.lmcache.tier(tier) if self.r.lmcache else None
+        return found.ttl_s if found else None
 
     def _longer(self) -> tuple[str, ...]:
         """What makes this run longer, for the steady-state notes: the stages' ends, when the spec lists stages."""

@@ -3,7 +3,8 @@
 vLLM calls it a request inside the scheduler; here a `Seq` is what the simulator keeps of it
 while an engine (engine.py) serves it: how far its prefill has come and how many tokens it has
 emitted, the HBM blocks it holds (a `Holding` of the prefix cache) and their keys, what LMCache
-holds of its prompt, where its prompt's KV came from (HBM, each LMCache tier, or recomputation),
+holds of its prompt, where its prompt's KV came from (HBM, each LMCache tier or vLLM's native CPU tier, or
+recomputation),
 and the times its row of the per-request table is made of (ledger.py). While it decodes, the
 engine's `DecodeSet` (decoding.py) keeps its counters for it: `since` and `ticket` are that set's.
 """
@@ -24,7 +25,7 @@ class Seq:
 
     __slots__ = ("req", "target", "computed", "generated", "holding", "blocks", "chunks", "saved",
                  "tiers", "hbm_tokens", "admitted", "first_token", "preemptions", "pending_load", "load_wait", "record",
-                 "prompt", "output", "since", "ticket", "ready")
+                 "prompt", "output", "since", "ticket", "ready", "loaded")
 
     def __init__(self, req: "Request", record: bool):
         self.req = req
@@ -48,6 +49,8 @@ class Seq:
         self.since = -1                          # DecodeSet clock its counters were written at; -1: not decoding there
         self.ticket = 0                          # its DecodeSet membership (heap entries of older ones are stale)
         self.ready = 0                           # the engine's step count from which it can be scheduled
+        self.loaded = False                      # native offloading: its blocks came in while it waited; it is
+                                                 # scheduled as a request with those tokens computed (engine._admit)
 
     @property
     def prefilling(self) -> bool:

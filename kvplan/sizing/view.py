@@ -46,7 +46,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import SpecError
-from ..resolve import Resolved, resolve
+from ..resolve import Resolved, ResolvedTier, resolve
 from ..sim import stages
 from ..sim import workload as wl
 from ..sim.eviction import make
@@ -155,8 +155,9 @@ class _Streams:
     """The chunk stream (LMCache tiers) and the block stream (hbm) of one workload, built in one pass."""
 
     def __init__(self, r: Resolved, warm: list, reqs: list):
-        lm = r.lmcache
-        self.chunk = lm.chunk_size if lm else None
+        lm, n = r.lmcache, r.kv_offloading
+        self.chunk = lm.chunk_size if lm else n.chunk_tokens if n else None   # the offload engine's chunks
+        self.native = n is not None                 # vLLM's native tier stores only the chunks it lacks
         self.block = r.block_size if r.prefix_caching else None
         self.decode = bool(lm and lm.save_decode_cache)
         everything = list(warm) + list(reqs)
@@ -220,7 +221,7 @@ class _Streams:
     def replay(self, cache, tier: str, size: int) -> int:
         """Chunks hit when `cache` is the only tier (as the simulator's LMCache tier `tier` behaves)."""
         keys, off = self.chunk_keys.tolist(), self.chunk_offsets.tolist()
-        write_all = tier == "ddr"                   # nvme and ceph write only the chunks they lack
+        write_all = tier == "ddr" and not self.native   # nvme, ceph and vLLM's native tier write only what they lack
         hits = 0
         for r, (now, counted, looked) in enumerate(zip(self.arrivals, self.counted.tolist(), self.chunk_prompt)):
             mine = keys[off[r]:off[r + 1]]
@@ -293,6 +294,20 @@ class _Prices:
 
 
 # --------------------------------------------------------------------------- curves
+
+def _native_tier(r: Resolved, streams: _Streams, prompt: int, last: float, prices: _Prices) -> dict:
+    """vLLM's native CPU tier (Resolved.kv_offloading), its instances' tiers pooled, replayed with its own policy
+    (LRU or ARC), storing only the chunks it lacks."""
+    n = r.kv_offloading
+    stream = streams.chunk_stream()
+    found = needs(stream)
+    conf = (n.capacity_chunks * r.instances, n.capacity_bytes * r.instances, r.instances, "instance")
+    tier = ResolvedTier(name="ddr", scope="instance", caches=r.instances, capacity_bytes=n.capacity_bytes,
+                        capacity_chunks=n.capacity_chunks, capacity_tokens=n.capacity_tokens, configured_gb=None,
+                        eviction=n.eviction, ttl_s=None)
+    return _simulated_tier("ddr", tier, streams, stream, found, prompt, conf, prices, {}, n.eviction, n.chunk_bytes,
+                           last, 1.0)
+
 
 def _share(hits: int, unit_tokens: int, prompt_tokens: int) -> float:
     return hits * unit_tokens / prompt_tokens if prompt_tokens else 0.0
@@ -475,6 +490,13 @@ def size(topo: Topology, resolved: Resolved | None = None, seed: int | None = No
         if lm.save_unfull_chunk:
             notes.append("lmcache.save_unfull_chunk is set: like the simulator, this view counts full chunks only "
                          "(a partial chunk hits only an identical prompt).")
+    n = r.kv_offloading
+    if n is not None:
+        tiers.append(TierSize(**_native_tier(r, streams, prompt, last, prices), **prices.describe("ddr")))
+        notes.append("ddr is vLLM's native CPU offloading tier (one per instance); it stores only the chunks it lacks "
+                     "and is looked up after the HBM prefix cache, which this view leaves out.")
+        if r.instances > 1:
+            pooled.append(f"ddr ({r.instances} x {fmt_bytes(n.capacity_bytes)}, one per instance)")
     if pooled:
         notes.append("Pooled: " + "; ".join(pooled) + ". A tier of several caches is marked at their total, an "
                      "upper bound for caches that each see part of the traffic.")

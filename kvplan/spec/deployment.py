@@ -84,6 +84,10 @@ LEDGER: dict[str, tuple[Kind, str]] = {
     "serving.prefix_caching": (DEPLOYED, "vLLM --enable-prefix-caching / --no-enable-prefix-caching"),
     "serving.chunked_prefill": (DEPLOYED, "vLLM --enable-chunked-prefill / --no-enable-chunked-prefill"),
     "serving.async_scheduling": (DEPLOYED, "vLLM --async-scheduling / --no-async-scheduling"),
+    "serving.kv_offloading.size": (DEPLOYED, "vLLM's OffloadingConnector: kv_connector_extra_config.cpu_bytes_to_use "
+                                             "of --kv-transfer-config (--kv-offloading-size, in exact bytes)"),
+    "serving.kv_offloading.eviction": (DEPLOYED, "the OffloadingConnector's eviction_policy (lru or arc)"),
+    "serving.kv_offloading.block_size": (DEPLOYED, "the OffloadingConnector's block_size (tokens per offloaded chunk)"),
     "serving.router": (DEPLOYED, "the router in front of the instances (vllm-router) and its --policy; llm_d: llm-d's "
                                  "EndpointPickerConfig (render --format production-stack), which the Ansible render "
                                  "refuses: vllm-router has no weighted scorers"),

@@ -139,6 +139,26 @@ PACKAGES_MAX_HOSTS = 5
 """deploy: packages puts a monitor on each Ceph host; Ceph's docs advise 3 or 5 monitors for a cluster."""
 
 
+def _offload(topo: "Topology") -> Iterator[Problem]:
+    """vLLM's native offloading (spec/offload.py): one connector per instance, whole blocks per chunk."""
+    n = topo.serving.kv_offloading
+    if n is None:
+        return
+    if topo.lmcache is not None:
+        yield Problem("serving.kv_offloading", "vLLM runs one KV connector per instance: its native offloading "
+                      "(OffloadingConnector) or LMCache, not both", "set",
+                      "one of serving.kv_offloading and lmcache",
+                      "remove the lmcache section to offload with vLLM alone, or remove serving.kv_offloading")
+    if n.size <= 0:
+        yield Problem("serving.kv_offloading.size", "must be greater than zero", n.size,
+                      fix="give the CPU tier a capacity, or remove serving.kv_offloading")
+    block = topo.serving.block_size
+    if n.block_size is not None and n.block_size % block:
+        up = (n.block_size // block + 1) * block
+        yield Problem("serving.kv_offloading.block_size", f"must be a multiple of serving.block_size ({block}): vLLM "
+                      "offloads whole blocks", n.block_size, f"multiples of {block}", f"use {up}")
+
+
 def _ceph(topo: "Topology") -> Iterator[Problem]:
     c = topo.ceph
     if c is None:
@@ -217,4 +237,4 @@ def _benchmark_shapes(topo: "Topology") -> Iterator[Problem]:
                           f"{where}", None, fix=f"remove workload.{name}")
 
 
-RULES = (_serving, _quantization, _lmcache, _ceph, _workload, stages.problems)
+RULES = (_serving, _quantization, _lmcache, _offload, _ceph, _workload, stages.problems)

@@ -13,6 +13,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from ..units import Duration, Size
 from .base import SpecModel, spec_file
 from .grammar import HostName, ModelId
+from .offload import KvOffloading
 
 Router = Literal["round_robin", "least_loaded", "session_affinity", "prefix_aware", "llm_d"]
 PrefixMatch = Literal["approximate", "precise"]
@@ -173,6 +174,10 @@ class Serving(SpecModel):
     async_scheduling: bool = True
     """vLLM --async-scheduling: the engine schedules the next step while the current one runs (vLLM's default
     since late 2025), so a request that arrives during a step joins the step after the next one."""
+
+    kv_offloading: KvOffloading | None = None
+    """vLLM's native KV offloading to host memory (the OffloadingConnector), a second offload engine beside the
+    lmcache section: one or the other. Absent: off."""
 
     router: Router = "round_robin"
     """How requests are spread over instances, by the router kvplan deploys in front of them (vllm-router;

@@ -80,4 +80,6 @@ class Topology(SpecModel):
         """sha256 of the canonical JSON of this spec (its identity in rendered files and caches)."""
         import hashlib
 
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+        # serving.kv_offloading came after many specs were hashed: a spec without it keeps the hash it had
+        unset = {"serving": {"kv_offloading"}} if self.serving.kv_offloading is None else None
+        return hashlib.sha256(self.model_dump_json(exclude=unset).encode()).hexdigest()

@@ -10,6 +10,9 @@ number, `LFU` a string. Two values have a special meaning:
   `lmcache.ceph.size`) removes that tier, as if the spec never had it. (In `mp` mode ddr is the
   LMCache server's L1 and cannot be removed; the loader says so, with the fix.)
 
+One path is not a spec key: `offload.engine=lmcache,native` moves the spec's host-memory tier between
+LMCache and vLLM's native offloading (engines.py says how).
+
 Several varies combine as a cartesian product (every combination, the first vary changing
 slowest), or with `zip` position by position (all lists the same length). Every variant is a
 full spec validated by the normal loader, with the original spec's folder as its base, so
@@ -33,6 +36,7 @@ from ..errors import Problem, SpecError, did_you_mean
 from ..resolve import resolve
 from ..spec import from_mapping
 from ..spec.topology import Topology
+from .engines import PATH as ENGINE_PATH, apply_engine
 
 TIER_SIZES = ("lmcache.ddr.size", "lmcache.nvme.size", "lmcache.ceph.size")
 
@@ -89,6 +93,8 @@ def parse_vary(text: str) -> Vary:
 
 def check_path(path: str) -> None:
     """Refuse a path the spec does not have (the problem names the key, the keys allowed and a guess)."""
+    if path == ENGINE_PATH:
+        return
     current: Any = Topology
     done: list[str] = []
     keys = path.split(".")
@@ -129,6 +135,8 @@ def _is_mapping(tp: Any) -> bool:
 def apply(data: dict, path: str, value: Any) -> dict:
     """A copy of `data` with `path` set to `value` (None removes the key; 0 for a tier size removes the tier)."""
     data = copy.deepcopy(data)
+    if path == ENGINE_PATH:
+        return apply_engine(data, value)
     keys = path.split(".")
     if path in TIER_SIZES and value == 0 and not isinstance(value, bool):
         keys, value = keys[:-1], None
