@@ -47,7 +47,7 @@ def _resolved_examples(mode: str) -> list[Path]:
             r = resolve(load(path))
         except SpecError:
             continue
-        if r.lmcache is not None and r.lmcache.mode == mode:
+        if r.lmcache is not None and r.lmcache.mode == mode and r.router != "llm_d":    # llm_d: the Helm path only
             out.append(path)
     return out
 
