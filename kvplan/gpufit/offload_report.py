@@ -102,8 +102,9 @@ WHERE_IT_MISSES = """## Where it misses, and why
   benchmark's mean (0.12 s) sits above its own p90 (0.09 s), a few slow requests carry it, and kvplan's slow
   requests are the first of each group (8,000 cold tokens each), whose share depends on the unstated request
   count. With an offload tier kvplan's TTFT p90 rises to about 0.5 s with either engine where the benchmark's
-  stays at 0.11 s. Not yet explained; a candidate is the routing: with a CPU tier the llm-d router's default
-  weights add the CPU-prefix scorer, which may split a group across engines (not yet checked).
+  stays at 0.11 s. It is the routing: with a CPU tier the llm-d router's default weights (llm-d's CPU guide)
+  add the CPU-prefix scorer at weight 1, and with that weight at 0 the same spec gives a TTFT p90 of 0.10 s.
+  Which weights the benchmark's scheduler ran is not stated; kvplan keeps the guide's.
 """
 
 
