@@ -19,29 +19,27 @@ A spec already on the named engine is left as it is.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..errors import Problem, SpecError
+from ..resolve import resolve
+from ..spec import from_mapping
 from ..units import parse_size
 
 PATH = "offload.engine"
 ENGINES = ("lmcache", "native")
 
 
-def _instances_per_node(data: dict) -> int:
-    s = data.get("serving", {})
-    tp = int(s.get("tensor_parallel", 1))
-    return max(1, min(int(s.get("instances", 1)), int(s.get("gpus_per_node", 8)) // tp))
-
-
-def apply_engine(data: dict, value: Any) -> dict:
-    """A copy of the spec mapping `data` on offload engine `value` (see the module docstring)."""
+def apply_engine(data: dict, value: Any, base_dir: str | Path | None = None) -> dict:
+    """A copy of the spec mapping `data` on offload engine `value` (see the module docstring); its relative paths
+    are read from `base_dir`."""
     if value not in ENGINES:
         raise SpecError([Problem(f"--vary {PATH}", "names the offload engine", value, ", ".join(ENGINES),
                                  "write --vary offload.engine=lmcache,native")])
     data = {**data, "serving": dict(data.get("serving", {}))}
     serving, lm = data["serving"], data.get("lmcache")
-    per_node = _instances_per_node(data)
+    per_node = resolve(from_mapping(data, base_dir=base_dir)).instances_per_node
     if value == "native" and serving.get("kv_offloading") is None:
         ddr = (lm or {}).get("ddr")
         if not ddr:

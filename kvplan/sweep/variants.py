@@ -132,11 +132,12 @@ def _is_mapping(tp: Any) -> bool:
     return any(_is_mapping(a) for a in typing.get_args(tp))
 
 
-def apply(data: dict, path: str, value: Any) -> dict:
-    """A copy of `data` with `path` set to `value` (None removes the key; 0 for a tier size removes the tier)."""
+def apply(data: dict, path: str, value: Any, base_dir: str | Path | None = None) -> dict:
+    """A copy of `data` with `path` set to `value` (None removes the key; 0 for a tier size removes the tier);
+    `base_dir` is where the spec's relative paths are read from."""
     data = copy.deepcopy(data)
     if path == ENGINE_PATH:
-        return apply_engine(data, value)
+        return apply_engine(data, value, base_dir)
     keys = path.split(".")
     if path in TIER_SIZES and value == 0 and not isinstance(value, bool):
         keys, value = keys[:-1], None
@@ -184,7 +185,7 @@ def expand(data: dict, varies: list[Vary], zip_: bool = False, base_dir: str | P
         label = ", ".join(f"{p}={t}" for p, t in values)
         try:
             for vary, (_, value) in zip(varies, combo):
-                changed = apply(changed, vary.path, value)
+                changed = apply(changed, vary.path, value, base_dir)
             topo = from_mapping(changed, base_dir=base_dir)
             resolve(topo)                              # catalog checks too, before anything runs
             variants.append(Variant(values, topo))
