@@ -70,12 +70,12 @@ def spec(bench: dict[str, Any], workload: str, arm: str, requests: int = REQUEST
                      "arrivals": {"concurrency": bench["load"]["concurrency"]}, "shared_prefix": dict(shape)}}
     if arm == "hbm_only":
         return body
-    cpu_bytes = setup["cpu_blocks"] * block_bytes(body)
+    hbm_only = resolve(from_mapping(body))
+    cpu_bytes = setup["cpu_blocks"] * hbm_only.block_bytes
     if arm == "cpu_offload":
         serving["kv_offloading"] = {"size": f"{cpu_bytes}B"}
     else:
-        engines_per_node = setup["engines"] // setup["nodes"]
-        body["lmcache"] = {"mode": "inprocess", "ddr": {"size": f"{cpu_bytes * engines_per_node}B"}}
+        body["lmcache"] = {"mode": "inprocess", "ddr": {"size": f"{cpu_bytes * hbm_only.instances_per_node}B"}}
     return body
 
 
