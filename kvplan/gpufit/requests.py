@@ -21,7 +21,6 @@ which requests belong together (a log without them is one stage).
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +104,4 @@ def fit_request_logs(r: Resolved, spec: dict[str, Any], base_dir: Path, paths: l
                    fit=errors)
 
 
-def held_out_mean(profile: Profile, metric: str) -> float | None:
-    """The mean absolute held-out error of `metric` over the logs, or None with one log."""
-    held = [abs(v) for k, v in profile.fit.items() if k.endswith(f": {metric} held out")]
-    return statistics.fmean(held) if held else None
-
-
-__all__ = ["fit_request_logs", "figures", "held_out_mean", "logged_run"]
+__all__ = ["fit_request_logs", "figures", "logged_run"]
