@@ -224,9 +224,9 @@ class Engine:
         return self.hbm.match(req.content.keys(self.bs, req.prompt_tokens))
 
     def cpu_prefix_tokens(self, req: "Request") -> int:
-        """Leading tokens of `req`'s prompt this instance holds in its CPU tier: the offload engine's (LMCache's
-        ddr tier today), 0 without one. A query a router asks of every instance (kvplan.sim.llmd); an offload engine
-        beside LMCache answers it the same way."""
+        """Leading tokens of `req`'s prompt this instance holds in its CPU tier: vLLM's native tier or LMCache's ddr
+        tier, whichever offload engine the spec has (0 without one). A query a router asks of every instance
+        (kvplan.sim.llmd)."""
         if self.native is not None:              # vLLM's native CPU tier, the other offload engine
             return self.native.cpu_prefix_tokens(self.index, req.content, req.prompt_tokens)
         return self.lm.cpu_prefix_tokens(self.index, req.content, req.prompt_tokens) if self.lm is not None else 0
