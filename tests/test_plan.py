@@ -141,7 +141,8 @@ def test_the_winner_is_written_as_a_person_would_write_it(planned):
     assert "gpu_memory_utilization" not in written["serving"], "a field at its default is left out"
     assert written["slo"]["ttft_p99"] == "300ms"
     description = written["description"]
-    assert description.startswith("kvplan plan's cheapest topology for 'local' at 32 req/s: ")
+    assert description.startswith("kvplan plan's cheapest topology for 'local' at 32 req/s judged with 25% headroom, "
+                                  "at 40 req/s: ")
     assert f"${result.winner.usd_per_hour:,.2f}/h" in description and "p99 TTFT" in description
 
 
@@ -247,7 +248,7 @@ def test_a_repeated_plan_takes_its_runs_from_the_cache(tmp_path, monkeypatch):
     real = run_cache.run_tasks
     monkeypatch.setattr(run_cache, "run_tasks", lambda tasks, **kw: simulated.extend(tasks) or real(tasks, **kw))
     cache = run_cache.RunCache(tmp_path)
-    first = plan(local(), rate=32.0, slo=SLO, cache=cache)
+    first = plan(local(), rate=32.0, slo=SLO, cache=cache, limits=False)     # the search's runs only
     files = [p.name for p in cache.folder.iterdir() if not p.name.startswith("workload-")]
     assert len(simulated) == first.simulations == len(files)
     assert any("-miss-" in name for name in files), "a stopped run is kept as its miss"
@@ -255,7 +256,7 @@ def test_a_repeated_plan_takes_its_runs_from_the_cache(tmp_path, monkeypatch):
     import kvplan.plan.bounds
 
     monkeypatch.setattr(kvplan.plan.bounds, "workload_stats", lambda *a: pytest.fail("the workload was measured again"))
-    again = plan(local(), rate=32.0, slo=SLO, cache=cache)
+    again = plan(local(), rate=32.0, slo=SLO, cache=cache, limits=False)
     assert len(simulated) == first.simulations             # the repeat simulated nothing
     assert [(c.status, c.reason, c.measured) for c in again.candidates] == \
            [(c.status, c.reason, c.measured) for c in first.candidates]

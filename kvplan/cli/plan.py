@@ -23,6 +23,10 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
          slo: list[str] = typer.Option([], "--slo", help="Latency target KEY=DURATION, e.g. ttft_p99=500ms (repeatable; "
                                                           "default: the spec's slo)."),
          budget: Optional[str] = typer.Option(None, "--budget", help="Most it may cost, USD per hour, e.g. 100/h."),
+         headroom: str = typer.Option("25%", "--headroom", help="Judge every candidate at the rate plus this share "
+                                                                  "(e.g. 25% or 0.25; 0: at the rate itself)."),
+         top: int = typer.Option(4, "--top", min=1, max=100, help="List the N cheapest candidates meeting the SLO "
+                                                                  "(the winner and N-1 alternatives)."),
          seeds: int = typer.Option(1, "--seeds", min=1, max=100, help="Simulate each candidate under N seeds: "
                                                                         "the mean counts, and a margin within the "
                                                                         "95 % interval is marked as such."),
@@ -41,6 +45,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     """Find the cheapest topology that meets the SLO at the rate: enumerate, prune, simulate, explain."""
     from pathlib import Path
 
+    from ..plan.headroom import parse_headroom_arg
     from ..plan.search import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
     from ..report.plan import plan_json, plan_tables, search_verdict
     from ..spec import load
@@ -50,6 +55,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
         wanted = parse_rate_arg(rate)
         targets = parse_slo_flags(slo)
         limit = parse_budget_arg(budget) if budget is not None else None
+        margin = parse_headroom_arg(headroom)
     except SpecError as exc:       # the flags, not the spec
         _fail(exc)
     cache = run_cache(cache_dir, no_cache)
@@ -64,7 +70,8 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                               + (f"#{best.index} ${best.usd_per_hour:,.2f}/h" if best else "none"))
 
             result = run_plan(topo, wanted, targets, budget=limit, seeds=seeds, workers=workers, gpus=gpus,
-                              max_instances=max_instances, max_runs=max_runs, progress=progress, cache=cache)
+                              max_instances=max_instances, max_runs=max_runs, progress=progress, cache=cache,
+                              headroom=margin, top=top)
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     if as_json:

@@ -1,5 +1,9 @@
 """The planner: the cheapest topology that meets a latency SLO at a request rate.
 
+Every candidate is judged at the asked rate plus a headroom (kvplan.plan.headroom: 25 % by default), so
+the winner is not planned at its own limit; the winner's capacity, utilisation and every SLO figure at the
+asked rate are then measured with a few more runs.
+
 Starting from a spec, `plan` varies what a buyer chooses (docs/planning.md, "Planner"):
 
 - the accelerator (every catalog accelerator of the spec's kind with a price, or those named),
@@ -47,6 +51,7 @@ from ..spec import Topology, from_mapping
 from ..spec import stages
 from ..spec.slo import Slo
 from ..units import fmt_bytes, fmt_duration, parse_rate
+from .headroom import DEFAULT_HEADROOM, Limits, measure
 from .bounds import Floors, WorkloadStats, at_rate, behaviour as plan_behaviour, floors
 from .space import HardwareGroup, Specs, hardware_groups, variants
 
@@ -54,7 +59,7 @@ if TYPE_CHECKING:
     from ..sweep.cache import RunCache
 
 ALTERNATIVES = 3
-"""Feasible candidates reported besides the winner."""
+"""Feasible candidates reported besides the winner by default (`top` = 1 + ALTERNATIVES)."""
 BATCH = 4
 """Candidates simulated per round (fixed, so that the result does not depend on --workers)."""
 PRICE_STEP = 1.25
@@ -115,7 +120,8 @@ class Plan:
     rate: float
     """Requests per second asked for."""
     offered_rate: float
-    """Requests per second the planned workload really offers (sessions make it differ from arrivals.rate)."""
+    """Requests per second the workload every candidate was judged at really offers: the asked rate x (1 +
+    headroom), as generated (sessions make it differ from arrivals.rate)."""
     slo: Slo
     budget: float | None
     seeds: list[int]
@@ -130,6 +136,18 @@ class Plan:
     not_enumerated_from: float | None = None
     over_budget_unpriced: int = 0
     """Combinations never validated because their accelerators alone cost more than the budget."""
+    headroom: float = 0.0
+    """The share of the asked rate added before judging: candidates were judged at rate x (1 + headroom)."""
+    top: int = 1 + ALTERNATIVES
+    """The winner and its alternatives: at most this many candidates meeting the SLO are reported."""
+    limits: Limits | None = None
+    """The winner's capacity, utilisation and figures at the asked rate (kvplan.plan.headroom; None without a
+    winner, or when not asked for)."""
+
+    @property
+    def judged_rate(self) -> float:
+        """Requests per second every candidate was judged at."""
+        return self.rate * (1 + self.headroom)
 
     @property
     def winner(self) -> Candidate | None:
@@ -196,8 +214,11 @@ def parse_budget_arg(text: str) -> float:
 def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | None = None, seeds: int = 1,
          workers: int = 1, gpus: Sequence[str] | None = None, max_instances: int = 8, max_runs: int = 200,
          catalog: Catalog | None = None, simulate: Simulate | None = None, progress: Progress | None = None,
-         cache: "RunCache | None" = None) -> Plan:
-    """The cheapest candidate that meets `slo` (default: the spec's) at `rate` requests/s, and why the others lost.
+         cache: "RunCache | None" = None, headroom: float = DEFAULT_HEADROOM, top: int = 1 + ALTERNATIVES,
+         limits: bool = True) -> Plan:
+    """The cheapest candidate that meets `slo` (default: the spec's) at `rate` x (1 + `headroom`) requests/s, and
+    why the others lost; the `top` - 1 next cheapest that meet it as alternatives. With `limits`, the winner's
+    own capacity, utilisation and figures at `rate` are measured too (kvplan.plan.headroom.measure).
 
     Runs are looked up in `cache` first. With one seed, a candidate's run stops as soon as it has
     certainly missed a target (kvplan.sim.slo_watch): the verdict is the finished run's, and most of
@@ -227,6 +248,11 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
                                         f"did you mean '{guess}'?" if guess else "pick one that `kvplan catalog` lists"))
         if problems:
             raise SpecError(problems)
+    if not 0 <= headroom <= 10:
+        raise SpecError([Problem("--headroom", "outside 0 to 10 (0 % to 1000 %)", str(headroom), "0 to 10",
+                                 "write it like --headroom 25%")])
+    if top < 1:
+        raise SpecError([Problem("--top", "must list at least the winner", str(top), "1 or more", "write --top 3")])
     seed_list = [topo.workload.seed + i for i in range(seeds)]
     if simulate is None:
         stop = slo.targets() if seeds == 1 else None
@@ -234,10 +260,10 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
         def simulate(topos: list[Topology], seeds: list[int], workers: int) -> list[list[SimResult | SloMiss]]:
             return simulate_all(topos, seeds, workers, cache=cache, stop_at_miss=stop)
 
-    base, offered, stats = at_rate(topo, rate, slo, seed_list[0], cache)
+    base, offered, stats = at_rate(topo, rate * (1 + headroom), slo, seed_list[0], cache)
     groups = hardware_groups(variants(base, topo, catalog, gpus, max_instances), topo, catalog)
     search = _Search(Specs(from_mapping(base)), seed_list, slo, budget, stats, offered, simulate, workers, max_runs,
-                     progress)
+                     progress, top - 1)
     waiting = list(groups)                   # not enumerated yet, cheapest accelerators first
     if budget is not None:                   # accelerators alone over the budget: nothing to enumerate
         waiting = [g for g in waiting if g.gpu_usd_per_hour <= budget]
@@ -251,7 +277,11 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
         if not waiting or search.decided_below(floor):
             break
         limit = max(limit * PRICE_STEP, floor)
-    return search.result(rate, slo, budget, groups, waiting)
+    result = search.result(rate, slo, budget, groups, waiting)
+    result.headroom, result.top = headroom, top
+    if limits and result.winner is not None:
+        result.limits = measure(result.winner, topo, rate, headroom, slo, seed_list, workers, catalog, cache)
+    return result
 
 
 def _named_accelerators(gpus: Sequence[str] | None, search: "_Search", waiting: list[HardwareGroup], catalog: Catalog) -> None:
@@ -275,8 +305,10 @@ class _Search:
     only what is new; `simulations` counts every run made."""
 
     def __init__(self, specs: Specs, seeds: list[int], slo: Slo, budget: float | None, stats: WorkloadStats,
-                 offered: float, simulate: Simulate, workers: int, max_runs: int, progress: Progress | None):
+                 offered: float, simulate: Simulate, workers: int, max_runs: int, progress: Progress | None,
+                 alternatives: int = ALTERNATIVES):
         self.specs = specs
+        self.alternatives = alternatives
         self.seeds, self.slo, self.budget, self.stats, self.offered = seeds, slo, budget, stats, offered
         self.targets = slo.targets()
         self.simulate, self.workers, self.max_runs, self.progress = simulate, workers, max_runs, progress
@@ -392,17 +424,17 @@ class _Search:
         def found(c: Candidate) -> None:
             feasible.append(c)
             choices.setdefault(_choice(c), c)
-            if len(choices) > ALTERNATIVES and self.concluded_at is None:
+            if len(choices) > self.alternatives and self.concluded_at is None:
                 self.concluded_at = c.usd_per_hour
 
         for pos, c in enumerate(survivors):
             if c.status and c is not richest[_hardware(c)] and not c.measured:
                 continue
             if c.measured:       # simulated ahead of its turn (its hardware's probe, or by an earlier search)
-                if c.status == "meets SLO" and len(choices) <= ALTERNATIVES:
+                if c.status == "meets SLO" and len(choices) <= self.alternatives:
                     found(c)
                 continue
-            if len(choices) > ALTERNATIVES:
+            if len(choices) > self.alternatives:
                 c.status = "not simulated"
                 c.reason = f"not simulated: {len(feasible)} cheaper candidates already meet the SLO"
                 continue
@@ -447,7 +479,7 @@ class _Search:
                 if _choice(c) in chosen:
                     c.reason = "meets the SLO, but differs from a cheaper choice only in its eviction policy"
                     continue
-                if len(chosen) > ALTERNATIVES:
+                if len(chosen) > self.alternatives:
                     break
                 chosen.add(_choice(c))
                 c.status = "alternative"
@@ -556,7 +588,9 @@ def winner_yaml(c: Candidate, result: Plan | None = None, base: Topology | None 
     data = human_mapping(c.topo)
     measured = ", ".join(f"{_label(k)} {fmt_duration(v)}" for k, v in c.measured.items())
     choice = c.describe()
-    what = (f"kvplan plan's cheapest topology for '{c.topo.name}'" + (f" at {result.rate:.3g} req/s" if result else "")
+    what = (f"kvplan plan's cheapest topology for '{c.topo.name}'" + (f" at {result.rate:.3g} req/s" + (f" judged with {result.headroom:.0%} headroom, at "
+                                                       f"{result.judged_rate:.3g} req/s" if result.headroom else "")
+                                                    if result else "")
             + f": {choice['accelerator']}, ddr {choice['ddr']}, nvme {choice['nvme']}, ceph {choice['ceph']}, "
             f"eviction {choice['eviction']}; ${c.usd_per_hour:,.2f}/h; measured {measured}")
     if base is not None and base.ceph is not None and c.topo.ceph is None:

@@ -6,6 +6,7 @@ import dataclasses
 
 from rich.table import Table
 
+from ..plan.headroom import FIGURES, LOW_LOAD_SHARE, comparison
 from ..plan.search import Candidate, Plan, runner_up_within_noise, with_ci
 from ..units import fmt_duration
 from .sections import Section
@@ -14,7 +15,10 @@ from .terminal import tables
 def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
     keys = list(plan.slo.targets())
     head = Section("Plan", None, [
-        ["target", f"{plan.rate:g} req/s (offered {plan.offered_rate:.3g} req/s), "
+        ["target", f"{plan.rate:g} req/s"
+                   + (f" + {plan.headroom:.0%} headroom: judged at {plan.judged_rate:.3g} req/s" if plan.headroom else
+                      " with no headroom (--headroom 0)")
+                   + f" (offered {plan.offered_rate:.3g} req/s), "
                    + ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in plan.slo.targets().items())
                    + (f", at most ${plan.budget:,.2f}/h" if plan.budget is not None else "")],
         ["considered", f"{len(plan.candidates)} candidates ({plan.invalid} other combinations did not validate)"
@@ -30,6 +34,14 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
     head.rows.append(["winner", _short(winner) + f", ${winner.usd_per_hour:,.2f}/h"
                       + ("" if winner.decided else "; meets the SLO, but not distinguishably from missing it")
                       if winner else "none"])
+    lim = plan.limits
+    if winner and lim is not None:
+        head.rows.append(["capacity", _capacity(plan)])
+        head.rows.append(["utilisation", f"engines {lim.utilisation:.0%} busy at {plan.rate:g} req/s"
+                          + (f"; UNHEALTHY: above {lim.utilisation_limit:.0%}, the share that leaves {plan.headroom:.0%} "
+                             "headroom" if "utilisation" in lim.unhealthy else
+                             f" (at most {lim.utilisation_limit:.0%} leaves {plan.headroom:.0%} headroom)")])
+        head.rows.append(["your spec", comparison(winner, lim, keys)])
     runner = plan.alternatives[0] if winner and plan.alternatives else None
     if runner is not None and n > 1:
         close = runner_up_within_noise(winner, runner)
@@ -47,7 +59,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
         table.rows.append([str(c.index), d["accelerator"], _tiers(d) or "-", d["eviction"],
                            f"{c.usd_per_hour:,.2f}", *[_measured(c, k) for k in keys],
                            _verdict(c)])
-    sections = [head, table]
+    sections = [head, *_winner_figures(plan), *_top(plan), table]
     if not show_all:
         left = Section("Not simulated (--all lists each)", ["why", "candidates", "cheapest", "e.g."])
         for status in ("over budget", "pruned", "dominated", "not simulated"):
@@ -57,6 +69,58 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
                                   f"{_short(group[0])}: {group[0].reason}"])
         sections.append(left)
     return sections
+
+
+def _capacity(plan: Plan) -> str:
+    """The winner's own limit in words: the bracket its probes found, and how far above the asked rate it is."""
+    lim = plan.limits
+    assert lim is not None and lim.capacity is not None
+    probes = len(lim.probes) - 1
+    how = f"{probes} probes above the judged rate, " + (f"{len(plan.seeds)} seeds each" if len(plan.seeds) > 1
+                                                           else "1 seed: no interval")
+    if lim.capacity_missed is None:
+        return (f"at least {lim.capacity:.3g} req/s ({lim.capacity / plan.rate:.2f} x the asked rate): it met the SLO "
+                f"at every rate probed ({how})")
+    return (f"{lim.capacity:.3g} req/s, {lim.capacity / plan.rate:.2f} x the asked rate (meets the SLO at "
+            f"{lim.capacity:.3g}, misses it at {lim.capacity_missed:.3g} req/s; {how})")
+
+
+def _winner_figures(plan: Plan) -> list[Section]:
+    """Every SLO figure of the winner at the asked rate, against its target or, without one, its low-load value."""
+    lim, targets = plan.limits, plan.slo.targets()
+    if plan.winner is None or lim is None or not lim.figures:
+        return []
+    section = Section(f"The winner at the asked {plan.rate:g} req/s (mean over {len(plan.seeds)} seed(s))",
+                      ["figure", f"at {plan.rate:g} req/s", f"at {plan.rate * LOW_LOAD_SHARE:.3g} req/s", "target",
+                       "health"])
+    for k in FIGURES:
+        if k not in lim.figures:
+            continue
+        value = lim.figures[k]
+        if k in targets:
+            health = "meets its target" if value <= targets[k] else "MISSES its target at the asked rate"
+        else:
+            health = f"UNHEALTHY: {lim.unhealthy[k]}" if k in lim.unhealthy else "no target; healthy"
+        section.rows.append([_label(k), fmt_duration(value),
+                             fmt_duration(lim.low_load[k]) if k in lim.low_load else "-",
+                             fmt_duration(targets[k]) if k in targets else "-", health])
+    return [section]
+
+
+def _top(plan: Plan) -> list[Section]:
+    """The `--top` best candidates: the winner, then its alternatives, cheapest first (none without a winner)."""
+    best = [c for c in (plan.winner, *plan.alternatives) if c is not None]
+    if not best:
+        return []
+    keys = list(plan.slo.targets())
+    section = Section(f"Top {plan.top} (--top): the cheapest meeting the SLO at {plan.judged_rate:.3g} req/s"
+                      + (f", {len(best)} found" if len(best) < plan.top else ""),
+                      ["rank", "candidate", "$/h", "vs winner", *[_label(k) for k in keys]])
+    for rank, c in enumerate(best, 1):
+        section.rows.append([str(rank), _short(c), f"{c.usd_per_hour:,.2f}",
+                             "-" if rank == 1 else f"+${c.usd_per_hour - best[0].usd_per_hour:,.2f}/h",
+                             *[_measured(c, k) for k in keys]])
+    return [section]
 
 
 def search_verdict(plan: Plan) -> str:
@@ -118,16 +182,20 @@ def _verdict(c: Candidate) -> str:
 
 
 def plan_json(plan: Plan) -> dict:
-    """The plan as data (`kvplan plan --json`): what was asked, how the search went, and every candidate with its
-    choices, price, status and reason; simulated ones with each SLO metric's mean, 95 % half-width and per-seed values
-    (seconds)."""
+    """The plan as data (`kvplan plan --json`): what was asked (`rate`; `headroom`, the share added before judging,
+    and `judged_rate`, the rate every candidate was judged at; `top`), how the search went, the winner's own limits
+    (`winner_limits`: kvplan.plan.headroom.Limits, with `capacity`, `utilisation` and every SLO figure at the asked
+    rate; null without a winner), and every candidate with its choices, price, status and reason; simulated ones with
+    each SLO metric's mean, 95 % half-width and per-seed values (seconds)."""
     winner = plan.winner
     return {
-        "rate": plan.rate, "offered_rate": plan.offered_rate, "slo": plan.slo.targets(), "budget_usd_per_hour": plan.budget,
+        "rate": plan.rate, "headroom": plan.headroom, "judged_rate": plan.judged_rate, "top": plan.top,
+        "offered_rate": plan.offered_rate, "slo": plan.slo.targets(), "budget_usd_per_hour": plan.budget,
         "seeds": plan.seeds, "simulations": plan.simulations, "invalid_combinations": plan.invalid,
         "not_enumerated": plan.not_enumerated, "not_enumerated_from_usd_per_hour": plan.not_enumerated_from,
         "over_budget_not_enumerated": plan.over_budget_unpriced,
         "search": search_verdict(plan), "winner": winner.index if winner else None,
+        "winner_limits": dataclasses.asdict(plan.limits) if plan.limits else None,
         "candidates": [{"index": c.index, "status": c.status, "reason": c.reason, "usd_per_hour": c.usd_per_hour,
                         "choices": c.describe(), "instances": c.resolved.instances, "accelerator": c.resolved.device.name,
                         "tensor_parallel": c.resolved.tensor_parallel, "measured": c.measured, "ci95": c.ci95,
