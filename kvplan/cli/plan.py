@@ -168,6 +168,8 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                  high: Optional[str] = typer.Option(None, "--high", help="Highest rate to try."),
                  tolerance: float = typer.Option(0.05, "--tolerance", help="Stop when the met and missed rates are "
                                                                            "this close (a share of the rate)."),
+                 headroom: str = typer.Option("25%", "--headroom", help="Also say the rate to plan for with this share "
+                                                                        "kept free: the limit / (1 + headroom)."),
                  workers: int = typer.Option(1, "--workers", min=1, max=1024, help="Local worker processes (seeds of "
                                                                                    "a probe run in parallel)."),
                  ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: auto or a cluster address."),
@@ -201,6 +203,12 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                   + (f" ({len(p.seeds)} seeds)" if seeds > 1 else ""))
 
     try:
+        from ..sweep.capacity import parse_headroom_arg
+
+        margin = parse_headroom_arg(headroom)
+    except SpecError as exc:       # the flag, not the spec
+        _fail(exc)
+    try:
         targets = parse_slo_flags(slo or []).targets()
         from ..spec import load
         from ..sweep.capacity import Knob
@@ -215,7 +223,8 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                       + (f"; each probe runs 2 to {seeds} seeds and is decided at 95 % (mean ± 95 % CI)" if seeds > 1
                          else " on 1 seed (no interval)"))
         result, simulated = search(spec, targets, seeds=seeds, first_seed=seed, low=low, high=high,
-                                   tolerance=tolerance, workers=workers, ray=ray, cache=cache, on_probe=show)
+                                   tolerance=tolerance, workers=workers, ray=ray, cache=cache, on_probe=show,
+                                   headroom=margin)
     except SloUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--slo/--low/--high/--tolerance") from None
     except SpecError as exc:

@@ -18,15 +18,15 @@ only and with a bounded number of extra runs (docs/planning.md, "Headroom"):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import Problem, SpecError
+from ..errors import SpecError
 from ..sim.result import SimResult
 from ..sim.slo_watch import SloMiss
 from ..spec import Topology, from_mapping
 from ..spec.slo import Slo
+from ..sweep.capacity import DEFAULT_HEADROOM, parse_headroom_arg
 from .bounds import at_rate
 
 if TYPE_CHECKING:
@@ -34,11 +34,6 @@ if TYPE_CHECKING:
     from ..sweep.cache import RunCache
     from .search import Candidate
 
-DEFAULT_HEADROOM = 0.25
-"""Candidates are judged at 1.25 x the asked rate, so the asked load is at most 80 % of a load the winner
-meets. 80 % is where queueing starts to dominate: in an M/M/1 queue the mean wait is rho / (1 - rho)
-service times (L. Kleinrock, Queueing Systems vol. 1, 1975, ch. 3), 4 at 80 % busy, then 9 at 90 % and
-19 at 95 %; a 5 % swing in traffic above 80 % costs more latency than all the load below it."""
 LOW_LOAD_SHARE = 0.1
 """The winner's unloaded figures are measured at this share of the asked rate."""
 UNHEALTHY_FACTOR = 2.0
@@ -46,19 +41,10 @@ UNHEALTHY_FACTOR = 2.0
 CAPACITY_PROBES = 4
 """Most probes (each one run per seed) of the winner's own capacity: from the judged rate, x2 until a miss,
 then bisection; four probes bracket it within 1/8 of the judged rate when the first doubling misses."""
+__all__ = ["CAPACITY_PROBES", "DEFAULT_HEADROOM", "FIGURES", "LOW_LOAD_SHARE", "Limits", "Probe", "UNHEALTHY_FACTOR",
+           "comparison", "measure", "parse_headroom_arg"]
 FIGURES = tuple(f"{m}_{p}" for m in ("ttft", "tpot", "e2e") for p in ("p50", "p90", "p99"))
 """Every SLO-relevant figure, by SLO key."""
-
-
-def parse_headroom_arg(text: str, flag: str = "--headroom") -> float:
-    """'25%' or '0.25' -> 0.25; a SpecError naming the flag otherwise (0 is allowed: judge at the asked rate)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(%?)\s*", text)
-    value = None if m is None else float(m.group(1)) / (100.0 if m.group(2) else 1.0)
-    if value is None or value > 10:
-        raise SpecError([Problem(flag, "not a headroom: a share of the asked rate kept free", text,
-                                 "a percentage from 0% to 1000% or a fraction from 0 to 10",
-                                 f"write it like {flag} 25% (or {flag} 0 to plan at the edge)")])
-    return value
 
 
 @dataclass

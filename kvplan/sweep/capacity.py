@@ -28,6 +28,7 @@ misses, or `high` still meets, the result says so (`outcome`) instead of inventi
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
@@ -43,6 +44,11 @@ from .confidence import Outcome, classify, combine, fmt_interval, rounded
 from .result import METRICS, Stat, summarise
 from .variants import apply
 
+DEFAULT_HEADROOM = 0.25
+"""`plan` judges candidates at 1.25 x the asked rate, so the asked load is at most 80 % of a load the winner
+meets; `capacity` divides the limit it finds by 1.25 for the rate a spec can be planned for. 80 % is where
+queueing starts to dominate: in an M/M/1 queue the mean wait is rho / (1 - rho) service times (L. Kleinrock, Queueing Systems vol. 1, 1975, ch. 3): 1 at 50 % busy, 4 at 80 %, then 9 at
+90 % and 19 at 95 %, so beyond 80 % a small swing in traffic multiplies the wait."""
 MAX_STEPS = 10
 """Doublings (or halvings) from the start before giving up on finding the other side (x1024)."""
 
@@ -119,6 +125,17 @@ class Knob:
         return rate
 
 
+def parse_headroom_arg(text: str, flag: str = "--headroom") -> float:
+    """'25%' or '0.25' -> 0.25; a SpecError naming the flag otherwise (0 is allowed: judge at the asked rate)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(%?)\s*", text)
+    value = None if m is None else float(m.group(1)) / (100.0 if m.group(2) else 1.0)
+    if value is None or value > 10:
+        raise SpecError([Problem(flag, "not a headroom: the share added to the asked rate before judging", text,
+                                 "a percentage from 0% to 1000% or a fraction from 0 to 10",
+                                 f"write it like {flag} 25% (or {flag} 0 to plan at the edge)")])
+    return value
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -182,6 +199,13 @@ class CapacityResult(_Model):
     """Rates probed inside the interval whose SLO stayed undecided at the most seeds."""
     tested: bool = True
     """False with one seed: no probe had an interval; the answer was not tested against noise."""
+    headroom: float = 0.0
+    """The share kept free (--headroom): the spec can be planned for its capacity / (1 + headroom)."""
+    planned_rate: float | None = None
+    """`rate` / (1 + headroom): the highest rate to plan this spec for with that headroom (None with no `rate`)."""
+    planned_low: float | None = None
+    planned_high: float | None = None
+    """`low` and `high` / (1 + headroom): the planned rate's interval."""
 
 
 OnProbe = Callable[[Probe, int], None]
@@ -196,8 +220,9 @@ DEFAULT_SEEDS = 3
 def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds: int = DEFAULT_SEEDS,
            first_seed: int | None = None, low: str | None = None, high: str | None = None,
            tolerance: float = 0.05, workers: int = 1, ray: str | None = None, cache: RunCache | None = None,
-           on_probe: OnProbe | None = None) -> tuple[CapacityResult, int]:
-    """Search the highest rate meeting `slo` (default: the spec's slo); returns it and the runs simulated."""
+           on_probe: OnProbe | None = None, headroom: float = DEFAULT_HEADROOM) -> tuple[CapacityResult, int]:
+    """Search the highest rate meeting `slo` (default: the spec's slo); returns it and the runs simulated. The
+    result also says the rate the spec can be planned for with `headroom` kept free (capacity / (1 + headroom))."""
     spec_path = Path(spec_path)
     data = read_yaml(spec_path)
     base = from_mapping(data, base_dir=spec_path.parent, source=str(spec_path))
@@ -210,6 +235,8 @@ def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds:
         raise SloUsageError(f"--tolerance must be between 0 and 1 (a share of the rate), not {tolerance}")
     if seeds < 1:
         raise SloUsageError(f"--seeds must be at least 1, not {seeds}")
+    if not 0 <= headroom <= 10:
+        raise SloUsageError(f"--headroom must be between 0 and 10 (0 % to 1000 %), not {headroom}")
     knob = Knob.of(base)
     lo_rate = knob.parse(low, "--low") if low is not None else None
     hi_rate = knob.parse(high, "--high") if high is not None else None
@@ -266,11 +293,16 @@ def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds:
         first_miss = next((p.rate for p in inside if not p.met), None)
         estimate = [p for p in inside if p.met and (first_miss is None or p.rate < first_miss)]
         rate = estimate[-1].rate if estimate and outcome != "below_low" else None
+        low = lo.rate if lo is not None and outcome == "found" else None
+        high = hi.rate if hi is not None and outcome == "found" else None
+
+        def planned(x: float | None) -> float | None:
+            return None if x is None else x / (1 + headroom)
         return CapacityResult(name=base.name, spec_hash=base.spec_hash(), knob=knob.path, unit=knob.unit, slo=targets,
                               seeds=seed_list, tolerance=tolerance, outcome=outcome, rate=rate, met=lo, missed=hi,
                               probes=list(probes.values()),
-                              low=lo.rate if lo is not None and outcome == "found" else None,
-                              high=hi.rate if hi is not None and outcome == "found" else None,
+                              low=low, high=high, headroom=headroom, planned_rate=planned(rate),
+                              planned_low=planned(low), planned_high=planned(high),
                               noise_band=[p.rate for p in band] if outcome == "found" else [],
                               tested=seeds > 1), simulated
 
@@ -332,7 +364,8 @@ def headline(result: CapacityResult) -> list[str]:
     elif not result.tested:
         return [f"highest sustainable rate: {fmt(result.rate)} (met at {fmt(result.low)}, missed at {fmt(result.high)}; "
                 f"tolerance {result.tolerance:.0%})",
-                f"1 seed per probe: no interval, so the rate is not tested against noise; {more} to test it"]
+                f"1 seed per probe: no interval, so the rate is not tested against noise; {more} to test it",
+                *planned_line(result)]
     else:
         seeds = sorted({len(p.seeds) for p in result.probes})
         used = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
@@ -343,10 +376,23 @@ def headline(result: CapacityResult) -> list[str]:
                     if result.noise_band else f"; tolerance {result.tolerance:.0%}")]
         if result.noise_band:
             lines.append(f"  the interval is the noise band at {most} seeds: {more} narrows it")
-            return lines
+            return lines + planned_line(result)
     if not result.tested:
         lines.append(f"1 seed per probe: not tested against noise; {more} to test it")
-    return lines
+    return lines + planned_line(result)
+
+
+def planned_line(result: CapacityResult) -> list[str]:
+    """The rate to plan for with the headroom kept free, in the limit's own terms (none without a limit)."""
+    if result.planned_rate is None or result.outcome != "found":
+        return []
+    knob = Knob(result.knob, 1.0, 1.0 if result.unit == "x" else None)
+    h = f"{result.headroom:.0%} headroom"
+    if result.tested and result.planned_low is not None and result.planned_high is not None:
+        at = knob.fmt_interval(result.planned_rate, result.planned_low, result.planned_high)
+    else:
+        at = knob.fmt(float(f"{result.planned_rate:.3g}"))
+    return [f"with {h} (--headroom) it can be planned for {at}: the limit / {1 + result.headroom:g}"]
 
 
 def _verdict(results: list, targets: dict[str, float]) -> Outcome:
@@ -360,5 +406,5 @@ def _verdict(results: list, targets: dict[str, float]) -> Outcome:
     return combine(verdicts)
 
 
-__all__ = ["CapacityResult", "DEFAULT_SEEDS", "Knob", "MAX_STEPS", "MIN_SEEDS", "OnProbe", "Probe", "SloUsageError",
-           "headline", "search"]
+__all__ = ["CapacityResult", "DEFAULT_HEADROOM", "DEFAULT_SEEDS", "Knob", "MAX_STEPS", "MIN_SEEDS", "OnProbe", "Probe",
+           "SloUsageError", "headline", "parse_headroom_arg", "planned_line", "search"]
