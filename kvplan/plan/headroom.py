@@ -9,7 +9,8 @@ only and with a bounded number of extra runs (docs/planning.md, "Headroom"):
 - the same figures at LOW_LOAD_SHARE of the asked rate, where nothing queues: a figure the user set
   no target for is flagged *unhealthy* when load has made it more than UNHEALTHY_FACTOR times its
   low-load value (then over half of it is waiting, not work), and the utilisation is flagged when
-  the engines are busier than 1 / (1 + headroom), the share that leaves the headroom free;
+  the engines are busier than 1 / (1 + headroom), the share that leaves the headroom free, or than
+  1 / (1 + DEFAULT_HEADROOM) (80 %) under a thinner headroom: planning at the edge is allowed, not hidden;
 - its own capacity, the highest rate at which it still meets the SLO: from the judged rate (met),
   doubling until a probe misses, then bisecting, CAPACITY_PROBES probes at most, reported as the
   bracket of the highest rate met and the lowest missed, as `kvplan capacity` reports one seed;
@@ -71,7 +72,7 @@ class Limits:
     utilisation: float
     """Mean share of the run the winner's engines spent in steps at the asked rate (engine_busy)."""
     utilisation_limit: float
-    """1 / (1 + headroom): the busy share that leaves the headroom free."""
+    """1 / (1 + headroom): the busy share that leaves the headroom free; at most 1 / (1 + DEFAULT_HEADROOM)."""
     capacity: float | None
     """The highest rate probed at which the winner met the SLO (requests/s; the judged rate at least)."""
     capacity_missed: float | None
@@ -115,12 +116,13 @@ def measure(winner: "Candidate", spec: Topology, rate: float, headroom: float, s
     asked, low = _means(results[0]), _means(results[1])
     busy = [sum(r.engine_busy) / len(r.engine_busy) for r in results[0] if isinstance(r, SimResult) and r.engine_busy]
     utilisation = sum(busy) / len(busy) if busy else 0.0
-    limit = 1 / (1 + headroom)
+    limit = 1 / (1 + max(headroom, DEFAULT_HEADROOM))
     unhealthy = {k: f"{asked[k] / low[k]:.1f} x its value at {LOW_LOAD_SHARE:.0%} of the load"
                  for k in FIGURES if k not in targets and k in asked and low.get(k, 0) > 0
                  and asked[k] > UNHEALTHY_FACTOR * low[k]}
     if utilisation > limit:
-        unhealthy["utilisation"] = f"engines {utilisation:.0%} busy > {limit:.0%}, the share that leaves {headroom:.0%} headroom"
+        unhealthy["utilisation"] = (f"engines {utilisation:.0%} busy > {limit:.0%}, the share that leaves "
+                                    f"{max(headroom, DEFAULT_HEADROOM):.0%} headroom")
 
     probes = [Probe(rate=judged, met=True)]     # the search judged the winner there
     stop = targets if len(seeds) == 1 else None

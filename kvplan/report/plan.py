@@ -38,9 +38,8 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
     if winner and lim is not None:
         head.rows.append(["capacity", _capacity(plan)])
         head.rows.append(["utilisation", f"engines {lim.utilisation:.0%} busy at {plan.rate:g} req/s"
-                          + (f"; UNHEALTHY: above {lim.utilisation_limit:.0%}, the share that leaves {plan.headroom:.0%} "
-                             "headroom" if "utilisation" in lim.unhealthy else
-                             f" (at most {lim.utilisation_limit:.0%} leaves {plan.headroom:.0%} headroom)")])
+                          + (f"; UNHEALTHY: {lim.unhealthy['utilisation']}" if "utilisation" in lim.unhealthy else
+                             f" (healthy: at most {lim.utilisation_limit:.0%})")])
         head.rows.append(["your spec", comparison(winner, lim, keys)])
     runner = plan.alternatives[0] if winner and plan.alternatives else None
     if runner is not None and n > 1:
