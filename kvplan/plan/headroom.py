@@ -33,7 +33,6 @@ from .bounds import at_rate
 if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..sweep.cache import RunCache
-    from .search import Candidate
 
 LOW_LOAD_SHARE = 0.1
 """The winner's unloaded figures are measured at this share of the asked rate."""
@@ -89,12 +88,11 @@ class Limits:
     """Why the user's spec could not be compared ("" when it was)."""
 
 
-def measure(winner: "Candidate", spec: Topology, rate: float, headroom: float, slo: Slo, seeds: list[int],
+def measure(winner: Topology, spec: Topology, rate: float, headroom: float, slo: Slo, seeds: list[int],
             workers: int, catalog: "Catalog", cache: "RunCache | None" = None) -> Limits:
     """The winner's figures at `rate` and at low load, its capacity above the judged rate, and the user's spec."""
     from ..cost import cost_of
     from ..resolve import resolve
-    from .search import simulate_all
 
     targets = slo.targets()
     judged = rate * (1 + headroom)
@@ -102,7 +100,7 @@ def measure(winner: "Candidate", spec: Topology, rate: float, headroom: float, s
     def topo_at(t: Topology, r: float) -> Topology:
         return from_mapping(at_rate(t, r, slo, seeds[0], cache)[0])
 
-    runs = [topo_at(winner.topo, rate), topo_at(winner.topo, rate * LOW_LOAD_SHARE)]
+    runs = [topo_at(winner, rate), topo_at(winner, rate * LOW_LOAD_SHARE)]
     spec_cost, problem, spec_accelerator = None, "", ""
     try:
         r = resolve(spec, catalog)
@@ -130,7 +128,7 @@ def measure(winner: "Candidate", spec: Topology, rate: float, headroom: float, s
         met = max((p.rate for p in probes if p.met), default=judged)
         missed = min((p.rate for p in probes if not p.met), default=None)
         at = float(f"{(met * 2 if missed is None else (met + missed) / 2):.4g}")   # as capacity rounds its probes
-        outcome = simulate_all([topo_at(winner.topo, at)], seeds, workers, cache=cache, stop_at_miss=stop)[0]
+        outcome = simulate_all([topo_at(winner, at)], seeds, workers, cache=cache, stop_at_miss=stop)[0]
         simulations += len(seeds)
         means = _means(outcome)
         probes.append(Probe(rate=at, met=all(isinstance(o, SimResult) for o in outcome)
@@ -144,6 +142,20 @@ def measure(winner: "Candidate", spec: Topology, rate: float, headroom: float, s
                   spec_figures=_means(results[2]) if len(results) > 2 else {}, spec_problem=problem)
 
 
+def simulate_all(topos: list[Topology], seeds: list[int], workers: int, cache: "RunCache | None" = None,
+                 stop_at_miss: dict[str, float] | None = None) -> "list[list[SimResult | SloMiss]]":
+    """Every topology under every seed (kvplan.sweep.executor), results in topology order, then seed order;
+    each looked up in `cache` first. With `stop_at_miss`, a run that certainly misses one of those targets
+    stops there and gives its SloMiss (kvplan.sim.slo_watch)."""
+    from ..sweep.cache import run_cached
+    from ..sweep.executor import Task
+
+    stop = tuple(sorted((stop_at_miss or {}).items()))
+    flat, _ = run_cached([Task(spec=t, seed=s, stop_at_miss=stop) for t in topos for s in seeds], cache,
+                         workers=workers)
+    return [flat[i * len(seeds):(i + 1) * len(seeds)] for i in range(len(topos))]
+
+
 def _means(outcome: "list[SimResult | SloMiss]") -> dict[str, float]:
     """Each figure's mean over the finished runs (empty when a run stopped at a miss: no figure is complete)."""
     done = [o for o in outcome if isinstance(o, SimResult)]
@@ -152,15 +164,14 @@ def _means(outcome: "list[SimResult | SloMiss]") -> dict[str, float]:
     return {k: sum(getattr(getattr(r, k[:-4]), k[-3:]) for r in done) / len(done) for k in FIGURES}
 
 
-def comparison(winner: "Candidate", limits: Limits, keys: list[str]) -> str:
+def comparison(accelerator: str, usd_per_hour: float, limits: Limits, keys: list[str]) -> str:
     """One sentence: the winner against the user's spec at the asked rate (cost, and each target's figure)."""
     from ..units import fmt_duration
 
     if limits.spec_usd_per_hour is None:
         return f"your spec could not be compared: {limits.spec_problem}"
-    d = winner.describe()
-    change = (winner.usd_per_hour / limits.spec_usd_per_hour - 1) if limits.spec_usd_per_hour > 0 else 0.0
-    parts = [f"vs your spec ({limits.spec_accelerator}, ${limits.spec_usd_per_hour:,.2f}/h): {d['accelerator']}, "
+    change = (usd_per_hour / limits.spec_usd_per_hour - 1) if limits.spec_usd_per_hour > 0 else 0.0
+    parts = [f"vs your spec ({limits.spec_accelerator}, ${limits.spec_usd_per_hour:,.2f}/h): {accelerator}, "
              f"{change:+.0%} cost"]
     for k in keys:
         mine, theirs = limits.figures.get(k), limits.spec_figures.get(k)

@@ -51,7 +51,7 @@ from ..spec import Topology, from_mapping
 from ..spec import stages
 from ..spec.slo import Slo
 from ..units import fmt_bytes, fmt_duration, parse_rate
-from .headroom import DEFAULT_HEADROOM, Limits, measure
+from .headroom import DEFAULT_HEADROOM, Limits, measure, simulate_all
 from .bounds import Floors, WorkloadStats, at_rate, behaviour as plan_behaviour, floors
 from .space import HardwareGroup, Specs, hardware_groups, variants
 
@@ -171,20 +171,6 @@ Progress = Callable[[int, int, "Candidate | None"], None]
 """Told after each batch of simulations: runs made, --max-runs, the cheapest candidate meeting the SLO so far."""
 
 
-def simulate_all(topos: list[Topology], seeds: list[int], workers: int, cache: "RunCache | None" = None,
-                 stop_at_miss: dict[str, float] | None = None) -> list[list["SimResult | SloMiss"]]:
-    """Every topology under every seed (kvplan.sweep.executor), results in topology order, then seed order;
-    each looked up in `cache` first. With `stop_at_miss`, a run that certainly misses one of those targets
-    stops there and gives its SloMiss (kvplan.sim.slo_watch)."""
-    from ..sweep.cache import run_cached
-    from ..sweep.executor import Task
-
-    stop = tuple(sorted((stop_at_miss or {}).items()))
-    flat, _ = run_cached([Task(spec=t, seed=s, stop_at_miss=stop) for t in topos for s in seeds], cache,
-                         workers=workers)
-    return [flat[i * len(seeds):(i + 1) * len(seeds)] for i in range(len(topos))]
-
-
 # ---- the user's targets ------------------------------------------------------------------------
 
 def parse_rate_arg(text: str) -> float:
@@ -280,7 +266,7 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
     result = search.result(rate, slo, budget, groups, waiting)
     result.headroom, result.top = headroom, top
     if limits and result.winner is not None:
-        result.limits = measure(result.winner, topo, rate, headroom, slo, seed_list, workers, catalog, cache)
+        result.limits = measure(result.winner.topo, topo, rate, headroom, slo, seed_list, workers, catalog, cache)
     return result
 
 

@@ -40,7 +40,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
         head.rows.append(["utilisation", f"engines {lim.utilisation:.0%} busy at {plan.rate:g} req/s"
                           + (f"; UNHEALTHY: {lim.unhealthy['utilisation']}" if "utilisation" in lim.unhealthy else
                              f" (healthy: at most {lim.utilisation_limit:.0%})")])
-        head.rows.append(["your spec", comparison(winner, lim, keys)])
+        head.rows.append(["your spec", comparison(winner.describe()["accelerator"], winner.usd_per_hour, lim, keys)])
     runner = plan.alternatives[0] if winner and plan.alternatives else None
     if runner is not None and n > 1:
         close = runner_up_within_noise(winner, runner)
