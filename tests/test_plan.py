@@ -78,7 +78,8 @@ def test_a_policy_twin_of_a_candidate_that_meets_the_slo_is_not_simulated():
     """Tiers small enough to fill (ddr 8 MiB) make each eviction policy a distinct candidate; once one
     of them meets the SLO, the others buy the same hardware at the same price and are not simulated."""
     sim = Counting()
-    result = plan(spec("local", workload__requests=120, lmcache__ddr__size="8MiB"), rate=32.0, slo=SLO, simulate=sim)
+    result = plan(spec("local", workload__requests=120, lmcache__ddr__size="8MiB"), rate=32.0, slo=SLO, simulate=sim,
+                  limits=False)
     twins = [c for c in result.candidates if "another eviction policy" in c.reason]
     assert twins
     simulated = {id(t) for t in sim.topologies}
@@ -94,7 +95,7 @@ def test_a_policy_twin_of_a_candidate_that_meets_the_slo_is_not_simulated():
 
 def test_a_rate_no_candidate_can_sustain_is_pruned_by_the_roofline_without_simulating():
     sim = Counting()
-    result = plan(local(), rate=400.0, slo=SLO, max_instances=2, simulate=sim)
+    result = plan(local(), rate=400.0, slo=SLO, max_instances=2, simulate=sim, limits=False)
     assert result.winner is None and sim.topologies == []
     assert all(c.reason.startswith("pruned: cannot reach") or c.status == "dominated" for c in result.candidates)
 
@@ -103,17 +104,18 @@ def test_the_planner_tries_only_the_accelerators_it_can_time_unless_one_is_named
     """MI300X has no step-time coefficients in the catalog: plan leaves it out of the alternatives it picks
     itself, and asked for by name, it says what the spec must bring."""
     sim = Counting()
-    result = plan(spec("chat-llama2-13b"), rate=10000.0, slo=SLO, max_instances=1, simulate=sim)
+    result = plan(spec("chat-llama2-13b"), rate=10000.0, slo=SLO, max_instances=1, simulate=sim, limits=False)
     tried = {c.resolved.device.name for c in result.candidates}
     assert {"H100-SXM", "H100-NVL", "GB200"} <= tried and "MI300X" not in tried and sim.topologies == []
     with pytest.raises(SpecError) as exc:
-        plan(spec("chat-llama2-13b"), rate=10000.0, slo=SLO, max_instances=1, gpus=["MI300X"], simulate=sim)
+        plan(spec("chat-llama2-13b"), rate=10000.0, slo=SLO, max_instances=1, gpus=["MI300X"], simulate=sim,
+             limits=False)
     text = exc.value.render()
     assert "no efficiency block for MI300X" in text and "serving.step_model.compute_efficiency" in text
 
 
 def test_a_budget_leaves_out_what_costs_more():
-    result = plan(local(), rate=32.0, slo=SLO, budget=0.2, simulate=Counting())
+    result = plan(local(), rate=32.0, slo=SLO, budget=0.2, simulate=Counting(), limits=False)
     assert all(c.status == "over budget" and c.reason.startswith("over budget")
                for c in result.candidates if c.usd_per_hour > 0.2)
     # hardware whose accelerators alone cost more is not even validated, only counted
@@ -147,7 +149,7 @@ def test_the_winner_is_written_as_a_person_would_write_it(planned):
 
 
 def test_the_same_seed_gives_the_same_plan(planned):
-    again = plan(local(), rate=32.0, slo=SLO, simulate=Counting())
+    again = plan(local(), rate=32.0, slo=SLO, simulate=Counting(), limits=False)
     first, _ = planned
     assert [(c.status, c.reason, c.measured) for c in again.candidates] == \
            [(c.status, c.reason, c.measured) for c in first.candidates]
@@ -177,8 +179,8 @@ def test_the_cli_reports_bad_input_with_exit_1(tmp_path):
 
 
 def test_a_search_cut_short_says_what_it_could_have_missed():
-    cut = plan(local(), rate=32.0, slo=SLO, max_runs=1, simulate=Counting())
-    full = plan(local(), rate=32.0, slo=SLO, simulate=Counting())
+    cut = plan(local(), rate=32.0, slo=SLO, max_runs=1, simulate=Counting(), limits=False)
+    full = plan(local(), rate=32.0, slo=SLO, simulate=Counting(), limits=False)
     assert full.unsearched == [] and search_verdict(full).startswith("complete")
     assert cut.unsearched, "one run cannot decide this plan"
     bound = cut.winner.usd_per_hour if cut.winner else float("inf")
@@ -190,7 +192,7 @@ def test_a_search_cut_short_says_what_it_could_have_missed():
 
 def test_progress_is_reported_after_every_batch():
     seen = []
-    result = plan(local(), rate=32.0, slo=SLO, simulate=Counting(), progress=lambda *a: seen.append(a))
+    result = plan(local(), rate=32.0, slo=SLO, simulate=Counting(), progress=lambda *a: seen.append(a), limits=False)
     runs = [r for r, _, _ in seen]
     assert runs == sorted(runs) and runs[-1] == result.simulations and all(most == 200 for _, most, _ in seen)
     best = [b for _, _, b in seen if b is not None]
@@ -227,7 +229,7 @@ def test_a_candidate_that_certainly_misses_is_stopped_early_with_the_same_verdic
     """With one seed the planner stops a run once its miss is certain (kvplan.sim.slo_watch): every
     verdict is the one the finished runs gave, and a stopped candidate shows a lower bound."""
     full, _ = planned
-    early = plan(local(), rate=32.0, slo=SLO)
+    early = plan(local(), rate=32.0, slo=SLO, limits=False)
     assert [(c.index, c.status) for c in early.candidates] == [(c.index, c.status) for c in full.candidates]
     stopped = [c for c in early.candidates if c.stopped is not None]
     assert stopped, "the cheaper candidates cannot keep up at 32 req/s: their runs stop early"

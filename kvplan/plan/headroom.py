@@ -104,7 +104,8 @@ def measure(winner: Topology, spec: Topology, rate: float, headroom: float, slo:
     spec_cost, problem, spec_accelerator = None, "", ""
     try:
         r = resolve(spec, catalog)
-        spec_accelerator = f"{r.instances} x {r.device.name}" + (f" TP{r.tensor_parallel}" if r.tensor_parallel > 1 else "")
+        spec_accelerator = (f"{r.instances} x {r.device.name}"
+                            + (f" TP{r.tensor_parallel}" if r.tensor_parallel > 1 else ""))
         spec_cost = cost_of(spec, r, catalog=catalog).usd_per_hour
         runs.append(topo_at(spec, rate))
     except SpecError as exc:

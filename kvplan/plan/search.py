@@ -204,7 +204,8 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
          limits: bool = True) -> Plan:
     """The cheapest candidate that meets `slo` (default: the spec's) at `rate` x (1 + `headroom`) requests/s, and
     why the others lost; the `top` - 1 next cheapest that meet it as alternatives. With `limits`, the winner's
-    own capacity, utilisation and figures at `rate` are measured too (kvplan.plan.headroom.measure).
+    own capacity, utilisation and figures at `rate` are measured too (kvplan.plan.headroom.measure: at most 7 runs
+    per seed, through the run cache, not `simulate`, and not counted in `simulations` or against `max_runs`).
 
     Runs are looked up in `cache` first. With one seed, a candidate's run stops as soon as it has
     certainly missed a target (kvplan.sim.slo_watch): the verdict is the finished run's, and most of

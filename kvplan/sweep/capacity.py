@@ -47,8 +47,9 @@ from .variants import apply
 DEFAULT_HEADROOM = 0.25
 """`plan` judges candidates at 1.25 x the asked rate, so the asked load is at most 80 % of a load the winner
 meets; `capacity` divides the limit it finds by 1.25 for the rate a spec can be planned for. 80 % is where
-queueing starts to dominate: in an M/M/1 queue the mean wait is rho / (1 - rho) service times (L. Kleinrock, Queueing Systems vol. 1, 1975, ch. 3): 1 at 50 % busy, 4 at 80 %, then 9 at
-90 % and 19 at 95 %, so beyond 80 % a small swing in traffic multiplies the wait."""
+queueing starts to dominate: in an M/M/1 queue the mean wait is rho / (1 - rho) service times (L. Kleinrock,
+Queueing Systems vol. 1, 1975, ch. 3): 1 at 50 % busy, 4 at 80 %, then 9 at 90 % and 19 at 95 %, so beyond
+80 % a small swing in traffic multiplies the wait."""
 MAX_STEPS = 10
 """Doublings (or halvings) from the start before giving up on finding the other side (x1024)."""
 
