@@ -12,24 +12,30 @@ catalog checks that need the whole spec (tiers, Ceph capacity).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .errors import SpecError
-from .spec import Topology, from_mapping
+from .spec import Topology, from_mapping as spec_from_mapping
 from .spec.load import read_spec
 
 
 def load(path: str | Path) -> Topology:
     """spec.load, whose SpecError also holds the catalog problems of the sections that validated."""
     data, base_dir, source = read_spec(path)
+    return from_mapping(data, base_dir, source)
+
+
+def from_mapping(data: Any, base_dir: str | Path | None = None, source: str | None = None) -> Topology:
+    """spec.from_mapping, whose SpecError also holds the catalog problems of the sections that validated."""
     try:
-        return from_mapping(data, base_dir=base_dir, source=source)
+        return spec_from_mapping(data, base_dir=base_dir, source=source)
     except SpecError as exc:
         if not isinstance(data, dict):
             raise
         from .resolve import catalog_problems
         from .spec.partial import sections
 
-        found = catalog_problems(sections(data, str(base_dir)), exc.problems)
+        found = catalog_problems(sections(data, str(base_dir) if base_dir is not None else None), exc.problems)
         if not found:
             raise
         raise SpecError([*exc.problems, *found], exc.source) from None

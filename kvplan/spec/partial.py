@@ -16,15 +16,9 @@ from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from ..errors import SpecError
+from .rules import Unparsed
 from .topology import Topology
-
-
-class Unparsed(Exception):
-    """A check read a section of the spec that did not validate (its problems are reported by themselves)."""
-
-    def __init__(self, section: str):
-        super().__init__(f"the spec's {section} section did not validate")
-        self.section = section
 
 
 class Sections:
@@ -64,6 +58,6 @@ def sections(data: dict, base_dir: str | None) -> Sections:
             continue
         try:
             parsed[name] = _adapter(name).validate_python(data[name], context=context)
-        except ValidationError:
+        except (ValidationError, SpecError):
             continue   # the whole spec's validation reports this section's problems, with their paths
     return Sections(parsed)

@@ -36,6 +36,15 @@ DAY = 86400.0
 SIMULATE_ONLY_FIX = "or set simulate_only: true to study it in simulation only (kvplan render then refuses the spec)"
 
 
+class Unparsed(Exception):
+    """A rule or check read a section of a spec that did not validate (spec/partial.py; that section's own problems
+    are reported by themselves)."""
+
+    def __init__(self, section: str):
+        super().__init__(f"the spec's {section} section did not validate")
+        self.section = section
+
+
 def check(topo: "Topology") -> list[Problem]:
     """Every rule violation in `topo`, in spec order."""
     return [p for rule in RULES for p in rule(topo)]
@@ -44,8 +53,6 @@ def check(topo: "Topology") -> list[Problem]:
 def check_sections(topo: "Sections") -> list[Problem]:
     """The rule violations of a spec that did not validate, among the sections that did (spec/partial.py): a rule
     stops where it reads a section that did not, keeping what it found before."""
-    from .partial import Unparsed   # partial reads Topology, which reads these rules
-
     problems: list[Problem] = []
     for rule in RULES:
         try:
