@@ -51,10 +51,16 @@ class SpecError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        head = f"{self.source}: " if self.source else ""
+        """One problem as it is; several numbered under a title that counts them, e.g. "4 problems in mine.yaml:"."""
         n = len(self.problems)
-        title = f"{head}{n} problem{'s' if n != 1 else ''} found"
-        return "\n".join([title, *(p.render() for p in self.problems)])
+        if n != 1:
+            title = f"{n} problems in {self.source}:" if self.source else f"{n} problems found:"
+            width = len(str(n)) + 2
+            items = [f"{f'{i}.':<{width}}" + p.render().replace("\n", "\n" + " " * width)
+                     for i, p in enumerate(self.problems, 1)]
+            return "\n".join([title, *items])
+        head = f"{self.source}: " if self.source else ""
+        return "\n".join([f"{head}1 problem found", self.problems[0].render()])
 
     def with_source(self, source: str) -> "SpecError":
         return SpecError(self.problems, source=source)

@@ -22,14 +22,15 @@ stack (reference/lmcache-vllm.md §6):
 
 Checks that need the catalog (unknown names, TP vs KV heads, weights fitting in HBM, room for a
 max-length sequence, tiers holding at least one chunk, Ceph capacity) are made here and raised
-as one SpecError listing every problem.
+as one SpecError listing every problem; `catalog_problems` makes those that the valid sections of an
+invalid spec allow (kvplan/validation.py), so one round of `kvplan validate` reports them all.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from .catalog import Catalog, CephDeviceClass, Device, Nic, NvmeClass, load_catalog, lookup
 from .errors import Problem, SpecError, did_you_mean
@@ -44,6 +45,9 @@ from .spec.serving import LlmD, StepModel
 from .spec.slo import Monitoring, Slo
 from .spec.workload import Workload
 from .units import fmt_bytes
+
+if TYPE_CHECKING:
+    from .spec.partial import Sections
 
 GIB = 1024**3
 CEPH_NEARFULL_RATIO = 0.85
@@ -346,22 +350,8 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
     """Derive every number; raise SpecError listing all catalog-dependent problems."""
     catalog = catalog or load_catalog()
     problems: list[Problem] = []
-
-    def find(fn, *args):
-        try:
-            return fn(*args)
-        except SpecError as exc:
-            problems.extend(exc.problems)
-            return None
-
     s, lm = topo.serving, topo.lmcache
-    model = topo.model if isinstance(topo.model, Architecture) else find(_llm, catalog, topo.model)
-    device = find(lookup, catalog.devices, s.gpu, "serving.gpu", "accelerator")
-    nvme = find(lookup, catalog.nvme, lm.nvme.device, "lmcache.nvme.device", "NVMe class") if lm and lm.nvme else None
-    ceph_class = nic = None
-    if topo.ceph is not None:
-        ceph_class = find(lookup, catalog.ceph_device_classes, topo.ceph.device_class, "ceph.device_class", "Ceph device class")
-        nic = find(lookup, catalog.nics, topo.ceph.network, "ceph.network", "NIC class")
+    model, device, nvme, ceph_class, nic = _entries(topo, catalog, problems)
     if model is None or device is None:
         raise SpecError(problems)
 
@@ -424,6 +414,46 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         hbm_tokens=mem.hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
         hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, kv_offloading=offload, nvme=nvme, ceph=ceph, workload=topo.workload,
         slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost)
+
+
+def _entries(topo: Topology, catalog: Catalog, problems: list[Problem], parsed=lambda section: True) -> tuple:
+    """The catalog entries the spec names: model, accelerator, NVMe class, Ceph device class and NIC; each None where
+    the catalog has no such name (its problem added to `problems`), where the spec names none, or where `parsed`
+    says the section naming it did not validate (spec/partial.py)."""
+    def find(fn, *args):
+        try:
+            return fn(*args)
+        except SpecError as exc:
+            problems.extend(exc.problems)
+            return None
+
+    model = device = nvme = ceph_class = nic = None
+    if parsed("model"):
+        model = topo.model if isinstance(topo.model, Architecture) else find(_llm, catalog, topo.model)
+    if parsed("serving"):
+        device = find(lookup, catalog.devices, topo.serving.gpu, "serving.gpu", "accelerator")
+    lm = topo.lmcache if parsed("lmcache") else None
+    if lm is not None and lm.nvme is not None:
+        nvme = find(lookup, catalog.nvme, lm.nvme.device, "lmcache.nvme.device", "NVMe class")
+    if parsed("ceph") and topo.ceph is not None:
+        ceph_class = find(lookup, catalog.ceph_device_classes, topo.ceph.device_class, "ceph.device_class", "Ceph device class")
+        nic = find(lookup, catalog.nics, topo.ceph.network, "ceph.network", "NIC class")
+    return model, device, nvme, ceph_class, nic
+
+
+def catalog_problems(topo: "Sections", found: list[Problem], catalog: Catalog | None = None) -> list[Problem]:
+    """The catalog's word on a spec that did not validate, as far as its sections that did can tell (spec/partial.py):
+    each name of theirs the catalog lacks, and, when the model and serving sections have no problem among `found`
+    (those of its fields and rules), what keeps the model off its accelerator (accelerator_problems)."""
+    catalog = catalog or load_catalog()
+    problems: list[Problem] = []
+    spec = cast(Topology, topo)
+    model, device, *_ = _entries(spec, catalog, problems, topo.parsed)
+    sound = not any(p.path.split(".")[0] in ("model", "serving") for p in [*found, *problems])
+    if model is not None and device is not None and sound:
+        mem = _accelerator_memory(model, device, spec.serving, catalog, problems)
+        _peak_tflops(device, mem.weights_dtype, problems)
+    return problems
 
 
 def _simulation_only(topo: Topology, device: Device) -> list[tuple[str, str]]:

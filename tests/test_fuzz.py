@@ -39,7 +39,7 @@ from kvplan.resolve import resolve
 from kvplan.sim.replay import read_log
 from kvplan.sim.run import Bounds, run
 from kvplan.sim.workload import read_trace
-from kvplan.spec import from_mapping, load
+from kvplan.validation import from_mapping, load   # what the commands read a spec with: every problem in one round
 
 KVPLAN = str(Path(sys.executable).parent / "kvplan")
 CASE_SECONDS = 20

@@ -23,7 +23,8 @@ PACKAGE = REPO / "kvplan"
 
 LAYERS = [
     ("ground", ["units", "errors", "paths", "resources", "__init__"]),
-    ("spine", ["spec", "catalog", "kv_capacity", "resolve", "offload", "tier_checks", "cost", "reference", "warmup"]),
+    ("spine", ["spec", "catalog", "kv_capacity", "resolve", "offload", "tier_checks", "cost", "reference", "warmup",
+               "validation"]),
     ("models", ["sim", "sizing", "deploy", "live", "interop", "gpufit"]),
     ("decisions", ["sweep", "plan", "doctor"]),
     ("renderers", ["report"]),

@@ -42,7 +42,7 @@ def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              as_json: bool = typer.Option(False, "--json", help="Print the resolved numbers as JSON.")) -> None:
     """Check a spec against the rules of the real stack and the catalog, and print its resolved numbers."""
     from ..resolve import resolve
-    from ..spec import load
+    from ..validation import load
     from .summary import summary_tables
 
     from ..tier_checks import tier_warnings
@@ -87,7 +87,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..resolve import resolve
     from ..sim.ablation import ablate_seeds
     from ..sim.run import Bounds, run
-    from ..spec import load
+    from ..validation import load
 
     if fmt not in ("table", "md"):
         raise typer.BadParameter(f"'{fmt}' is not a format; use table or md", param_hint="--format")

@@ -24,7 +24,7 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | N
     from ..deploy.render import check_deployable, render
     from ..deploy.secrets import load_or_create
     from ..resolve import resolve
-    from ..spec import load
+    from ..validation import load
 
     try:
         resolved = resolve(load(spec))
@@ -85,7 +85,7 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
     from ..deploy.helm import values
     from ..deploy.llmd import endpoint_picker_config
     from ..resolve import resolve
-    from ..spec import load
+    from ..validation import load
 
     missing = [flag for flag, v in (("--request-cpu", request_cpu), ("--request-memory", request_memory)) if v is None]
     if missing:

@@ -44,7 +44,8 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..doctor import diagnose, diagnose_live, fixed_mapping, simulated_case
     from ..doctor.case import Case
     from ..resolve import resolve
-    from ..spec.load import from_mapping, read_yaml
+    from ..spec.load import read_yaml
+    from ..validation import from_mapping
 
     if result and target:
         raise typer.BadParameter("give --result or --target, not both", param_hint="--result")

@@ -42,7 +42,8 @@ def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vl
     from ..interop import (add_lmcache_config, add_lmcache_server, check_workload, from_helm_values,
                            from_inference_perf, from_vllm_bench, from_vllm_command, spec_of)
     from ..resolve import resolve
-    from ..spec import from_mapping, read_yaml
+    from ..spec import read_yaml
+    from ..validation import from_mapping
 
     if vllm is not None and helm_values is not None:
         raise typer.BadParameter("give one of --vllm \"vllm serve ...\" and --helm-values FILE", param_hint="--vllm")

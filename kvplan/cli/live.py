@@ -22,7 +22,7 @@ EXIT_LIVE = 5
 def _spec(spec: str, profile: str | None = None):
     """(topology, resolved, resolved with the profile applied) of a spec file; exits on bad input."""
     from ..resolve import resolve
-    from ..spec import load
+    from ..validation import load
 
     try:
         topo = load(spec)

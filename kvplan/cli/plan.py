@@ -48,7 +48,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     from ..plan.headroom import parse_headroom_arg
     from ..plan.search import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
     from ..report.plan import plan_json, plan_tables, search_verdict
-    from ..spec import load
+    from ..validation import load
     from ..spec.slo import parse_slo_flags
 
     try:
@@ -210,7 +210,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         _fail(exc)
     try:
         targets = parse_slo_flags(slo or []).targets()
-        from ..spec import load
+        from ..validation import load
         from ..sweep.capacity import Knob
 
         topo = load(spec)
@@ -258,7 +258,7 @@ def size(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     reaching 50/90/99 % of the reuse, and their cost."""
     from ..report.sizing import terminal_tables
     from ..sizing import size
-    from ..spec import load
+    from ..validation import load
 
     try:
         result = size(load(spec), seed=seed)

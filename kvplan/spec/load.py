@@ -102,10 +102,16 @@ def read_yaml(path: str | Path, bounded: bool = True) -> Any:
 
 def load(path: str | Path) -> Topology:
     """Read and validate a spec file ("-": standard input, whose relative paths are read from the current folder)."""
+    data, base_dir, source = read_spec(path)
+    return from_mapping(data, base_dir=base_dir, source=source)
+
+
+def read_spec(path: str | Path) -> tuple[Any, Path, str]:
+    """A spec file's parsed YAML, the folder its relative paths are read from and its name in messages."""
     if str(path) == STDIN:
-        return from_mapping(read_yaml(STDIN), base_dir=Path.cwd(), source="stdin")
+        return read_yaml(STDIN), Path.cwd(), "stdin"
     path = Path(path)
-    return from_mapping(read_yaml(path), base_dir=path.parent, source=str(path))
+    return read_yaml(path), path.parent, str(path)
 
 
 def from_mapping(data: Any, base_dir: str | Path | None = None, source: str | None = None) -> Topology:
@@ -114,10 +120,16 @@ def from_mapping(data: Any, base_dir: str | Path | None = None, source: str | No
         kind = "an empty file" if data is None else f"a {type(data).__name__}"
         raise SpecError([Problem("", f"a spec is a YAML mapping of sections, but this is {kind}",
                                  fix="start from examples/chat-llama2-13b.yaml (name, model, serving, workload, ...)")], source)
+    base = str(base_dir) if base_dir is not None else None
     try:
-        return Topology.model_validate(data, context={"base_dir": str(base_dir) if base_dir is not None else None})
+        return Topology.model_validate(data, context={"base_dir": base})
     except ValidationError as exc:
-        raise SpecError(problems_from(exc, Topology), source) from None
+        # pydantic skips the cross-field rules once a field failed: run those of the sections that parsed, so one
+        # round reports every problem it can
+        from . import partial, rules
+
+        problems = problems_from(exc, Topology) + rules.check_sections(partial.sections(data, base))
+        raise SpecError(problems, source) from None
     except SpecError as exc:
         raise exc.with_source(source) if source else exc
 

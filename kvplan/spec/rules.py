@@ -13,13 +13,14 @@ rule. Anything else only the simulator can do, so it needs `simulate_only: true`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, cast
 
 from ..errors import Problem
 from . import stages
 from .deployment import simulation_only
 
 if TYPE_CHECKING:
+    from .partial import Sections
     from .topology import Topology
 
 REAL_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
@@ -35,9 +36,31 @@ DAY = 86400.0
 SIMULATE_ONLY_FIX = "or set simulate_only: true to study it in simulation only (kvplan render then refuses the spec)"
 
 
+class Unparsed(Exception):
+    """A rule or check read a section of a spec that did not validate (spec/partial.py; that section's own problems
+    are reported by themselves)."""
+
+    def __init__(self, section: str):
+        super().__init__(f"the spec's {section} section did not validate")
+        self.section = section
+
+
 def check(topo: "Topology") -> list[Problem]:
     """Every rule violation in `topo`, in spec order."""
     return [p for rule in RULES for p in rule(topo)]
+
+
+def check_sections(topo: "Sections") -> list[Problem]:
+    """The rule violations of a spec that did not validate, among the sections that did (spec/partial.py): a rule
+    stops where it reads a section that did not, keeping what it found before."""
+    problems: list[Problem] = []
+    for rule in RULES:
+        try:
+            for problem in rule(cast("Topology", topo)):
+                problems.append(problem)
+        except Unparsed:
+            continue
+    return problems
 
 
 def _serving(topo: "Topology") -> Iterator[Problem]:
