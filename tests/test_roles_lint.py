@@ -95,9 +95,10 @@ def lint(project):
         ROLES_FINDINGS[key] = [f for f in findings if _in_roles(f)]
         return result.returncode, findings, _describe(findings) + "\n" + result.stderr
     assert not [f for f in findings if _in_roles(f)], "roles/ was excluded"
-    findings = findings + known
     returncode = result.returncode or (2 if known else 0)     # 2: ansible-lint's status when it has findings
-    return returncode, findings, _describe(findings) + "\n" + result.stderr
+    report = (_describe(findings) + "\n" + result.stderr + "\nroles/, linted with an earlier project with the same "
+              "roles: " + (("\n" + _describe(known)) if known else "no findings"))
+    return returncode, findings + known, report
 
 
 def _area(path: str) -> str:
