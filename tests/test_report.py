@@ -66,8 +66,9 @@ def test_a_run_becomes_one_page_with_its_tables_and_plots(files, tmp_path):
     for heading in ("Summary", "Latency", "Where the KV came from", "Links", "Over time", "Cost"):
         assert f"<h2>{heading}</h2>" in page
     for title in ("TTFT: share of requests within x", "TPOT: share of requests within x", "Where prompt KV came from",
-                  "Hit ratio per tier", "Link and device utilisation", "Bytes moved per link",
-                  "HBM KV block utilisation over time", "Cost per hour by tier"):
+                  "Hit ratio per tier", "Busy share of the engines and every link", "Bytes moved per link",
+                  "Requests waiting over time", "TTFT over time", "HBM KV block utilisation over time",
+                  "Cost per hour by tier"):
         assert re.search(rf'<title id="fig-\d+-title">{re.escape(title)}</title>', page), title
     assert "<caption>Where prompt KV came from</caption>" in page      # the same tables kvplan simulate prints
 
@@ -215,7 +216,7 @@ def test_a_sweep_with_cost_per_point_draws_the_frontier(files, tmp_path):
 
 def test_markdown_has_the_same_tables_and_names_the_plots(files, tmp_path):
     md = report(files["ablation"], tmp_path / "report.md")
-    assert md.startswith("# local: 2 seeds (1..2), ablation (seed 1)\n")
+    assert md.startswith("# local: 2 seeds (1..2), ablation (2 seeds)\n")
     assert "| setup | req/s | TTFT p50 | TTFT p99 | TPOT p50 | E2E p50 | recomputed | HBM blocks |" in md
     assert "| tier | tokens | share | tok hit | chunk hit | read | written | evicted | peak fill |" in md
     assert "- TTFT: share of requests within x: Empirical CDF" in md

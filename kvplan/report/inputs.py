@@ -2,9 +2,15 @@
 
 - `kvplan simulate SPEC --out FILE`: one SimResult object (keys `spec_hash`, `per_request`, ...);
 - `kvplan simulate SPEC --seeds N --out FILE` and/or `--ablate`: `{"results": [SimResult, ...],
-  "ablation": [{"setup": NAME, "result": SimResult}, ...]}` (`ablation` only with `--ablate`);
+  "ablation": [{"setup": NAME, "results": [SimResult, ...]}, ...]}` (`ablation` only with `--ablate`; one
+  result per seed; files of earlier kvplan versions hold one `"result"` per setup, the first seed's);
 - `kvplan sweep ... --out FILE`: a SweepResult object (keys `varied`, `points`, ...);
+- `kvplan capacity SPEC --out FILE`: a CapacityResult object (keys `knob`, `probes`, `outcome`, ...);
+- `kvplan plan SPEC --json`: the plan as data (keys `candidates`, `winner`, `search`, ...; see
+  report/plan.py `plan_json`);
 - `kvplan size SPEC --out FILE`: a SizeResult object (`"kind": "size"`).
+
+Each is recognised by the keys only it has, not by a version or kind field.
 
 Anything else (a missing file, broken JSON, another tool's JSON, a result written by an
 incompatible kvplan) is a `SpecError` naming the file, what is wrong and how to get a good file.
@@ -23,7 +29,8 @@ from ..errors import Problem, SpecError
 from ..sim.result import SimResult
 
 WRITE_ONE = ("write one with `kvplan simulate SPEC --out result.json` (or --seeds N / --ablate), "
-             "or `kvplan sweep SPEC --vary PATH=V1,V2 --out sweep.json`")
+             "`kvplan sweep SPEC --vary PATH=V1,V2 --out sweep.json`, `kvplan capacity SPEC --out capacity.json`, "
+             "`kvplan plan SPEC --rate R --json > plan.json` or `kvplan size SPEC --out size.json`")
 
 
 @dataclass
@@ -32,15 +39,20 @@ class ReportInput:
 
     path: Path
     kind: str
-    """'result', 'seeds', 'ablation', 'sweep' or 'size'."""
+    """'result', 'seeds', 'ablation', 'sweep', 'capacity', 'plan' or 'size'."""
     results: list[SimResult] = field(default_factory=list)
-    ablation: list[tuple[str, SimResult]] = field(default_factory=list)
+    ablation: list[tuple[str, list[SimResult]]] = field(default_factory=list)
+    """Each setup of an ablation with its runs, one per seed (one only in files of earlier kvplan versions)."""
     sweep: Any = None
     """A kvplan.sweep.result.SweepResult when kind == 'sweep'."""
     cost: Any = None
     """The kvplan.cost.CostBreakdown of the spec as written, when the file carries one."""
     size: Any = None
     """A kvplan.sizing.SizeResult when kind == 'size'."""
+    capacity: Any = None
+    """A kvplan.sweep.capacity.CapacityResult when kind == 'capacity'."""
+    plan: Any = None
+    """A kvplan.report.plan_page.PlanFile when kind == 'plan'."""
 
 
 def _problem(path: Path, message: str, fix: str, where: str = "(file)", value: Any = None) -> SpecError:
@@ -100,9 +112,18 @@ def load(path: str | Path) -> ReportInput:
         from ..sweep.result import SweepResult
 
         return ReportInput(path, "sweep", sweep=_validated(path, SweepResult, data, ""))
+    if "probes" in data and "knob" in data:
+        from ..sweep.capacity import CapacityResult
+
+        return ReportInput(path, "capacity", capacity=_validated(path, CapacityResult, data, ""))
+    if "candidates" in data and "winner" in data:
+        from .plan_page import PlanFile
+
+        return ReportInput(path, "plan", plan=_validated(path, PlanFile, data, ""))
     raise _problem(path, "is JSON but not a kvplan result: expected a simulation result (keys spec_hash, "
-                         "per_request), `{\"results\": [...]}` from --seeds/--ablate, or a sweep (keys varied, points)",
-                   WRITE_ONE, value=sorted(data)[:8])
+                         "per_request), `{\"results\": [...]}` from --seeds/--ablate, a sweep (keys varied, points), "
+                         "a capacity search (keys knob, probes), a plan (keys candidates, winner) or a sizing "
+                         "(\"kind\": \"size\")", WRITE_ONE, value=sorted(data)[:8])
 
 
 def _simulate_payload(path: Path, data: dict) -> ReportInput:
@@ -117,10 +138,15 @@ def _simulate_payload(path: Path, data: dict) -> ReportInput:
         raise _problem(path, "`ablation` is not a list", WRITE_ONE, where="ablation")
     ablation = []
     for i, entry in enumerate(ablation_data):
-        if not isinstance(entry, dict) or set(entry) != {"setup", "result"}:
-            raise _problem(path, "each ablation entry is {\"setup\": NAME, \"result\": {...}}", WRITE_ONE,
-                           where=f"ablation.{i}", value=_preview(entry))
-        ablation.append((str(entry["setup"]), _validated(path, SimResult, entry["result"], f"ablation.{i}.result")))
+        if not isinstance(entry, dict) or set(entry) not in ({"setup", "results"}, {"setup", "result"}) \
+                or not isinstance(entry.get("results", []), list) or entry.get("results") == []:
+            raise _problem(path, "each ablation entry is {\"setup\": NAME, \"results\": [{...}, ...]} (one result "
+                                 "per seed)", WRITE_ONE, where=f"ablation.{i}", value=_preview(entry))
+        if "result" in entry:        # an earlier kvplan kept the first seed only
+            runs = [_validated(path, SimResult, entry["result"], f"ablation.{i}.result")]
+        else:
+            runs = [_validated(path, SimResult, r, f"ablation.{i}.results.{j}") for j, r in enumerate(entry["results"])]
+        ablation.append((str(entry["setup"]), runs))
     kind = "ablation" if ablation else "seeds" if len(results) > 1 else "result"
     return ReportInput(path, kind, results=results, ablation=ablation, cost=_cost(path, data.get("cost")))
 

@@ -205,6 +205,8 @@ class Bars:
     label: str
     values: Sequence[float]
     colour: str | None = None
+    colours: Sequence[str] | None = None
+    """A colour per category, overriding `colour` (one bar set apart from the rest, e.g. a bottleneck)."""
 
 
 def bar_chart(ident: str, title: str, categories: Sequence[str], series: Sequence[Bars], *, value_label: str,
@@ -257,8 +259,9 @@ def bar_chart(ident: str, title: str, categories: Sequence[str], series: Sequenc
             x1 = x(offset + v) if stacked else x(v)
             top_px = row_top if stacked else row_top + j * bar_px
             tip = f"{name} — {s.label}: {value_format(v)}" if len(series) > 1 else f"{name}: {value_format(v)}"
+            fill = s.colours[i] if s.colours else c
             parts.append(f'<rect x="{coord(x0)}" y="{coord(top_px)}" width="{coord(max(x1 - x0, 0.5))}" height="{coord(bar_px - 1)}" '
-                         f'fill="{c}"><title>{escape(tip)}</title></rect>')
+                         f'fill="{fill}"><title>{escape(tip)}</title></rect>')
             if stacked:
                 offset += v
             else:
