@@ -1,7 +1,7 @@
 """`kvplan report`: a simulation or sweep result as one self-contained HTML page, or as Markdown.
 
 The inputs are the files the other commands write (`kvplan simulate --out`, with `--seeds` and
-`--ablate`, and `kvplan sweep --out`), made here from the local example cut down to a few dozen
+`--ablate`, `kvplan sweep --out`, `kvplan size --out`, `kvplan capacity --out` and `kvplan plan --json`), made here from the local example cut down to a few dozen
 requests. The page is then opened in a real browser (Debian's `chromium`, headless): every plot
 must be drawn, nothing may be loaded from elsewhere and nothing may log an error.
 """
@@ -41,15 +41,21 @@ def files(tmp_path_factory) -> dict[str, Path]:
     spec = tmp / "small.yaml"
     spec.write_text(yaml.safe_dump(with_changes(example_data("local"), **SMALL)))
     made = {"result": tmp / "result.json", "ablation": tmp / "ablation.json", "grid": tmp / "grid.json",
-            "line": tmp / "line.json", "size": tmp / "size.json"}
+            "line": tmp / "line.json", "size": tmp / "size.json", "capacity": tmp / "capacity.json",
+            "plan": tmp / "plan.json"}
     commands = [("simulate", spec, "--out", made["result"]), ("size", spec, "--out", made["size"]),
                 ("simulate", spec, "--ablate", "--seeds", "2", "--out", made["ablation"]),
                 ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,4/s", "--vary", "lmcache.ddr.size=256MiB,1GiB",
                  "--no-cache", "--out", made["grid"]),
-                ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,2/s,4/s", "--no-cache", "--out", made["line"])]
+                ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,2/s,4/s", "--no-cache", "--out", made["line"]),
+                ("capacity", spec, "--slo", "ttft_p99=1s", "--seeds", "2", "--low", "2/s", "--high", "32/s",
+                 "--no-cache", "--out", made["capacity"])]
     for command in commands:
         result = kvplan(*command)
         assert result.exit_code == 0, result.output
+    plan = kvplan("plan", spec, "--rate", "2/s", "--slo", "ttft_p99=2s", "--max-instances", "1", "--no-cache", "--json")
+    assert plan.exit_code == 0, plan.output
+    made["plan"].write_text(plan.stdout)          # `kvplan plan --json > plan.json`
     return made
 
 
@@ -223,6 +229,92 @@ def test_markdown_has_the_same_tables_and_names_the_plots(files, tmp_path):
     assert "<svg" not in md
 
 
+def test_every_json_kvplan_writes_becomes_a_page(files, tmp_path):
+    """simulate (one run, --seeds --ablate), sweep, size, capacity and plan: each file is read by its keys."""
+    titles = {}
+    for which, source in files.items():
+        result = kvplan("report", source, "-o", tmp_path / f"{which}.html")
+        assert result.exit_code == 0, f"{which}: {result.output}"
+        titles[which] = re.search(r"<h1>(.*?)</h1>", (tmp_path / f"{which}.html").read_text())[1]
+    assert titles["plan"].startswith("plan: #") and " at $" in titles["plan"]
+    assert titles["capacity"].startswith("local: capacity ")
+
+
+def test_a_plan_page_holds_the_answer_the_ledger_and_cost_against_the_slo(files, tmp_path):
+    plan = json.loads(files["plan"].read_text())
+    page = report(files["plan"], tmp_path / "plan.html")
+    for heading in ("Answer", "Ledger", "Cost against the SLO"):
+        assert f"<h2>{heading}</h2>" in page
+    assert "<caption>Every candidate, cheapest first</caption>" in page
+    assert page.count("<td>WINNER</td>") == 1 and f'<th scope="row">{plan["winner"]}</th>' in page
+    assert len(re.findall(r"<tr>", page.split("Every candidate, cheapest first")[1])) >= len(plan["candidates"])
+    assert re.search(r'<title id="fig-\d+-title">Cost against TTFT p99</title>', page)
+    simulated = [c for c in plan["candidates"] if c["measured"]]
+    assert f"{len(simulated)} simulated candidates; on the frontier: " in page
+    assert "SLO: TTFT p99 2 s" in page                        # the target drawn as a line
+
+
+def test_a_plan_page_shows_headroom_when_the_file_carries_one(files, tmp_path):
+    """A later kvplan adds headroom to the plan; the page shows what it finds, never drops it."""
+    plan = json.loads(files["plan"].read_text())
+    plan["headroom"] = {"rate_per_s": 3.5, "share": 0.75}
+    winner = next(c for c in plan["candidates"] if c["index"] == plan["winner"])
+    winner["capacity"] = 3.5
+    source = tmp_path / "plan.json"
+    source.write_text(json.dumps(plan))
+    page = report(source, tmp_path / "plan.html")
+    assert "<caption>The winner&#39;s headroom</caption>" in page and '<th scope="row">capacity</th>' in page
+    assert "Also in this plan file: headroom" in page and '<th scope="row">headroom: rate_per_s</th>' in page
+
+
+def test_a_capacity_page_draws_latency_against_load_with_the_limit_marked(files, tmp_path):
+    found = json.loads(files["capacity"].read_text())
+    page = report(files["capacity"], tmp_path / "capacity.html")
+    assert "<h2>Latency against load</h2>" in page and "<caption>Every probe, by load</caption>" in page
+    plot = re.search(r"<svg[^>]*>\s*<title[^>]*>TTFT p99 against load</title>.*?</svg>", page, re.S)[0]
+    assert re.search(r'<g class="mark"><title>capacity [\d.]+/s</title>', plot)
+    assert "SLO TTFT p99 1 s" in plot
+    assert plot.count("<circle") == sum(1 for p in found["probes"] if p["metrics"].get("ttft_p99"))
+
+
+def test_an_ablation_over_seeds_keeps_every_seed(files, tmp_path):
+    """--ablate --seeds 2 writes each setup's run under each seed; the page compares their means and lists each."""
+    data = json.loads(files["ablation"].read_text())
+    assert all([r["seed"] for r in entry["results"]] == [1, 2] for entry in data["ablation"])
+    page = report(files["ablation"], tmp_path / "report.html")
+    assert "<h1>local: 2 seeds (1..2), ablation (2 seeds)</h1>" in page
+    assert "<caption>TTFT p99 of each setup under each seed</caption>" in page
+    assert "vs the row above (2 seeds, paired)" in page
+
+
+def test_an_ablation_file_of_an_earlier_kvplan_still_reads(files, tmp_path):
+    """Earlier files hold one result per setup (the first seed's): read as a one-seed ablation."""
+    data = json.loads(files["ablation"].read_text())
+    data["ablation"] = [{"setup": e["setup"], "result": e["results"][0]} for e in data["ablation"]]
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(data))
+    page = report(older, tmp_path / "report.html")
+    assert "ablation (seed 1)" in page and "TTFT p99 of each setup under each seed" not in page
+
+
+def test_a_run_page_marks_its_saturated_device(files, tmp_path):
+    """The verdict of kvplan.sim.bottleneck: named in the summary, its bar set apart in the busy shares."""
+    data = json.loads(files["result"].read_text())
+    for link in data["links"]:
+        link["utilisation"] = 0.85 if link["name"] == "nvme/0" else 0.1
+    data["engine_busy"] = [0.3 for _ in data["engine_busy"]]
+    busy = tmp_path / "busy.json"
+    busy.write_text(json.dumps(data))
+    page = report(busy, tmp_path / "report.html")
+    assert "<caption>Bottleneck</caption>" in page
+    assert "nvme/0 is 85% busy (saturated from 80%): reads and writes of the nvme tier on node 0" in page
+    plot = re.search(r"<svg[^>]*>\s*<title[^>]*>Busy share of the engines and every link</title>.*?</svg>", page, re.S)[0]
+    marked = re.findall(r'<rect [^>]*fill="#D55E00"><title>([^<]*)</title>', plot)
+    assert marked == ["nvme/0: 85%"]
+    for title in ("Requests waiting over time", "TTFT over time"):
+        assert f">{title}</title>" in page
+
+
 # --- plotting pieces -------------------------------------------------------------------------------
 
 def test_a_cdf_keeps_real_sample_values_and_ends_at_one():
@@ -360,7 +452,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.stack
-@pytest.mark.parametrize("which", ["ablation", "grid", "size"])
+@pytest.mark.parametrize("which", ["result", "ablation", "grid", "size", "capacity", "plan"])
 def test_chromium_draws_every_plot_without_errors(files, tmp_path, which):
     page = tmp_path / "report.html"
     text = report(files[which], page)
