@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from ..sweep.capacity import CapacityResult, headline
+from ..sweep.capacity import CapacityResult, Knob, headline
 from ..units import fmt_duration
 from . import svg
 from .figures import Figure, Ids
@@ -32,12 +32,16 @@ def _rate_format(result: CapacityResult) -> Callable[[float], str]:
 
 def answer_part(result: CapacityResult) -> Part:
     fmt = _rate_format(result)
+    if result.rate is None:
+        found = "none: no probed load met the SLO"
+    elif result.tested and result.low is not None and result.high is not None:
+        found = Knob(result.knob, 1.0, 1.0 if result.unit == "x" else None).fmt_interval(result.rate, result.low,
+                                                                                      result.high) + ", 95 %"
+    else:
+        found = fmt(result.rate) + ("" if result.tested else " (1 seed per probe: not tested against noise)")
     rows = [["spec path searched", result.knob],
             ["target", ", ".join(f"{_label(k)} <= {fmt_duration(v)}" for k, v in result.slo.items()) or "-"],
-            ["capacity", "-" if result.rate is None else fmt(result.rate)],
-            ["95 % interval", f"{fmt(result.low)} to {fmt(result.high)}" if result.low is not None
-             and result.high is not None and result.tested else "not tested (1 seed per probe)" if not result.tested
-             else "-"],
+            ["capacity", found + ("" if result.outcome == "found" else f" ({result.outcome.replace('_', ' ')})")],
             ["probes", f"{len(result.probes)}, {sum(len(p.seeds) for p in result.probes)} runs, at most "
                        f"{len(result.seeds)} seeds each"]]
     return Part("Answer", "The highest load at which the spec still meets its SLO.",

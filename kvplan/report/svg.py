@@ -187,7 +187,8 @@ def line_chart(ident: str, title: str, series: Sequence[Series], *, x_label: str
             cx, cy = x(px), y(py)
             if s.error:
                 e = s.error[i]
-                parts.append(f'<line x1="{coord(cx)}" y1="{coord(y(py - e))}" x2="{coord(cx)}" y2="{coord(y(py + e))}" '
+                low, high = min(y(py - e), y.a), max(y(py + e), y.b)      # cut at the plot area's edges
+                parts.append(f'<line x1="{coord(cx)}" y1="{coord(low)}" x2="{coord(cx)}" y2="{coord(high)}" '
                              f'stroke="{c}" stroke-width="1.5"/>')
             tip = f"{s.label}: {x_format(px)} → {y_format(py)}" + (f" ± {y_format(s.error[i])}" if s.error else "")
             parts.append(f'<circle cx="{coord(cx)}" cy="{coord(cy)}" r="3.5" fill="{c}"><title>{escape(tip)}</title></circle>')
