@@ -1,13 +1,15 @@
 """`kvplan report`: a simulation or sweep result as one self-contained HTML page, or as Markdown.
 
 The inputs are the files the other commands write (`kvplan simulate --out`, with `--seeds` and
-`--ablate`, `kvplan sweep --out`, `kvplan size --out`, `kvplan capacity --out` and `kvplan plan --json`), made here from the local example cut down to a few dozen
+`--ablate`, `kvplan sweep --out`, `kvplan size --out`, `kvplan capacity --out`, `kvplan plan --json` and
+`kvplan doctor --json`), made here from the local example cut down to a few dozen
 requests. The page is then opened in a real browser (Debian's `chromium`, headless): every plot
 must be drawn, nothing may be loaded from elsewhere and nothing may log an error.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -56,6 +58,10 @@ def files(tmp_path_factory) -> dict[str, Path]:
     plan = kvplan("plan", spec, "--rate", "2/s", "--slo", "ttft_p99=2s", "--max-instances", "1", "--no-cache", "--json")
     assert plan.exit_code == 0, plan.output
     made["plan"].write_text(plan.stdout)          # `kvplan plan --json > plan.json`
+    doctor = kvplan("doctor", spec, "--json", "--seeds", "2")
+    assert doctor.exit_code in (0, 6), doctor.output    # 6: it found a problem, which is what the page shows
+    made["doctor"] = tmp / "doctor.json"
+    made["doctor"].write_text(doctor.stdout)
     return made
 
 
@@ -238,6 +244,21 @@ def test_every_json_kvplan_writes_becomes_a_page(files, tmp_path):
         titles[which] = re.search(r"<h1>(.*?)</h1>", (tmp_path / f"{which}.html").read_text())[1]
     assert titles["plan"].startswith("plan: #") and " at $" in titles["plan"]
     assert titles["capacity"].startswith("local: capacity ")
+    assert titles["doctor"].startswith("local: doctor, ")
+
+
+def test_a_doctor_page_holds_the_findings_their_fixes_and_what_each_proven_fix_changed(files, tmp_path):
+    diagnosis = json.loads(files["doctor"].read_text())
+    assert diagnosis["findings"], "the small spec has a finding (its ddr tier duplicates HBM)"
+    page = report(files["doctor"], tmp_path / "doctor.html")
+    for finding in diagnosis["findings"]:
+        assert f'<th scope="row">{html.escape(finding["title"]).replace("&#x27;", "&#39;")}</th>' in page
+        if finding["fixes"]:
+            assert f"<caption>{finding['code']}: fixes</caption>" in page
+    proven = {fix["proof"]["label"] for f in diagnosis["findings"] for fix in f["fixes"]
+              if fix["proof"] and fix["proof"]["verdict"] != "refused"}
+    for label in proven:
+        assert f">{label} before and after each fix</title>" in page
 
 
 def test_a_plan_page_holds_the_answer_the_ledger_and_cost_against_the_slo(files, tmp_path):
@@ -452,7 +473,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.stack
-@pytest.mark.parametrize("which", ["result", "ablation", "grid", "size", "capacity", "plan"])
+@pytest.mark.parametrize("which", ["result", "ablation", "grid", "size", "capacity", "plan", "doctor"])
 def test_chromium_draws_every_plot_without_errors(files, tmp_path, which):
     page = tmp_path / "report.html"
     text = report(files[which], page)

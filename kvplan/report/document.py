@@ -13,6 +13,8 @@ A document is a title and a list of parts; each part has tables (`Section`s, the
 - a plan (`kvplan plan --json`): the answer, the ledger and cost against the SLO (`plan_page.py`);
 - a capacity search (`kvplan capacity --out`): the answer, the probes and latency against load
   with the limit marked (`capacity_page.py`);
+- a diagnosis (`kvplan doctor --json`): the findings, their fixes and each proven fix's metric
+  before and after (`doctor_page.py`);
 - a sweep: the points' table, heat maps (two varied paths) or per-point lines, and the cost vs
   p99 TTFT Pareto frontier when the points carry a cost;
 - a tier sizing (`kvplan size --out`): each tier's table, its hit ratio against capacity and all
@@ -46,6 +48,10 @@ def build(data: ReportInput) -> Document:
         from .plan_page import document as plan_document
 
         return plan_document(data.plan, data.path.name)
+    if data.kind == "doctor":
+        from .doctor_page import document as doctor_document
+
+        return doctor_document(data.doctor, data.path.name, data.healthy)
     if data.kind == "capacity":
         from .capacity_page import document as capacity_document
 

@@ -8,7 +8,8 @@
 - `kvplan capacity SPEC --out FILE`: a CapacityResult object (keys `knob`, `probes`, `outcome`, ...);
 - `kvplan plan SPEC --json`: the plan as data (keys `candidates`, `winner`, `search`, ...; see
   report/plan.py `plan_json`);
-- `kvplan size SPEC --out FILE`: a SizeResult object (`"kind": "size"`).
+- `kvplan size SPEC --out FILE`: a SizeResult object (`"kind": "size"`);
+- `kvplan doctor SPEC --json`: a Diagnosis (`"kind": "doctor"`, with `healthy` and, after --write, `written`).
 
 Each is recognised by the keys only it has, not by a version or kind field.
 
@@ -30,7 +31,8 @@ from ..sim.result import SimResult
 
 WRITE_ONE = ("write one with `kvplan simulate SPEC --out result.json` (or --seeds N / --ablate), "
              "`kvplan sweep SPEC --vary PATH=V1,V2 --out sweep.json`, `kvplan capacity SPEC --out capacity.json`, "
-             "`kvplan plan SPEC --rate R --json > plan.json` or `kvplan size SPEC --out size.json`")
+             "`kvplan plan SPEC --rate R --json > plan.json`, `kvplan size SPEC --out size.json` or "
+             "`kvplan doctor SPEC --json > doctor.json`")
 
 
 @dataclass
@@ -39,7 +41,7 @@ class ReportInput:
 
     path: Path
     kind: str
-    """'result', 'seeds', 'ablation', 'sweep', 'capacity', 'plan' or 'size'."""
+    """'result', 'seeds', 'ablation', 'sweep', 'capacity', 'plan', 'size' or 'doctor'."""
     results: list[SimResult] = field(default_factory=list)
     ablation: list[tuple[str, list[SimResult]]] = field(default_factory=list)
     """Each setup of an ablation with its runs, one per seed (one only in files of earlier kvplan versions)."""
@@ -53,6 +55,10 @@ class ReportInput:
     """A kvplan.sweep.capacity.CapacityResult when kind == 'capacity'."""
     plan: Any = None
     """A kvplan.report.plan_page.PlanFile when kind == 'plan'."""
+    doctor: Any = None
+    """A kvplan.doctor.finding.Diagnosis when kind == 'doctor'."""
+    healthy: bool | None = None
+    """The diagnosis's verdict as `kvplan doctor --json` wrote it."""
 
 
 def _problem(path: Path, message: str, fix: str, where: str = "(file)", value: Any = None) -> SpecError:
@@ -108,6 +114,13 @@ def load(path: str | Path) -> ReportInput:
         from ..sizing import SizeResult
 
         return ReportInput(path, "size", size=_validated(path, SizeResult, data, ""))
+    if data.get("kind") == "doctor":
+        from ..doctor.finding import Diagnosis
+
+        healthy = data.pop("healthy", None)
+        data.pop("written", None)                 # what --write wrote: paths, not part of the diagnosis
+        return ReportInput(path, "doctor", doctor=_validated(path, Diagnosis, data, ""),
+                           healthy=healthy if isinstance(healthy, bool) else None)
     if "points" in data and "varied" in data:
         from ..sweep.result import SweepResult
 
@@ -122,8 +135,8 @@ def load(path: str | Path) -> ReportInput:
         return ReportInput(path, "plan", plan=_validated(path, PlanFile, data, ""))
     raise _problem(path, "is JSON but not a kvplan result: expected a simulation result (keys spec_hash, "
                          "per_request), `{\"results\": [...]}` from --seeds/--ablate, a sweep (keys varied, points), "
-                         "a capacity search (keys knob, probes), a plan (keys candidates, winner) or a sizing "
-                         "(\"kind\": \"size\")", WRITE_ONE, value=sorted(data)[:8])
+                         "a capacity search (keys knob, probes), a plan (keys candidates, winner), a sizing "
+                         "(\"kind\": \"size\") or a diagnosis (\"kind\": \"doctor\")", WRITE_ONE, value=sorted(data)[:8])
 
 
 def _simulate_payload(path: Path, data: dict) -> ReportInput:
