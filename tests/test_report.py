@@ -2,7 +2,7 @@
 
 The inputs are the files the other commands write (`kvplan simulate --out`, with `--seeds` and
 `--ablate`, `kvplan sweep --out`, `kvplan size --out`, `kvplan capacity --out`, `kvplan plan --json` and
-`kvplan doctor --json`), made here from the local example cut down to a few dozen
+`kvplan doctor --json`, `kvplan compare --json`), made here from the local example cut down to a few dozen
 requests. The page is then opened in a real browser (Debian's `chromium`, headless): every plot
 must be drawn, nothing may be loaded from elsewhere and nothing may log an error.
 """
@@ -62,6 +62,11 @@ def files(tmp_path_factory) -> dict[str, Path]:
     assert doctor.exit_code in (0, 6), doctor.output    # 6: it found a problem, which is what the page shows
     made["doctor"] = tmp / "doctor.json"
     made["doctor"].write_text(doctor.stdout)
+    recorded = REPO / "tests" / "fixtures" / "fidelity-zen1"       # a benchmark run recorded on a real stack
+    compare = kvplan("compare", recorded / "chat.yaml", "--observed", recorded / "run-chat", "--json")
+    assert compare.exit_code == 0, compare.output
+    made["compare"] = tmp / "compare.json"
+    made["compare"].write_text(compare.stdout)
     return made
 
 
@@ -245,6 +250,19 @@ def test_every_json_kvplan_writes_becomes_a_page(files, tmp_path):
     assert titles["plan"].startswith("plan: #") and " at $" in titles["plan"]
     assert titles["capacity"].startswith("local: capacity ")
     assert titles["doctor"].startswith("local: doctor, ")
+    assert titles["compare"] == f"predicted against observed: {len(json.loads(files['compare'].read_text()))} metrics"
+
+
+def test_a_compare_page_gives_each_metric_its_error_as_compare_prints_it(files, tmp_path):
+    rows = {row["metric"]: row for row in json.loads(files["compare"].read_text())}
+    page = report(files["compare"], tmp_path / "compare.html")
+    ttft = rows["TTFT p50"]
+    assert re.search(rf'<th scope="row">TTFT p50</th><td>[^<]+</td><td>[^<]+</td><td>{ttft["error"] * 100:+.1f} %</td>',
+                     page)
+    hbm = rows["prompt tokens from hbm"]                 # a share: its error is in percentage points already
+    assert f'<td>{hbm["error"]:+.1f} pp</td>' in page
+    for title in ("Latency: predicted and observed", "Relative error of each metric"):
+        assert f">{title}</title>" in page
 
 
 def test_a_doctor_page_holds_the_findings_their_fixes_and_what_each_proven_fix_changed(files, tmp_path):
@@ -473,7 +491,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.stack
-@pytest.mark.parametrize("which", ["result", "ablation", "grid", "size", "capacity", "plan", "doctor"])
+@pytest.mark.parametrize("which", ["result", "ablation", "grid", "size", "capacity", "plan", "doctor", "compare"])
 def test_chromium_draws_every_plot_without_errors(files, tmp_path, which):
     page = tmp_path / "report.html"
     text = report(files[which], page)

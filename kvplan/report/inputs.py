@@ -9,7 +9,9 @@
 - `kvplan plan SPEC --json`: the plan as data (keys `candidates`, `winner`, `search`, ...; see
   report/plan.py `plan_json`);
 - `kvplan size SPEC --out FILE`: a SizeResult object (`"kind": "size"`);
-- `kvplan doctor SPEC --json`: a Diagnosis (`"kind": "doctor"`, with `healthy` and, after --write, `written`).
+- `kvplan doctor SPEC --json`: a Diagnosis (`"kind": "doctor"`, with `healthy` and, after --write, `written`);
+- `kvplan compare SPEC --observed RUN --json`: a list of rows (keys `metric`, `unit`, `predicted`, `observed`,
+  `error`).
 
 Each is recognised by the keys only it has, not by a version or kind field.
 
@@ -32,7 +34,7 @@ from ..sim.result import SimResult
 WRITE_ONE = ("write one with `kvplan simulate SPEC --out result.json` (or --seeds N / --ablate), "
              "`kvplan sweep SPEC --vary PATH=V1,V2 --out sweep.json`, `kvplan capacity SPEC --out capacity.json`, "
              "`kvplan plan SPEC --rate R --json > plan.json`, `kvplan size SPEC --out size.json` or "
-             "`kvplan doctor SPEC --json > doctor.json`")
+             "`kvplan doctor SPEC --json > doctor.json` or `kvplan compare SPEC --observed RUN --json > compare.json`")
 
 
 @dataclass
@@ -41,7 +43,7 @@ class ReportInput:
 
     path: Path
     kind: str
-    """'result', 'seeds', 'ablation', 'sweep', 'capacity', 'plan', 'size' or 'doctor'."""
+    """'result', 'seeds', 'ablation', 'sweep', 'capacity', 'plan', 'size', 'doctor' or 'compare'."""
     results: list[SimResult] = field(default_factory=list)
     ablation: list[tuple[str, list[SimResult]]] = field(default_factory=list)
     """Each setup of an ablation with its runs, one per seed (one only in files of earlier kvplan versions)."""
@@ -59,6 +61,8 @@ class ReportInput:
     """A kvplan.doctor.finding.Diagnosis when kind == 'doctor'."""
     healthy: bool | None = None
     """The diagnosis's verdict as `kvplan doctor --json` wrote it."""
+    compare: list[Any] = field(default_factory=list)
+    """kvplan.report.compare_page.CompareRow's when kind == 'compare'."""
 
 
 def _problem(path: Path, message: str, fix: str, where: str = "(file)", value: Any = None) -> SpecError:
@@ -102,6 +106,12 @@ def load(path: str | Path) -> ReportInput:
                        f"{WRITE_ONE}") from None
     except (ValueError, RecursionError) as exc:           # a number past Python's digit limit, nesting past its stack
         raise _problem(path, f"is not a JSON file kvplan reads: {str(exc)[:120]}", WRITE_ONE) from None
+    if isinstance(data, list) and data and all(isinstance(row, dict) and {"metric", "predicted", "observed"} <= set(row)
+                                               for row in data):
+        from .compare_page import CompareRow
+
+        return ReportInput(path, "compare", compare=[_validated(path, CompareRow, row, str(i))
+                                                     for i, row in enumerate(data)])
     if not isinstance(data, dict):
         raise _problem(path, f"holds a JSON {type(data).__name__}, not a kvplan result object",
                        WRITE_ONE, value=_preview(data))
