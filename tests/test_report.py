@@ -2,7 +2,8 @@
 
 The inputs are the files the other commands write (`kvplan simulate --out`, with `--seeds` and
 `--ablate`, `kvplan sweep --out`, `kvplan size --out`, `kvplan capacity --out`, `kvplan plan --json` and
-`kvplan doctor --json`, `kvplan compare --json`), made here from the local example cut down to a few dozen
+`kvplan doctor --json`, `kvplan compare --json`; `kvplan observe --json`, which needs a live stack, as
+it would write it), made here from the local example cut down to a few dozen
 requests. The page is then opened in a real browser (Debian's `chromium`, headless): every plot
 must be drawn, nothing may be loaded from elsewhere and nothing may log an error.
 """
@@ -24,6 +25,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kvplan.cli import app
+from kvplan.live.observe import Component, Snapshot
 from kvplan.report import scatter, svg
 from kvplan.report.figures import cdf
 
@@ -67,6 +69,14 @@ def files(tmp_path_factory) -> dict[str, Path]:
     assert compare.exit_code == 0, compare.output
     made["compare"] = tmp / "compare.json"
     made["compare"].write_text(compare.stdout)
+    made["snapshot"] = tmp / "snapshot.json"      # `kvplan observe --json` needs a live stack: its JSON as it writes it
+    made["snapshot"].write_text(Snapshot(
+        taken_at=1_700_000_000.0,
+        components=[Component(name="vllm http://127.0.0.1:8000", up=True), Component(name="lmcache", up=True),
+                    Component(name="ceph", up=False, detail="ceph df: timed out")],
+        vllm={"http://127.0.0.1:8000": {"prompt_tokens": 1000.0, "hbm_tokens": 600.0, "lmcache_tokens": 250.0,
+                                        "computed_tokens": 150.0}},
+        lmcache={"lookup_requested_tokens": 400.0, "lookup_hit_tokens": 250.0}, ceph=None).model_dump_json())
     return made
 
 
@@ -250,7 +260,26 @@ def test_every_json_kvplan_writes_becomes_a_page(files, tmp_path):
     assert titles["plan"].startswith("plan: #") and " at $" in titles["plan"]
     assert titles["capacity"].startswith("local: capacity ")
     assert titles["doctor"].startswith("local: doctor, ")
+    assert titles["snapshot"] == "live snapshot: 2/3 components up"
     assert titles["compare"] == f"predicted against observed: {len(json.loads(files['compare'].read_text()))} metrics"
+
+
+def test_a_snapshot_page_lists_the_components_and_draws_where_prompt_tokens_came_from(files, tmp_path):
+    page = report(files["snapshot"], tmp_path / "snapshot.html")
+    assert '<th scope="row">ceph</th><td>DOWN</td><td>ceph df: timed out</td>' in page
+    bars = re.findall(r'<rect [^>]*><title>http://127.0.0.1:8000 — ([^<]*)</title>', page)
+    assert bars == ["hbm (prefix cache): 60%", "LMCache: 25%", "computed: 15%"]
+
+
+@pytest.mark.parametrize("command, says", [("validate", "is the resolved spec `kvplan validate --json` prints"),
+                                           ("catalog", "is the catalog `kvplan catalog --json` prints")])
+def test_json_that_is_not_an_answer_is_refused_with_what_it_is(tmp_path, command, says):
+    printed = kvplan(command, *(["examples/local.yaml"] if command == "validate" else []), "--json")
+    assert printed.exit_code == 0, printed.output
+    source = tmp_path / f"{command}.json"
+    source.write_text(printed.stdout)
+    result = kvplan("report", source, "-o", tmp_path / "r.html")
+    assert result.exit_code == 1 and says in result.output and "fix:" in result.output
 
 
 def test_a_compare_page_gives_each_metric_its_error_as_compare_prints_it(files, tmp_path):
@@ -491,7 +520,8 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.stack
-@pytest.mark.parametrize("which", ["result", "ablation", "grid", "size", "capacity", "plan", "doctor", "compare"])
+@pytest.mark.parametrize("which", ["result", "ablation", "grid", "size", "capacity", "plan", "doctor", "compare",
+                                   "snapshot"])
 def test_chromium_draws_every_plot_without_errors(files, tmp_path, which):
     page = tmp_path / "report.html"
     text = report(files[which], page)

@@ -16,6 +16,7 @@ A document is a title and a list of parts; each part has tables (`Section`s, the
 - a diagnosis (`kvplan doctor --json`): the findings, their fixes and each proven fix's metric
   before and after (`doctor_page.py`);
 - a comparison with a live run (`kvplan compare --json`): predicted against observed (`compare_page.py`);
+- a live snapshot (`kvplan observe --json`): components, counters, prompt sources (`observe_page.py`);
 - a sweep: the points' table, heat maps (two varied paths) or per-point lines, and the cost vs
   p99 TTFT Pareto frontier when the points carry a cost;
 - a tier sizing (`kvplan size --out`): each tier's table, its hit ratio against capacity and all
@@ -49,6 +50,10 @@ def build(data: ReportInput) -> Document:
         from .plan_page import document as plan_document
 
         return plan_document(data.plan, data.path.name)
+    if data.kind == "snapshot":
+        from .observe_page import document as snapshot_document
+
+        return snapshot_document(data.snapshot, data.path.name)
     if data.kind == "compare":
         from .compare_page import document as compare_document
 

@@ -10,13 +10,16 @@
   report/plan.py `plan_json`);
 - `kvplan size SPEC --out FILE`: a SizeResult object (`"kind": "size"`);
 - `kvplan doctor SPEC --json`: a Diagnosis (`"kind": "doctor"`, with `healthy` and, after --write, `written`);
+- `kvplan observe SPEC --target URL --json`: a Snapshot (keys `taken_at`, `components`, `vllm`, ...);
 - `kvplan compare SPEC --observed RUN --json`: a list of rows (keys `metric`, `unit`, `predicted`, `observed`,
   `error`).
 
 Each is recognised by the keys only it has, not by a version or kind field.
 
-Anything else (a missing file, broken JSON, another tool's JSON, a result written by an
-incompatible kvplan) is a `SpecError` naming the file, what is wrong and how to get a good file.
+`kvplan validate --json` (a resolved spec) and `kvplan catalog --json` (reference data) are not answers:
+they are refused with what they are and the command that prints them. Anything else (a missing file,
+broken JSON, another tool's JSON, a result written by an incompatible kvplan) is a `SpecError` naming
+the file, what is wrong and how to get a good file.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from ..sim.result import SimResult
 
 WRITE_ONE = ("write one with `kvplan simulate SPEC --out result.json` (or --seeds N / --ablate), "
              "`kvplan sweep SPEC --vary PATH=V1,V2 --out sweep.json`, `kvplan capacity SPEC --out capacity.json`, "
-             "`kvplan plan SPEC --rate R --json > plan.json`, `kvplan size SPEC --out size.json` or "
-             "`kvplan doctor SPEC --json > doctor.json` or `kvplan compare SPEC --observed RUN --json > compare.json`")
+             "`kvplan plan SPEC --rate R --json > plan.json`, `kvplan size SPEC --out size.json`, "
+             "`kvplan doctor SPEC --json > doctor.json`, `kvplan observe SPEC --json > snapshot.json` or "
+             "`kvplan compare SPEC --observed RUN --json > compare.json`")
 
 
 @dataclass
@@ -43,7 +47,7 @@ class ReportInput:
 
     path: Path
     kind: str
-    """'result', 'seeds', 'ablation', 'sweep', 'capacity', 'plan', 'size', 'doctor' or 'compare'."""
+    """'result', 'seeds', 'ablation', 'sweep', 'capacity', 'plan', 'size', 'doctor', 'compare' or 'snapshot'."""
     results: list[SimResult] = field(default_factory=list)
     ablation: list[tuple[str, list[SimResult]]] = field(default_factory=list)
     """Each setup of an ablation with its runs, one per seed (one only in files of earlier kvplan versions)."""
@@ -61,6 +65,8 @@ class ReportInput:
     """A kvplan.doctor.finding.Diagnosis when kind == 'doctor'."""
     healthy: bool | None = None
     """The diagnosis's verdict as `kvplan doctor --json` wrote it."""
+    snapshot: Any = None
+    """A kvplan.live.observe.Snapshot when kind == 'snapshot'."""
     compare: list[Any] = field(default_factory=list)
     """kvplan.report.compare_page.CompareRow's when kind == 'compare'."""
 
@@ -131,6 +137,10 @@ def load(path: str | Path) -> ReportInput:
         data.pop("written", None)                 # what --write wrote: paths, not part of the diagnosis
         return ReportInput(path, "doctor", doctor=_validated(path, Diagnosis, data, ""),
                            healthy=healthy if isinstance(healthy, bool) else None)
+    if "taken_at" in data and "components" in data:
+        from ..live.observe import Snapshot
+
+        return ReportInput(path, "snapshot", snapshot=_validated(path, Snapshot, data, ""))
     if "points" in data and "varied" in data:
         from ..sweep.result import SweepResult
 
@@ -143,10 +153,19 @@ def load(path: str | Path) -> ReportInput:
         from .plan_page import PlanFile
 
         return ReportInput(path, "plan", plan=_validated(path, PlanFile, data, ""))
+    if "kv_bytes_per_token" in data and "hbm_blocks" in data:
+        raise _problem(path, "is the resolved spec `kvplan validate --json` prints: a spec's numbers, not an answer "
+                             "to show", "`kvplan validate SPEC` prints them as tables; for a page, simulate the spec: "
+                                        "`kvplan simulate SPEC --out result.json`, then `kvplan report result.json`")
+    if "llms" in data and "devices" in data:
+        raise _problem(path, "is the catalog `kvplan catalog --json` prints: reference data, not an answer to show",
+                       f"`kvplan catalog` prints it as tables; {WRITE_ONE}")
     raise _problem(path, "is JSON but not a kvplan result: expected a simulation result (keys spec_hash, "
                          "per_request), `{\"results\": [...]}` from --seeds/--ablate, a sweep (keys varied, points), "
                          "a capacity search (keys knob, probes), a plan (keys candidates, winner), a sizing "
-                         "(\"kind\": \"size\") or a diagnosis (\"kind\": \"doctor\")", WRITE_ONE, value=sorted(data)[:8])
+                         "(\"kind\": \"size\"), a diagnosis (\"kind\": \"doctor\"), a live snapshot (keys taken_at, "
+                         "components) or a comparison (a list of rows with metric, predicted, observed)", WRITE_ONE,
+                   value=sorted(data)[:8])
 
 
 def _simulate_payload(path: Path, data: dict) -> ReportInput:
