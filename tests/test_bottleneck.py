@@ -34,6 +34,7 @@ def test_a_run_far_from_saturation_names_the_busiest_and_gives_no_next_step(smal
     assert not verdict.saturated and verdict.busy < SATURATED
     assert verdict.verdict().startswith("bottleneck: none; nothing is 80% busy (the busiest, ")
     assert verdict.next_step() is None
+    assert verdict.verdict(seed=2).startswith("bottleneck (seed 2): none; ")       # simulate --seeds N: whose run
 
 
 def test_a_saturated_nvme_drive_is_named_with_what_waits_on_it_and_how_to_relieve_it(small):
@@ -47,7 +48,7 @@ def test_a_saturated_nvme_drive_is_named_with_what_waits_on_it_and_how_to_reliev
 def test_busy_engines_mean_requests_queue_for_a_batch_slot(small):
     verdict = bottleneck(busy(small, 0.97, {"nvme/0": 0.85}))
     assert verdict.name == "engines"
-    assert "requests queue for a batch slot (mean queue" in verdict.verdict()
+    assert "requests queue for a batch slot (mean wait" in verdict.verdict()
     assert "serving.instances" in verdict.next_step() and "kvplan plan" in verdict.next_step()
 
 

@@ -146,7 +146,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..sim.bottleneck import bottleneck
 
     verdict = bottleneck(results[0])        # the last word: what saturates, and the next step that points at it
-    out.print(verdict.verdict() + (f" (seed {results[0].seed})" if seeds > 1 else ""))
+    out.print(verdict.verdict(results[0].seed if seeds > 1 else None))
     if verdict.next_step():
         out.print(verdict.next_step())
     if ablation:

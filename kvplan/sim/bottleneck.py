@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..units import fmt_duration
 from .result import SimResult
 
 SATURATED = 0.8
@@ -41,12 +42,13 @@ class Bottleneck:
     def saturated(self) -> bool:
         return self.busy >= SATURATED
 
-    def verdict(self) -> str:
-        """One line: which link or device saturates and what waits on it, or that none does."""
+    def verdict(self, seed: int | None = None) -> str:
+        """One line: which link or device saturates and what waits on it, or that none does (`seed`: say whose run)."""
+        head = "bottleneck" if seed is None else f"bottleneck (seed {seed})"
         if self.saturated:
-            return (f"bottleneck: {self.name} is {self.busy:.0%} busy (saturated from {SATURATED:.0%}): "
+            return (f"{head}: {self.name} is {self.busy:.0%} busy (saturated from {SATURATED:.0%}): "
                     f"{self.waits}")
-        return (f"bottleneck: none; nothing is {SATURATED:.0%} busy (the busiest, {self.name}, is {self.busy:.0%} "
+        return (f"{head}: none; nothing is {SATURATED:.0%} busy (the busiest, {self.name}, is {self.busy:.0%} "
                 "busy)")
 
     def next_step(self) -> str | None:
@@ -58,7 +60,7 @@ def _what(name: str, queue_s: float) -> tuple[str, str]:
     """(what waits on the resource `name`, what relieves it)."""
     kind, _, where = name.partition("/")
     if kind == ENGINES:
-        return (f"requests queue for a batch slot (mean queue {queue_s * 1000:.3g} ms)",
+        return (f"requests queue for a batch slot (mean wait {fmt_duration(queue_s)})",
                 "more instances or a faster accelerator (serving.instances, serving.gpu; `kvplan plan` "
                 "finds the cheapest that meets the SLO, `kvplan capacity` the rate this one sustains)")
     if kind == "nvme":
