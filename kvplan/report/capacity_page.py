@@ -72,8 +72,7 @@ def curves_part(result: CapacityResult, ids: Ids) -> Part:
     probes = sorted(result.probes, key=lambda p: p.rate)
     marks = [(result.rate, f"capacity {fmt(result.rate)}")] if result.rate is not None else []
     for key, target in result.slo.items():
-        points = [(p.rate, p.metrics[key]) for p in probes if p.metrics.get(key) is not None]
-        points = [(r, s) for r, s in points if s is not None and math.isfinite(s.mean)]
+        points = [(p.rate, stat) for p in probes if (stat := p.metrics.get(key)) is not None and math.isfinite(stat.mean)]
         if not points:
             continue
         rates = [r for r, _ in points]
