@@ -57,17 +57,17 @@ def _finding_tables(f: Finding) -> list[Section]:
         out.append(Section(f"{f.code}: evidence", None, [[k, _evidence(v)] for k, v in f.evidence.items()]))
     if f.fixes:
         fixes = Section(f"{f.code}: fixes", ["fix", "changes", "metric", "before", "after", "verdict"])
-        for fix in f.fixes:
+        for n, fix in enumerate(f.fixes, 1):
             p = fix.proof
             changes = "; ".join(str(c) for c in fix.changes)
             if p is None:
-                fixes.rows.append([fix.summary, changes, fix.metric, "-", "-", "not simulated"])
+                fixes.rows.append([f"#{n} {fix.summary}", changes, fix.metric, "-", "-", "not simulated"])
                 continue
             fmt = _fmt(p.unit)
             after = fmt(p.after) + (f" ± {fmt(p.after_ci95)}" if len(p.seeds) > 1 else "")
             verdict = p.verdict + (f": {p.refused}" if p.refused else "") + \
                 (f" ({'; '.join(p.broken)})" if p.broken else "")
-            fixes.rows.append([fix.summary, changes, p.label, fmt(p.before),
+            fixes.rows.append([f"#{n} {fix.summary}", changes, p.label, fmt(p.before),
                                "-" if p.verdict == "refused" else after, verdict])
         out.append(fixes)
     if f.action:
@@ -80,20 +80,20 @@ def proofs_part(d: Diagnosis, ids: Ids) -> Part:
                                               "per metric.")
     by_metric: dict[str, list] = {}
     for f in d.findings:
-        for fix in f.fixes:
+        for n, fix in enumerate(f.fixes, 1):
             if fix.proof is not None and fix.proof.verdict != "refused":
-                by_metric.setdefault(fix.proof.label, []).append((f, fix))
+                by_metric.setdefault(fix.proof.label, []).append((f"{f.code} #{n}", fix))
     for label, fixes in by_metric.items():
         unit = fixes[0][1].proof.unit
         title = f"{label} before and after each fix"
         ident = ids()
-        names = [f"{f.code}: {fix.summary}" for f, fix in fixes]
+        names = [name for name, _ in fixes]             # short: the fixes table gives each #n its summary
         chart = svg.bar_chart(ident, title, names,
                               [svg.Bars("before", [fix.proof.before for _, fix in fixes], svg.colour(0)),
                                svg.Bars("after", [fix.proof.after for _, fix in fixes], svg.colour(1))],
                               value_label=label, value_format=_fmt(unit),
                               desc=f"{label} of the spec as written and of each changed spec, mean over the seeds.")
-        verdicts = "; ".join(f"{fix.summary}: {fix.proof.verdict}" for _, fix in fixes)
+        verdicts = "; ".join(f"{name} ({fix.summary}): {fix.proof.verdict}" for name, fix in fixes)
         part.figures.append(Figure(ident, title, chart, f"Mean over {len(d.seeds)} seed(s). {verdicts}."))
     if not part.figures:
         part.notes.append("No fix was simulated: the findings carry no proven change (or --no-prove left them out).")

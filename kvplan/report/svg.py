@@ -216,7 +216,9 @@ def bar_chart(ident: str, title: str, categories: Sequence[str], series: Sequenc
     `stacked` into one bar."""
     colours = [s.colour or colour(i) for i, s in enumerate(series)]
     keyed = len(series) > 1
-    label_w = min(200, 12 + max((label_px(c) for c in categories), default=label_px('name')))
+    # capitals are wider than label_px's average character: "TPOT mean" needs about 8 px more
+    label_w = min(200, 12 + max((label_px(c) + 1.6 * sum(ch.isupper() for ch in c) for c in categories),
+                                default=label_px('name')))
     left = max(70, label_w)
     top = 14 + (16 * _legend_rows([s.label for s in series], left, WIDTH - 24) if keyed else 0)
     per_row = 1 if stacked else len(series)
