@@ -1,13 +1,16 @@
 """`kvplan report`: a simulation or sweep result as one self-contained HTML page, or as Markdown.
 
 The inputs are the files the other commands write (`kvplan simulate --out`, with `--seeds` and
-`--ablate`, and `kvplan sweep --out`), made here from the local example cut down to a few dozen
+`--ablate`, `kvplan sweep --out`, `kvplan size --out`, `kvplan capacity --out`, `kvplan plan --json` and
+`kvplan doctor --json`, `kvplan compare --json`; `kvplan observe --json`, which needs a live stack, as
+it would write it), made here from the local example cut down to a few dozen
 requests. The page is then opened in a real browser (Debian's `chromium`, headless): every plot
 must be drawn, nothing may be loaded from elsewhere and nothing may log an error.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -22,6 +25,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kvplan.cli import app
+from kvplan.live.observe import Component, Snapshot
 from kvplan.report import scatter, svg
 from kvplan.report.figures import cdf
 
@@ -41,15 +45,38 @@ def files(tmp_path_factory) -> dict[str, Path]:
     spec = tmp / "small.yaml"
     spec.write_text(yaml.safe_dump(with_changes(example_data("local"), **SMALL)))
     made = {"result": tmp / "result.json", "ablation": tmp / "ablation.json", "grid": tmp / "grid.json",
-            "line": tmp / "line.json", "size": tmp / "size.json"}
+            "line": tmp / "line.json", "size": tmp / "size.json", "capacity": tmp / "capacity.json",
+            "plan": tmp / "plan.json"}
     commands = [("simulate", spec, "--out", made["result"]), ("size", spec, "--out", made["size"]),
                 ("simulate", spec, "--ablate", "--seeds", "2", "--out", made["ablation"]),
                 ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,4/s", "--vary", "lmcache.ddr.size=256MiB,1GiB",
                  "--no-cache", "--out", made["grid"]),
-                ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,2/s,4/s", "--no-cache", "--out", made["line"])]
+                ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,2/s,4/s", "--no-cache", "--out", made["line"]),
+                ("capacity", spec, "--slo", "ttft_p99=1s", "--seeds", "2", "--low", "2/s", "--high", "32/s",
+                 "--no-cache", "--out", made["capacity"])]
     for command in commands:
         result = kvplan(*command)
         assert result.exit_code == 0, result.output
+    plan = kvplan("plan", spec, "--rate", "2/s", "--slo", "ttft_p99=2s", "--max-instances", "1", "--no-cache", "--json")
+    assert plan.exit_code == 0, plan.output
+    made["plan"].write_text(plan.stdout)          # `kvplan plan --json > plan.json`
+    doctor = kvplan("doctor", spec, "--json", "--seeds", "2")
+    assert doctor.exit_code in (0, 6), doctor.output    # 6: it found a problem, which is what the page shows
+    made["doctor"] = tmp / "doctor.json"
+    made["doctor"].write_text(doctor.stdout)
+    recorded = REPO / "tests" / "fixtures" / "fidelity-zen1"       # a benchmark run recorded on a real stack
+    compare = kvplan("compare", recorded / "chat.yaml", "--observed", recorded / "run-chat", "--json")
+    assert compare.exit_code == 0, compare.output
+    made["compare"] = tmp / "compare.json"
+    made["compare"].write_text(compare.stdout)
+    made["snapshot"] = tmp / "snapshot.json"      # `kvplan observe --json` needs a live stack: its JSON as it writes it
+    made["snapshot"].write_text(Snapshot(
+        taken_at=1_700_000_000.0,
+        components=[Component(name="vllm http://127.0.0.1:8000", up=True), Component(name="lmcache", up=True),
+                    Component(name="ceph", up=False, detail="ceph df: timed out")],
+        vllm={"http://127.0.0.1:8000": {"prompt_tokens": 1000.0, "hbm_tokens": 600.0, "lmcache_tokens": 250.0,
+                                        "computed_tokens": 150.0}},
+        lmcache={"lookup_requested_tokens": 400.0, "lookup_hit_tokens": 250.0}, ceph=None).model_dump_json())
     return made
 
 
@@ -66,8 +93,9 @@ def test_a_run_becomes_one_page_with_its_tables_and_plots(files, tmp_path):
     for heading in ("Summary", "Latency", "Where the KV came from", "Links", "Over time", "Cost"):
         assert f"<h2>{heading}</h2>" in page
     for title in ("TTFT: share of requests within x", "TPOT: share of requests within x", "Where prompt KV came from",
-                  "Hit ratio per tier", "Link and device utilisation", "Bytes moved per link",
-                  "HBM KV block utilisation over time", "Cost per hour by tier"):
+                  "Hit ratio per tier", "Busy share of the engines and every link", "Bytes moved per link",
+                  "Requests waiting over time", "TTFT over time", "HBM KV block utilisation over time",
+                  "Cost per hour by tier"):
         assert re.search(rf'<title id="fig-\d+-title">{re.escape(title)}</title>', page), title
     assert "<caption>Where prompt KV came from</caption>" in page      # the same tables kvplan simulate prints
 
@@ -215,11 +243,144 @@ def test_a_sweep_with_cost_per_point_draws_the_frontier(files, tmp_path):
 
 def test_markdown_has_the_same_tables_and_names_the_plots(files, tmp_path):
     md = report(files["ablation"], tmp_path / "report.md")
-    assert md.startswith("# local: 2 seeds (1..2), ablation (seed 1)\n")
+    assert md.startswith("# local: 2 seeds (1..2), ablation (2 seeds)\n")
     assert "| setup | req/s | TTFT p50 | TTFT p99 | TPOT p50 | E2E p50 | recomputed | HBM blocks |" in md
     assert "| tier | tokens | share | tok hit | chunk hit | read | written | evicted | peak fill |" in md
     assert "- TTFT: share of requests within x: Empirical CDF" in md
     assert "<svg" not in md
+
+
+def test_every_json_kvplan_writes_becomes_a_page(files, tmp_path):
+    """simulate (one run, --seeds --ablate), sweep, size, capacity and plan: each file is read by its keys."""
+    titles = {}
+    for which, source in files.items():
+        result = kvplan("report", source, "-o", tmp_path / f"{which}.html")
+        assert result.exit_code == 0, f"{which}: {result.output}"
+        titles[which] = re.search(r"<h1>(.*?)</h1>", (tmp_path / f"{which}.html").read_text())[1]
+    assert titles["plan"].startswith("plan: #") and " at $" in titles["plan"]
+    assert titles["capacity"].startswith("local: capacity ")
+    assert titles["doctor"].startswith("local: doctor, ")
+    assert titles["snapshot"] == "live snapshot: 2/3 components up"
+    assert titles["compare"] == f"predicted against observed: {len(json.loads(files['compare'].read_text()))} metrics"
+
+
+def test_a_snapshot_page_lists_the_components_and_draws_where_prompt_tokens_came_from(files, tmp_path):
+    page = report(files["snapshot"], tmp_path / "snapshot.html")
+    assert '<th scope="row">ceph</th><td>DOWN</td><td>ceph df: timed out</td>' in page
+    bars = re.findall(r'<rect [^>]*><title>http://127.0.0.1:8000 — ([^<]*)</title>', page)
+    assert bars == ["hbm (prefix cache): 60%", "LMCache: 25%", "computed: 15%"]
+
+
+@pytest.mark.parametrize("command, says", [("validate", "is the resolved spec `kvplan validate --json` prints"),
+                                           ("catalog", "is the catalog `kvplan catalog --json` prints")])
+def test_json_that_is_not_an_answer_is_refused_with_what_it_is(tmp_path, command, says):
+    printed = kvplan(command, *(["examples/local.yaml"] if command == "validate" else []), "--json")
+    assert printed.exit_code == 0, printed.output
+    source = tmp_path / f"{command}.json"
+    source.write_text(printed.stdout)
+    result = kvplan("report", source, "-o", tmp_path / "r.html")
+    assert result.exit_code == 1 and says in result.output and "fix:" in result.output
+
+
+def test_a_compare_page_gives_each_metric_its_error_as_compare_prints_it(files, tmp_path):
+    rows = {row["metric"]: row for row in json.loads(files["compare"].read_text())}
+    page = report(files["compare"], tmp_path / "compare.html")
+    ttft = rows["TTFT p50"]
+    assert re.search(rf'<th scope="row">TTFT p50</th><td>[^<]+</td><td>[^<]+</td><td>{ttft["error"] * 100:+.1f} %</td>',
+                     page)
+    hbm = rows["prompt tokens from hbm"]                 # a share: its error is in percentage points already
+    assert f'<td>{hbm["error"]:+.1f} pp</td>' in page
+    for title in ("Latency: predicted and observed", "Relative error of each metric"):
+        assert f">{title}</title>" in page
+
+
+def test_a_doctor_page_holds_the_findings_their_fixes_and_what_each_proven_fix_changed(files, tmp_path):
+    diagnosis = json.loads(files["doctor"].read_text())
+    assert diagnosis["findings"], "the small spec has a finding (its ddr tier duplicates HBM)"
+    page = report(files["doctor"], tmp_path / "doctor.html")
+    for finding in diagnosis["findings"]:
+        assert f'<th scope="row">{html.escape(finding["title"]).replace("&#x27;", "&#39;")}</th>' in page
+        if finding["fixes"]:
+            assert f"<caption>{finding['code']}: fixes</caption>" in page
+    proven = {fix["proof"]["label"] for f in diagnosis["findings"] for fix in f["fixes"]
+              if fix["proof"] and fix["proof"]["verdict"] != "refused"}
+    for label in proven:
+        assert f">{label} before and after each fix</title>" in page
+
+
+def test_a_plan_page_holds_the_answer_the_ledger_and_cost_against_the_slo(files, tmp_path):
+    plan = json.loads(files["plan"].read_text())
+    page = report(files["plan"], tmp_path / "plan.html")
+    for heading in ("Answer", "Ledger", "Cost against the SLO"):
+        assert f"<h2>{heading}</h2>" in page
+    assert "<caption>Every candidate, cheapest first</caption>" in page
+    assert page.count("<td>WINNER</td>") == 1 and f'<th scope="row">{plan["winner"]}</th>' in page
+    assert len(re.findall(r"<tr>", page.split("Every candidate, cheapest first")[1])) >= len(plan["candidates"])
+    assert re.search(r'<title id="fig-\d+-title">Cost against TTFT p99</title>', page)
+    simulated = [c for c in plan["candidates"] if c["measured"]]
+    assert f"{len(simulated)} simulated candidates; on the frontier: " in page
+    assert "SLO: TTFT p99 2 s" in page                        # the target drawn as a line
+
+
+def test_a_plan_page_shows_headroom_when_the_file_carries_one(files, tmp_path):
+    """A later kvplan adds headroom to the plan; the page shows what it finds, never drops it."""
+    plan = json.loads(files["plan"].read_text())
+    plan["headroom"] = {"rate_per_s": 3.5, "share": 0.75}
+    winner = next(c for c in plan["candidates"] if c["index"] == plan["winner"])
+    winner["capacity"] = 3.5
+    source = tmp_path / "plan.json"
+    source.write_text(json.dumps(plan))
+    page = report(source, tmp_path / "plan.html")
+    assert "<caption>The winner&#39;s headroom</caption>" in page and '<th scope="row">capacity</th>' in page
+    assert "Also in this plan file: headroom" in page and '<th scope="row">headroom: rate_per_s</th>' in page
+
+
+def test_a_capacity_page_draws_latency_against_load_with_the_limit_marked(files, tmp_path):
+    found = json.loads(files["capacity"].read_text())
+    page = report(files["capacity"], tmp_path / "capacity.html")
+    assert "<h2>Latency against load</h2>" in page and "<caption>Every probe, by load</caption>" in page
+    plot = re.search(r"<svg[^>]*>\s*<title[^>]*>TTFT p99 against load</title>.*?</svg>", page, re.S)[0]
+    assert re.search(r'<g class="mark"><title>capacity [\d.]+/s</title>', plot)
+    assert "SLO TTFT p99 1 s" in plot
+    assert plot.count("<circle") == sum(1 for p in found["probes"] if p["metrics"].get("ttft_p99"))
+
+
+def test_an_ablation_over_seeds_keeps_every_seed(files, tmp_path):
+    """--ablate --seeds 2 writes each setup's run under each seed; the page compares their means and lists each."""
+    data = json.loads(files["ablation"].read_text())
+    assert all([r["seed"] for r in entry["results"]] == [1, 2] for entry in data["ablation"])
+    page = report(files["ablation"], tmp_path / "report.html")
+    assert "<h1>local: 2 seeds (1..2), ablation (2 seeds)</h1>" in page
+    assert "<caption>TTFT p99 of each setup under each seed</caption>" in page
+    assert "vs the row above (2 seeds, paired)" in page
+
+
+def test_an_ablation_file_of_an_earlier_kvplan_still_reads(files, tmp_path):
+    """Earlier files hold one result per setup (the first seed's): read as a one-seed ablation."""
+    data = json.loads(files["ablation"].read_text())
+    data["ablation"] = [{"setup": e["setup"], "result": e["results"][0]} for e in data["ablation"]]
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(data))
+    page = report(older, tmp_path / "report.html")
+    assert "ablation (seed 1)" in page and "TTFT p99 of each setup under each seed" not in page
+
+
+def test_a_run_page_marks_its_saturated_device(files, tmp_path):
+    """The verdict of kvplan.sim.bottleneck: named in the summary, its bar set apart in the busy shares."""
+    data = json.loads(files["result"].read_text())
+    for link in data["links"]:
+        link["utilisation"] = 0.85 if link["name"] == "nvme/0" else 0.1
+    data["engine_busy"] = [0.3 for _ in data["engine_busy"]]
+    busy = tmp_path / "busy.json"
+    busy.write_text(json.dumps(data))
+    page = report(busy, tmp_path / "report.html")
+    assert "<caption>Bottleneck</caption>" in page
+    assert "nvme/0 is 85% busy (saturated from 80%): reads and writes of the nvme tier on node 0" in page
+    plot = re.search(r"<svg[^>]*>\s*<title[^>]*>Busy share of the engines and every link</title>.*?</svg>", page, re.S)[0]
+    marked = re.findall(r'<rect [^>]*fill="#D55E00"><title>([^<]*)</title>', plot)
+    assert marked == ["nvme/0: 85%"]
+    for title in ("Requests waiting over time", "TTFT over time"):
+        assert f">{title}</title>" in page
 
 
 # --- plotting pieces -------------------------------------------------------------------------------
@@ -359,7 +520,8 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.stack
-@pytest.mark.parametrize("which", ["ablation", "grid", "size"])
+@pytest.mark.parametrize("which", ["result", "ablation", "grid", "size", "capacity", "plan", "doctor", "compare",
+                                   "snapshot"])
 def test_chromium_draws_every_plot_without_errors(files, tmp_path, which):
     page = tmp_path / "report.html"
     text = report(files[which], page)

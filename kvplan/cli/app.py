@@ -123,8 +123,8 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         else:
             payload = {"results": results}
             if ablation:
-                # the first seed's runs: the shape `kvplan report` reads (the table above has every seed)
-                payload["ablation"] = [{"setup": name, "result": rs[0]} for name, rs in ablation]
+                # every seed's run of every setup, as the table above compares them (`kvplan report` reads it)
+                payload["ablation"] = [{"setup": name, "results": rs} for name, rs in ablation]
         if cost is not None:
             payload["cost"] = cost
         data = to_json(payload, indent=1).decode() + "\n"
@@ -143,6 +143,12 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=replayed, rated=loads is None,
                                                     listed=loads is None or listable(loads)):
         out.print(line)
+    from ..sim.bottleneck import bottleneck
+
+    verdict = bottleneck(results[0])        # the last word: what saturates, and the next step that points at it
+    out.print(verdict.verdict(results[0].seed if seeds > 1 else None))
+    if verdict.next_step():
+        out.print(verdict.next_step())
     if ablation:
         err.print(f"ablation on {seeds} seeds: a change is marked within noise when its paired 95 % interval holds 0"
                   if seeds > 1 else "ablation on 1 seed: its changes are not tested against the noise; "

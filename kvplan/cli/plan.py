@@ -273,11 +273,13 @@ def size(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         emit(data, out_file, False, "result")
 
 
-def report(result_or_sweep: str = typer.Argument(..., help="JSON from `kvplan simulate --out` (one run, --seeds, --ablate) "
-                                                      "or `kvplan sweep --out`."),
+def report(result_or_sweep: str = typer.Argument(..., help="JSON kvplan wrote: `simulate --out` (one run, --seeds, "
+                                                      "--ablate), `sweep --out`, `size --out`, `capacity --out`, "
+                                                      "`plan --json`, `doctor --json`, `observe --json` or "
+                                                      "`compare --json`."),
                out_file: str = typer.Option(..., "-o", "--out", help="The report: .html (one self-contained page "
                                                                       "with plots) or .md (the tables as Markdown).")) -> None:
-    """Turn a simulation or sweep result into a report: plots and tables in one offline HTML page, or Markdown."""
+    """Turn any answer kvplan wrote as JSON into a report: plots and tables in one offline HTML page, or Markdown."""
     from ..errors import Problem
     from ..report import document, html, inputs
 

@@ -22,13 +22,12 @@ import math
 
 import numpy as np
 
+from ..sim.bottleneck import SATURATED     # a link busier than this share of the run is saturated, as simulate says
 from ..units import fmt_bytes, fmt_duration
 from .case import METRICS, Case
 from .tail import against, noise, severity
 from .finding import Change, Finding, Fix
 
-SATURATED = 0.8
-"""A link busier than this share of the run is saturated: queueing on it grows without bound near 1."""
 NEAR_FULL = 0.75
 """The ceph tier's share of the pool above which a full tier leaves too little room below Ceph's 85 % nearfull."""
 TARGET_FILL = 0.6

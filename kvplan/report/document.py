@@ -3,11 +3,20 @@
 A document is a title and a list of parts; each part has tables (`Section`s, the same ones
 `kvplan simulate` prints) and figures (`figures.py`). What goes in depends on the input:
 
-- one simulation: the summary, latency CDFs, where the KV came from, links, utilisation over
+- one simulation: the summary with the bottleneck verdict (kvplan.sim.bottleneck), latency CDFs,
+  where the KV came from, links (the bottleneck marked), the queue, TTFT and utilisation over
   time, and the cost when the file carries one;
 - several seeds: the mean ± CI table, the seeds' CDFs overlaid, then the first seed in detail;
-- an ablation: the comparison table and its plots, then the spec as written in detail (both
-  parts, seeds first, for `--seeds N --ablate`);
+- an ablation: the comparison table over every seed (mean ± CI, paired tests), each setup's TTFT
+  p99 per seed, the plots of the first seed, then the spec as written in detail (both parts,
+  seeds first, for `--seeds N --ablate`);
+- a plan (`kvplan plan --json`): the answer, the ledger and cost against the SLO (`plan_page.py`);
+- a capacity search (`kvplan capacity --out`): the answer, the probes and latency against load
+  with the limit marked (`capacity_page.py`);
+- a diagnosis (`kvplan doctor --json`): the findings, their fixes and each proven fix's metric
+  before and after (`doctor_page.py`);
+- a comparison with a live run (`kvplan compare --json`): predicted against observed (`compare_page.py`);
+- a live snapshot (`kvplan observe --json`): components, counters, prompt sources (`observe_page.py`);
 - a sweep: the points' table, heat maps (two varied paths) or per-point lines, and the cost vs
   p99 TTFT Pareto frontier when the points carry a cost;
 - a tier sizing (`kvplan size --out`): each tier's table, its hit ratio against capacity and all
@@ -24,7 +33,8 @@ from .figures import Figure, Ids
 from .inputs import ReportInput
 from .markdown import markdown
 from .page import Document, Part
-from .sections import ablation_section, result_sections, seeds_section
+from ..units import fmt_duration
+from .sections import Section, ablation_section, result_sections, seeds_section
 from .sizing import document as size_document
 from .sweep import sweep_section
 
@@ -36,6 +46,26 @@ def build(data: ReportInput) -> Document:
         return _sweep_document(data, ids)
     if data.kind == "size":
         return size_document(data, ids)
+    if data.kind == "plan":
+        from .plan_page import document as plan_document
+
+        return plan_document(data.plan, data.path.name)
+    if data.kind == "snapshot":
+        from .observe_page import document as snapshot_document
+
+        return snapshot_document(data.snapshot, data.path.name)
+    if data.kind == "compare":
+        from .compare_page import document as compare_document
+
+        return compare_document(data.compare, data.path.name)
+    if data.kind == "doctor":
+        from .doctor_page import document as doctor_document
+
+        return doctor_document(data.doctor, data.path.name, data.healthy)
+    if data.kind == "capacity":
+        from .capacity_page import document as capacity_document
+
+        return capacity_document(data.capacity, data.path.name)
     first = data.results[0]
     subtitle = f"spec {first.spec_hash[:12]}, {data.path.name}"
     parts: list[Part] = []
@@ -44,7 +74,8 @@ def build(data: ReportInput) -> Document:
         what.append(f"{len(data.results)} seeds ({data.results[0].seed}..{data.results[-1].seed})")
         parts.append(_seeds_part(data.results, ids))
     if data.ablation:
-        what.append(f"ablation (seed {data.ablation[0][1].seed})")
+        seeds = [r.seed for r in data.ablation[0][1]]
+        what.append(f"ablation (seed {seeds[0]})" if len(seeds) == 1 else f"ablation ({len(seeds)} seeds)")
         parts.append(_ablation_part(data.ablation, ids))
     title = f"{first.name}: " + (", ".join(what) if what else f"simulation, seed {first.seed}")
     parts += _result_parts(first, ids, detail=data.kind != "result")
@@ -58,18 +89,30 @@ def build(data: ReportInput) -> Document:
 
 
 def _result_parts(res: SimResult, ids: Ids, *, detail: bool) -> list[Part]:
+    from ..sim.bottleneck import bottleneck
+    from .pressure import busy_shares, queue_length, ttft_over_time
+
     one = [("this run", res)]
+    verdict = bottleneck(res)
     heading = f"Seed {res.seed} in detail" if detail else "Summary"
-    summary = Part(heading, tables=result_sections(res))
+    summary = Part(heading, tables=result_sections(res) + [_bottleneck_section(verdict)])
     latency = Part("Latency", "Time to first token (TTFT) and time per output token (TPOT) of every request.",
                    figures=[fig.latency_cdf(ids, "ttft", one, what="this run"),
                             fig.latency_cdf(ids, "tpot", one, what="this run")])
     kv = Part("Where the KV came from", figures=_drawn(fig.kv_sources(ids, one, what="run"),
                                                        fig.lmcache_shares(ids, one, what="run"),
                                                        fig.hit_ratios(ids, res), fig.tier_bytes(ids, res)))
-    links = Part("Links", figures=_drawn(fig.link_utilisation(ids, res), fig.link_bytes(ids, res)))
-    time = Part("Over time", figures=[fig.block_utilisation(ids, res), fig.tier_fill(ids, res)])
+    links = Part("Links", verdict.verdict(), figures=_drawn(busy_shares(ids, res, verdict), fig.link_bytes(ids, res)))
+    time = Part("Over time", figures=_drawn(queue_length(ids, res), ttft_over_time(ids, res),
+                                            fig.block_utilisation(ids, res), fig.tier_fill(ids, res)))
     return [summary, latency, kv, links, time]
+
+
+def _bottleneck_section(verdict) -> Section:
+    rows = [["verdict", verdict.verdict().removeprefix("bottleneck: ")]]
+    if verdict.saturated:
+        rows.append(["next", verdict.fix])
+    return Section("Bottleneck", None, rows)
 
 
 def _drawn(*figures: Figure | None) -> list[Figure]:
@@ -86,15 +129,27 @@ def _seeds_part(results: list[SimResult], ids: Ids) -> Part:
                                fig.lmcache_shares(ids, runs, what="seed")))
 
 
-def _ablation_part(ablation: list[tuple[str, SimResult]], ids: Ids) -> Part:
-    return Part("Ablation", "The same workload and seed with the cache hierarchy built up one tier at a time: "
-                            "each row adds one tier to the row above.",
-                tables=[ablation_section(ablation)],
-                figures=_drawn(fig.latency_cdf(ids, "ttft", ablation, what="setup"),
-                               fig.latency_bars(ids, ablation, "ttft", what="setup"),
-                               fig.latency_cdf(ids, "tpot", ablation, what="setup"),
-                               fig.kv_sources(ids, ablation, what="setup"),
-                               fig.lmcache_shares(ids, ablation, what="setup")))
+def _ablation_part(ablation: list[tuple[str, list[SimResult]]], ids: Ids) -> Part:
+    seeds = [r.seed for r in ablation[0][1]]
+    first = [(name, runs[0]) for name, runs in ablation]
+    tables = [ablation_section([(name, list(runs)) for name, runs in ablation])]
+    intro = ("The same workload with the cache hierarchy built up one tier at a time: each row adds one tier to the "
+             "row above")
+    if len(seeds) > 1:
+        per_seed = Section("TTFT p99 of each setup under each seed", ["setup", *(f"seed {s}" for s in seeds)])
+        for name, runs in ablation:
+            per_seed.rows.append([name, *(fmt_duration(r.ttft.p99) for r in runs)])
+        tables.append(per_seed)
+        intro += (f". The table compares the means over {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}), paired by seed; "
+                  f"the plots show seed {seeds[0]}.")
+    else:
+        intro += f", seed {seeds[0]}; --seeds 3 tests each change against the noise."
+    return Part("Ablation", intro, tables=tables,
+                figures=_drawn(fig.latency_cdf(ids, "ttft", first, what="setup"),
+                               fig.latency_bars(ids, first, "ttft", what="setup"),
+                               fig.latency_cdf(ids, "tpot", first, what="setup"),
+                               fig.kv_sources(ids, first, what="setup"),
+                               fig.lmcache_shares(ids, first, what="setup")))
 
 
 def _cost_part(cost: Any, ids: Ids) -> Part:

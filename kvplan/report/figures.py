@@ -160,19 +160,6 @@ def hit_ratios(ids: Ids, res: SimResult) -> Figure:
 
 # --- links and tiers ----------------------------------------------------------------------------
 
-def link_utilisation(ids: Ids, res: SimResult) -> Figure:
-    links = list(res.links)
-    title = "Link and device utilisation"
-    ident = ids()
-    chart = svg.bar_chart(ident, title, [link.name for link in links],
-                          [svg.Bars("utilisation", [link.utilisation for link in links], svg.colour(0))],
-                          value_label="share of the run busy", value_format=svg.fmt_share,
-                          desc="Share of the simulated time each link or device had a transfer in flight.")
-    return Figure(ident, title, chart,
-                  "PCIe per instance (h2d loads, d2h stores), NVMe per node, NICs of the serving nodes and Ceph "
-                  "hosts, and each Ceph host's OSDs.")
-
-
 def link_bytes(ids: Ids, res: SimResult) -> Figure | None:
     links = [link for link in res.links if not link.name.startswith(DEVICE_LINKS)]
     if not links:
@@ -184,7 +171,7 @@ def link_bytes(ids: Ids, res: SimResult) -> Figure | None:
                           value_label="bytes moved", value_format=svg.fmt_bytes,
                           desc="Bytes each bandwidth link carried during the run.")
     return Figure(ident, title, chart,
-                  "Bandwidth links only: NVMe drives and OSDs are modelled in device time (see utilisation).")
+                  "Bandwidth links only: NVMe drives and OSDs are modelled in device time (see the busy shares).")
 
 
 def tier_bytes(ids: Ids, res: SimResult) -> Figure:
@@ -400,6 +387,6 @@ def pareto(ids: Ids, sweep, cost_per_hour: Callable) -> Figure | None:
     return Figure(ident, title, chart, caption)
 
 
-__all__ = ["Figure", "Ids", "cdf", "latency_cdf", "kv_sources", "hit_ratios", "link_utilisation", "link_bytes",
+__all__ = ["Figure", "Ids", "cdf", "latency_cdf", "kv_sources", "hit_ratios", "link_bytes",
            "tier_bytes", "block_utilisation", "tier_fill", "latency_bars", "SWEEP_METRICS", "sweep_heat_map",
            "sweep_line", "pareto", "point_cost", "cost_breakdown", "kv_tier_cost", "lmcache_shares"]

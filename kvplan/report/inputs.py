@@ -2,12 +2,24 @@
 
 - `kvplan simulate SPEC --out FILE`: one SimResult object (keys `spec_hash`, `per_request`, ...);
 - `kvplan simulate SPEC --seeds N --out FILE` and/or `--ablate`: `{"results": [SimResult, ...],
-  "ablation": [{"setup": NAME, "result": SimResult}, ...]}` (`ablation` only with `--ablate`);
+  "ablation": [{"setup": NAME, "results": [SimResult, ...]}, ...]}` (`ablation` only with `--ablate`; one
+  result per seed; files of earlier kvplan versions hold one `"result"` per setup, the first seed's);
 - `kvplan sweep ... --out FILE`: a SweepResult object (keys `varied`, `points`, ...);
-- `kvplan size SPEC --out FILE`: a SizeResult object (`"kind": "size"`).
+- `kvplan capacity SPEC --out FILE`: a CapacityResult object (keys `knob`, `probes`, `outcome`, ...);
+- `kvplan plan SPEC --json`: the plan as data (keys `candidates`, `winner`, `search`, ...; see
+  report/plan.py `plan_json`);
+- `kvplan size SPEC --out FILE`: a SizeResult object (`"kind": "size"`);
+- `kvplan doctor SPEC --json`: a Diagnosis (`"kind": "doctor"`, with `healthy` and, after --write, `written`);
+- `kvplan observe SPEC --target URL --json`: a Snapshot (keys `taken_at`, `components`, `vllm`, ...);
+- `kvplan compare SPEC --observed RUN --json`: a list of rows (keys `metric`, `unit`, `predicted`, `observed`,
+  `error`).
 
-Anything else (a missing file, broken JSON, another tool's JSON, a result written by an
-incompatible kvplan) is a `SpecError` naming the file, what is wrong and how to get a good file.
+Each is recognised by the keys only it has, not by a version or kind field.
+
+`kvplan validate --json` (a resolved spec) and `kvplan catalog --json` (reference data) are not answers:
+they are refused with what they are and the command that prints them. Anything else (a missing file,
+broken JSON, another tool's JSON, a result written by an incompatible kvplan) is a `SpecError` naming
+the file, what is wrong and how to get a good file.
 """
 
 from __future__ import annotations
@@ -23,7 +35,10 @@ from ..errors import Problem, SpecError
 from ..sim.result import SimResult
 
 WRITE_ONE = ("write one with `kvplan simulate SPEC --out result.json` (or --seeds N / --ablate), "
-             "or `kvplan sweep SPEC --vary PATH=V1,V2 --out sweep.json`")
+             "`kvplan sweep SPEC --vary PATH=V1,V2 --out sweep.json`, `kvplan capacity SPEC --out capacity.json`, "
+             "`kvplan plan SPEC --rate R --json > plan.json`, `kvplan size SPEC --out size.json`, "
+             "`kvplan doctor SPEC --json > doctor.json`, `kvplan observe SPEC --json > snapshot.json` or "
+             "`kvplan compare SPEC --observed RUN --json > compare.json`")
 
 
 @dataclass
@@ -32,15 +47,28 @@ class ReportInput:
 
     path: Path
     kind: str
-    """'result', 'seeds', 'ablation', 'sweep' or 'size'."""
+    """'result', 'seeds', 'ablation', 'sweep', 'capacity', 'plan', 'size', 'doctor', 'compare' or 'snapshot'."""
     results: list[SimResult] = field(default_factory=list)
-    ablation: list[tuple[str, SimResult]] = field(default_factory=list)
+    ablation: list[tuple[str, list[SimResult]]] = field(default_factory=list)
+    """Each setup of an ablation with its runs, one per seed (one only in files of earlier kvplan versions)."""
     sweep: Any = None
     """A kvplan.sweep.result.SweepResult when kind == 'sweep'."""
     cost: Any = None
     """The kvplan.cost.CostBreakdown of the spec as written, when the file carries one."""
     size: Any = None
     """A kvplan.sizing.SizeResult when kind == 'size'."""
+    capacity: Any = None
+    """A kvplan.sweep.capacity.CapacityResult when kind == 'capacity'."""
+    plan: Any = None
+    """A kvplan.report.plan_page.PlanFile when kind == 'plan'."""
+    doctor: Any = None
+    """A kvplan.doctor.finding.Diagnosis when kind == 'doctor'."""
+    healthy: bool | None = None
+    """The diagnosis's verdict as `kvplan doctor --json` wrote it."""
+    snapshot: Any = None
+    """A kvplan.live.observe.Snapshot when kind == 'snapshot'."""
+    compare: list[Any] = field(default_factory=list)
+    """kvplan.report.compare_page.CompareRow's when kind == 'compare'."""
 
 
 def _problem(path: Path, message: str, fix: str, where: str = "(file)", value: Any = None) -> SpecError:
@@ -84,6 +112,12 @@ def load(path: str | Path) -> ReportInput:
                        f"{WRITE_ONE}") from None
     except (ValueError, RecursionError) as exc:           # a number past Python's digit limit, nesting past its stack
         raise _problem(path, f"is not a JSON file kvplan reads: {str(exc)[:120]}", WRITE_ONE) from None
+    if isinstance(data, list) and data and all(isinstance(row, dict) and {"metric", "predicted", "observed"} <= set(row)
+                                               for row in data):
+        from .compare_page import CompareRow
+
+        return ReportInput(path, "compare", compare=[_validated(path, CompareRow, row, str(i))
+                                                     for i, row in enumerate(data)])
     if not isinstance(data, dict):
         raise _problem(path, f"holds a JSON {type(data).__name__}, not a kvplan result object",
                        WRITE_ONE, value=_preview(data))
@@ -96,13 +130,42 @@ def load(path: str | Path) -> ReportInput:
         from ..sizing import SizeResult
 
         return ReportInput(path, "size", size=_validated(path, SizeResult, data, ""))
+    if data.get("kind") == "doctor":
+        from ..doctor.finding import Diagnosis
+
+        healthy = data.pop("healthy", None)
+        data.pop("written", None)                 # what --write wrote: paths, not part of the diagnosis
+        return ReportInput(path, "doctor", doctor=_validated(path, Diagnosis, data, ""),
+                           healthy=healthy if isinstance(healthy, bool) else None)
+    if "taken_at" in data and "components" in data:
+        from ..live.observe import Snapshot
+
+        return ReportInput(path, "snapshot", snapshot=_validated(path, Snapshot, data, ""))
     if "points" in data and "varied" in data:
         from ..sweep.result import SweepResult
 
         return ReportInput(path, "sweep", sweep=_validated(path, SweepResult, data, ""))
+    if "probes" in data and "knob" in data:
+        from ..sweep.capacity import CapacityResult
+
+        return ReportInput(path, "capacity", capacity=_validated(path, CapacityResult, data, ""))
+    if "candidates" in data and "winner" in data:
+        from .plan_page import PlanFile
+
+        return ReportInput(path, "plan", plan=_validated(path, PlanFile, data, ""))
+    if "kv_bytes_per_token" in data and "hbm_blocks" in data:
+        raise _problem(path, "is the resolved spec `kvplan validate --json` prints: a spec's numbers, not an answer "
+                             "to show", "`kvplan validate SPEC` prints them as tables; for a page, simulate the spec: "
+                                        "`kvplan simulate SPEC --out result.json`, then `kvplan report result.json`")
+    if "llms" in data and "devices" in data:
+        raise _problem(path, "is the catalog `kvplan catalog --json` prints: reference data, not an answer to show",
+                       f"`kvplan catalog` prints it as tables; {WRITE_ONE}")
     raise _problem(path, "is JSON but not a kvplan result: expected a simulation result (keys spec_hash, "
-                         "per_request), `{\"results\": [...]}` from --seeds/--ablate, or a sweep (keys varied, points)",
-                   WRITE_ONE, value=sorted(data)[:8])
+                         "per_request), `{\"results\": [...]}` from --seeds/--ablate, a sweep (keys varied, points), "
+                         "a capacity search (keys knob, probes), a plan (keys candidates, winner), a sizing "
+                         "(\"kind\": \"size\"), a diagnosis (\"kind\": \"doctor\"), a live snapshot (keys taken_at, "
+                         "components) or a comparison (a list of rows with metric, predicted, observed)", WRITE_ONE,
+                   value=sorted(data)[:8])
 
 
 def _simulate_payload(path: Path, data: dict) -> ReportInput:
@@ -117,10 +180,15 @@ def _simulate_payload(path: Path, data: dict) -> ReportInput:
         raise _problem(path, "`ablation` is not a list", WRITE_ONE, where="ablation")
     ablation = []
     for i, entry in enumerate(ablation_data):
-        if not isinstance(entry, dict) or set(entry) != {"setup", "result"}:
-            raise _problem(path, "each ablation entry is {\"setup\": NAME, \"result\": {...}}", WRITE_ONE,
-                           where=f"ablation.{i}", value=_preview(entry))
-        ablation.append((str(entry["setup"]), _validated(path, SimResult, entry["result"], f"ablation.{i}.result")))
+        if not isinstance(entry, dict) or set(entry) not in ({"setup", "results"}, {"setup", "result"}) \
+                or not isinstance(entry.get("results", []), list) or entry.get("results") == []:
+            raise _problem(path, "each ablation entry is {\"setup\": NAME, \"results\": [{...}, ...]} (one result "
+                                 "per seed)", WRITE_ONE, where=f"ablation.{i}", value=_preview(entry))
+        if "result" in entry:        # an earlier kvplan kept the first seed only
+            runs = [_validated(path, SimResult, entry["result"], f"ablation.{i}.result")]
+        else:
+            runs = [_validated(path, SimResult, r, f"ablation.{i}.results.{j}") for j, r in enumerate(entry["results"])]
+        ablation.append((str(entry["setup"]), runs))
     kind = "ablation" if ablation else "seeds" if len(results) > 1 else "result"
     return ReportInput(path, kind, results=results, ablation=ablation, cost=_cost(path, data.get("cost")))
 

@@ -187,7 +187,8 @@ def line_chart(ident: str, title: str, series: Sequence[Series], *, x_label: str
             cx, cy = x(px), y(py)
             if s.error:
                 e = s.error[i]
-                parts.append(f'<line x1="{coord(cx)}" y1="{coord(y(py - e))}" x2="{coord(cx)}" y2="{coord(y(py + e))}" '
+                low, high = min(y(py - e), y.a), max(y(py + e), y.b)      # cut at the plot area's edges
+                parts.append(f'<line x1="{coord(cx)}" y1="{coord(low)}" x2="{coord(cx)}" y2="{coord(high)}" '
                              f'stroke="{c}" stroke-width="1.5"/>')
             tip = f"{s.label}: {x_format(px)} → {y_format(py)}" + (f" ± {y_format(s.error[i])}" if s.error else "")
             parts.append(f'<circle cx="{coord(cx)}" cy="{coord(cy)}" r="3.5" fill="{c}"><title>{escape(tip)}</title></circle>')
@@ -205,6 +206,8 @@ class Bars:
     label: str
     values: Sequence[float]
     colour: str | None = None
+    colours: Sequence[str] | None = None
+    """A colour per category, overriding `colour` (one bar set apart from the rest, e.g. a bottleneck)."""
 
 
 def bar_chart(ident: str, title: str, categories: Sequence[str], series: Sequence[Bars], *, value_label: str,
@@ -213,7 +216,9 @@ def bar_chart(ident: str, title: str, categories: Sequence[str], series: Sequenc
     `stacked` into one bar."""
     colours = [s.colour or colour(i) for i, s in enumerate(series)]
     keyed = len(series) > 1
-    label_w = min(200, 12 + max((label_px(c) for c in categories), default=label_px('name')))
+    # capitals are wider than label_px's average character: "TPOT mean" needs about 8 px more
+    label_w = min(200, 12 + max((label_px(c) + 1.6 * sum(ch.isupper() for ch in c) for c in categories),
+                                default=label_px('name')))
     left = max(70, label_w)
     top = 14 + (16 * _legend_rows([s.label for s in series], left, WIDTH - 24) if keyed else 0)
     per_row = 1 if stacked else len(series)
@@ -257,8 +262,9 @@ def bar_chart(ident: str, title: str, categories: Sequence[str], series: Sequenc
             x1 = x(offset + v) if stacked else x(v)
             top_px = row_top if stacked else row_top + j * bar_px
             tip = f"{name} — {s.label}: {value_format(v)}" if len(series) > 1 else f"{name}: {value_format(v)}"
+            fill = s.colours[i] if s.colours else c
             parts.append(f'<rect x="{coord(x0)}" y="{coord(top_px)}" width="{coord(max(x1 - x0, 0.5))}" height="{coord(bar_px - 1)}" '
-                         f'fill="{c}"><title>{escape(tip)}</title></rect>')
+                         f'fill="{fill}"><title>{escape(tip)}</title></rect>')
             if stacked:
                 offset += v
             else:
