@@ -48,6 +48,9 @@ class ResolvedNvme(SpecModel):
     """The device each storing rank of an instance writes its objects to (rank r -> r % drives for per_drive)."""
     paths: list[str]
     """LMCache's directories on every node, in device order (raid0: the one on the striped volume)."""
+    own_volume: bool
+    """Each directory must lie on a mounted volume, not the root filesystem: the operator's array (raid0 over
+    several drives) or each drive (per_drive). The deploy checks it; it never builds, formats or mounts one."""
 
 
 def drive_of(tier: NvmeTier, catalog_class: NvmeClass | None) -> NvmeDrive | None:
@@ -70,7 +73,7 @@ def resolve_nvme(tier: NvmeTier, drive: NvmeDrive, storing_ranks: int, problems:
             write_bandwidth=n * drive.write_bandwidth, read_iops=n * drive.read_iops, write_iops=n * drive.write_iops,
             read_latency=drive.read_latency, write_latency=drive.write_latency)
         return ResolvedNvme(drive=drive, drives=n, layout="raid0", device=device, devices_per_node=1,
-                            rank_device=[0] * storing_ranks, paths=[tier.path])
+                            rank_device=[0] * storing_ranks, paths=[tier.path], own_volume=n > 1)
     if n > storing_ranks:
         problems.append(Problem("lmcache.nvme.drives", f"with layout: per_drive, in-process LMCache puts rank r's chunks "
                                 f"on drive r % drives, and an instance has {storing_ranks} storing rank(s), so drives "
@@ -78,7 +81,7 @@ def resolve_nvme(tier: NvmeTier, drive: NvmeDrive, storing_ranks: int, problems:
                                 f"use layout: raid0 (one volume striped over the {n} drives, built by you), or "
                                 f"drives: {storing_ranks}"))
     return ResolvedNvme(drive=drive, drives=n, layout="per_drive", device=drive, devices_per_node=n,
-                        rank_device=[r % n for r in range(storing_ranks)], paths=list(tier.paths))
+                        rank_device=[r % n for r in range(storing_ranks)], paths=list(tier.paths), own_volume=True)
 
 
 class HostMemory(SpecModel):

@@ -169,3 +169,18 @@ def test_per_drive_spreads_each_instances_ranks_over_the_drives():
     assert list(four) == ["nvme/0.0", "nvme/0.1", "nvme/0.2", "nvme/0.3"]
     assert max(four.values()) == pytest.approx(min(four.values()))    # every rank's objects are alike
     assert one["nvme/0"] / four["nvme/0.0"] == pytest.approx(4, rel=0.2)
+
+
+# ---------------------------------------------------------------------------------------------- the deployment
+
+def test_the_deploy_checks_that_several_drives_are_mounted_and_one_drive_is_left_as_it_was():
+    from kvplan.deploy.stack import build
+
+    def lmcache_vars(**changes):
+        r = resolve(spec("codegen-70b", **changes))
+        return build(r, [f"gpu-{i}" for i in range(r.nodes)], ["ceph-1"]).lmcache
+
+    one, eight = lmcache_vars(), lmcache_vars(lmcache__nvme__drives=8)
+    assert (one.lmcache_nvme_paths, one.lmcache_nvme_own_volume) == (["/mnt/nvme0/lmcache"], False)
+    assert (eight.lmcache_nvme_paths, eight.lmcache_nvme_own_volume) == (["/mnt/nvme0/lmcache"], True)
+    assert eight.lmcache_server_args == one.lmcache_server_args     # LMCache sees the same one directory

@@ -115,6 +115,8 @@ class LMCacheVars(SpecModel):
     lmcache_env: dict[str, str]
     lmcache_nvme_paths: list[str]
     """The nvme tier's directories on each node (Resolved nvme_paths; empty without the tier)."""
+    lmcache_nvme_own_volume: bool
+    """Each directory must lie on a mounted volume, not on the root filesystem (several drives: Resolved nvme)."""
     lmcache_s3_host: str | None
     """<bucket>.<rgw dns name>, which must resolve on every GPU node for virtual-hosted S3."""
 
@@ -242,15 +244,18 @@ def _lmcache(r: Resolved) -> LMCacheVars:
     cpu = r.device.kind == "cpu"
     env = {"PYTHONHASHSEED": PYTHONHASHSEED, "LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1"}
     s3_host = f"{r.ceph.rgw_bucket}.{r.ceph.rgw_dns_name}" if lm.tier("ceph") and r.ceph.access == "s3" else None
+    own_volume = r.nvme is not None and r.nvme.own_volume
     server = dict(lmcache_host=LMCACHE_HOST, lmcache_port=lm.port, lmcache_http_address=lm.http_address,
                   lmcache_http_port=lm.http_port)
     if lm.mode == "inprocess":
         return LMCacheVars(lmcache_mode="inprocess", lmcache_cpu_host=cpu, lmcache_config=inprocess_config(r),
                            lmcache_config_file=LMCACHE_CONFIG_FILE, lmcache_server_args=[], **server,
-                           lmcache_env=env, lmcache_nvme_paths=lm.nvme_paths, lmcache_s3_host=s3_host)
+                           lmcache_env=env, lmcache_nvme_paths=lm.nvme_paths, lmcache_s3_host=s3_host,
+                           lmcache_nvme_own_volume=own_volume)
     return LMCacheVars(lmcache_mode="mp", lmcache_cpu_host=cpu, lmcache_config={}, lmcache_config_file=LMCACHE_CONFIG_FILE,
                        lmcache_server_args=server_args(r), **server,
-                       lmcache_env=env, lmcache_nvme_paths=lm.nvme_paths, lmcache_s3_host=s3_host)
+                       lmcache_env=env, lmcache_nvme_paths=lm.nvme_paths, lmcache_s3_host=s3_host,
+                       lmcache_nvme_own_volume=own_volume)
 
 
 def inprocess_config(r: Resolved) -> dict[str, Any]:
