@@ -184,3 +184,17 @@ def test_the_deploy_checks_that_several_drives_are_mounted_and_one_drive_is_left
     assert (one.lmcache_nvme_paths, one.lmcache_nvme_own_volume) == (["/mnt/nvme0/lmcache"], False)
     assert (eight.lmcache_nvme_paths, eight.lmcache_nvme_own_volume) == (["/mnt/nvme0/lmcache"], True)
     assert eight.lmcache_server_args == one.lmcache_server_args     # LMCache sees the same one directory
+
+
+def test_helm_mounts_every_drives_directory_and_tells_lmcache_to_shard_by_gpu():
+    from kvplan.deploy.helm import values
+
+    r = resolve(spec("chat-llama2-13b", lmcache__ceph=None, ceph=None, lmcache__warmup=None, serving__router="round_robin",
+                     serving__gpus_per_node=2, serving__tensor_parallel=2,
+                     lmcache__nvme={"size": "1TB", "drives": 2, "layout": "per_drive", "paths": PATHS4[:2]}))
+    model = values(r, 8, "256Gi")["servingEngineSpec"]["modelSpec"][0]
+    env = {e["name"]: e["value"] for e in model["env"]}
+    assert env["LMCACHE_LOCAL_DISK"] == "file:///mnt/nvme0/lmcache/,file:///mnt/nvme1/lmcache/"
+    assert env["LMCACHE_LOCAL_DISK_PATH_SHARDING"] == "by_gpu"
+    assert [v["hostPath"]["path"] for v in model["extraVolumes"]] == PATHS4[:2]
+    assert [m["mountPath"] for m in model["extraVolumeMounts"]] == PATHS4[:2]
