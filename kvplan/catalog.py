@@ -85,6 +85,9 @@ class Device(Cited):
     """Host link, one direction."""
     nvlink: Bandwidth | None = None
     """GPU-to-GPU link, one direction per GPU."""
+    node_host_memory: Size | None = None
+    """Host memory (RAM) of the vendor's reference server for this accelerator (DGX H100: 2 TB), the default of
+    serving.host_memory; unset: the spec must say, or host memory is not checked."""
     efficiency: DeviceEfficiency | None = None
     """Default step-time coefficients (resolve refuses a device without them unless the spec sets all four)."""
 

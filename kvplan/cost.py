@@ -135,9 +135,10 @@ def cost_of(topo: Topology, resolved: Resolved, results: Sequence[Throughput] = 
     if n is not None:
         add("ddr", "capex", r.instances * n.capacity_bytes / GB, "GB",
             f"{r.instances} instance(s) x {_gb(n.capacity_bytes)} GB (vLLM native offloading)", "ddr_gb_month", DDR_PRICE)
-    if lm is not None and lm.nvme is not None:
-        add("nvme", "capex", r.nodes * lm.nvme.size / GB, "GB", f"{r.nodes} node(s) x {_gb(lm.nvme.size)} GB {lm.nvme.device}",
-            "nvme_gb_month", lm.nvme.device)
+    if lm is not None and lm.nvme is not None and r.nvme is not None:    # priced by the drive's class, per GB
+        drive = r.nvme.drive.name                # an inline drive has no catalog price unless cost.nvme_gb_month says
+        add("nvme", "capex", r.nodes * lm.nvme.size / GB, "GB", f"{r.nodes} node(s) x {_gb(lm.nvme.size)} GB {drive}"
+            + (f" on {r.nvme.drives} drives" if r.nvme.drives > 1 else ""), "nvme_gb_month", drive)
     c = topo.ceph
     if c is not None and r.ceph is not None:
         if c.deploy in OWNED_CEPH:

@@ -32,9 +32,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
-from .catalog import Catalog, CephDeviceClass, Device, Nic, NvmeClass, load_catalog, lookup
+from .catalog import Catalog, CephDeviceClass, Device, Nic, load_catalog, lookup
 from .errors import Problem, SpecError, did_you_mean
 from .kv_capacity import ProfiledMemory, profiled_memory
+from .node_storage import HostMemory, ResolvedNvme, drive_of, host_memory, resolve_nvme
 from .offload import ResolvedOffload, resolve_offload
 from .spec import Topology
 from .spec.architecture import Architecture
@@ -126,7 +127,10 @@ class ResolvedLMCache(SpecModel):
     eviction_ratio: float
     """MP mode: the fraction of a tier's capacity one batch evicts (--eviction-ratio, eviction.eviction_ratio)."""
     nvme_path: str | None
-    """Directory of the nvme tier."""
+    """Directory of the nvme tier (raid0: on the striped volume; per_drive: the first drive's)."""
+    nvme_paths: list[str] = []
+    """Every directory of the nvme tier on a node, in drive order: [nvme_path] for raid0, one per drive for
+    per_drive."""
     merging_window_s: float | None
     merging_max_tokens: int | None
     warmup_system_prompts: int
@@ -337,7 +341,11 @@ class Resolved(SpecModel):
     lmcache: ResolvedLMCache | None
     kv_offloading: ResolvedOffload | None = None
     """vLLM's native CPU offloading (serving.kv_offloading; offload.py), the other offload engine; None: off."""
-    nvme: NvmeClass | None
+    nvme: ResolvedNvme | None
+    """The nvme tier's drives and the devices the simulator queues on (node_storage.py); None without the tier."""
+    host_memory: HostMemory | None = None
+    """The node's host memory and what the deployment pins there; None where neither the spec nor the catalog
+    gives it (nothing is checked then)."""
     ceph: ResolvedCeph | None
 
     workload: Workload
@@ -351,7 +359,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
     catalog = catalog or load_catalog()
     problems: list[Problem] = []
     s, lm = topo.serving, topo.lmcache
-    model, device, nvme, ceph_class, nic = _entries(topo, catalog, problems)
+    model, device, nvme_class, ceph_class, nic = _entries(topo, catalog, problems)
     if model is None or device is None:
         raise SpecError(problems)
 
@@ -380,10 +388,17 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
     storing_ranks = 1 if model.attention == "mla" else tp
     resolved_lm = _lmcache(topo, mem.per_rank_token, storing_ranks, instances_per_node, nodes, problems) if lm else None
     ceph = _ceph(topo, ceph_class, nic, resolved_lm, problems) if topo.ceph and ceph_class and nic else None
+    drive = drive_of(lm.nvme, nvme_class) if lm and lm.nvme else None
+    nvme = resolve_nvme(lm.nvme, drive, storing_ranks, problems) if lm and lm.nvme and drive else None
     offload = None
     if s.kv_offloading is not None:
         offload = resolve_offload(s.kv_offloading, s.block_size, mem.block_bytes_per_rank, storing_ranks,
                                   device.kind == "cpu", topo.simulate_only, problems)
+    ddr = resolved_lm.tier("ddr") if resolved_lm else None
+    # what LMCache pins: MP, the server's L1; in-process, max_local_cpu_size on every rank of every instance
+    ddr_per_node = 0 if ddr is None or ddr.configured_gb is None else \
+        round(ddr.configured_gb * GIB) * (instances_per_node * tp if ddr.scope == "instance" else 1)
+    host = host_memory(device, s.host_memory, ddr_per_node, offload, instances_per_node, problems)
     step = _step_coefficients(device, s.step_model, s.step_profile, problems)
     llm_d = _llm_d(s, resolved_lm, offload, mem.hbm_blocks, problems) if s.router == "llm_d" else None
 
@@ -412,7 +427,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         weight_bytes_per_gpu=mem.weight_bytes_per_gpu, cuda_memory_bytes=_cuda_total(device), non_kv_bytes_per_gpu=mem.non_kv,
         profiled=mem.profiled, kv_budget_bytes_per_gpu=mem.kv_budget, hbm_blocks=mem.hbm_blocks,
         hbm_tokens=mem.hbm_tokens, pcie_bandwidth=device.pcie, nvlink_bandwidth=device.nvlink,
-        hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, kv_offloading=offload, nvme=nvme, ceph=ceph, workload=topo.workload,
+        hbm_bandwidth=device.memory_bandwidth, step=step, lmcache=resolved_lm, kv_offloading=offload, nvme=nvme, host_memory=host, ceph=ceph, workload=topo.workload,
         slo=topo.slo, monitoring=topo.monitoring, cost=topo.cost)
 
 
@@ -433,7 +448,7 @@ def _entries(topo: Topology, catalog: Catalog, problems: list[Problem], parsed=l
     if parsed("serving"):
         device = find(lookup, catalog.devices, topo.serving.gpu, "serving.gpu", "accelerator")
     lm = topo.lmcache if parsed("lmcache") else None
-    if lm is not None and lm.nvme is not None:
+    if lm is not None and lm.nvme is not None and isinstance(lm.nvme.device, str):   # else an inline class
         nvme = find(lookup, catalog.nvme, lm.nvme.device, "lmcache.nvme.device", "NVMe class")
     if parsed("ceph") and topo.ceph is not None:
         ceph_class = find(lookup, catalog.ceph_device_classes, topo.ceph.device_class, "ceph.device_class", "Ceph device class")
@@ -756,7 +771,8 @@ def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_
         min_retrieve_tokens=lm.min_retrieve_tokens, port=lm.port, http_host=topo.monitoring.metrics_address,
         http_port=lm.port + 1, http_address=_local_address(topo.monitoring.metrics_address),
         eviction_watermark=MP_EVICTION_WATERMARK, eviction_ratio=MP_EVICTION_RATIO,
-        nvme_path=lm.nvme.path if lm.nvme else None,
+        nvme_path=(lm.nvme.paths[0] if lm.nvme.paths else lm.nvme.path) if lm.nvme else None,
+        nvme_paths=(list(lm.nvme.paths) or [lm.nvme.path]) if lm.nvme else [],
         merging_window_s=lm.merging.window if lm.merging else None,
         merging_max_tokens=lm.merging.max_tokens if lm.merging else None,
         warmup_system_prompts=lm.warmup.system_prompts if lm.warmup else 0,

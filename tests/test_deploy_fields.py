@@ -120,6 +120,8 @@ def rendered(example: str, changes: dict[str, Any], tmp: Path) -> View:
 
 
 Check = Callable[[View], bool]
+PER_DRIVE = {"size": "1TB", "device": "gen4", "drives": 2, "layout": "per_drive", "paths": ["/mnt/nvme0/lm", "/mnt/nvme1/lm"]}
+"""The flagship's nvme tier on two drives, a directory on each (in-process LMCache at TP 2 shards ranks over them)."""
 LOCAL, FLAGSHIP, CODEGEN = "local", "chat-llama2-13b", "codegen-70b"
 NATIVE = {"lmcache": None, "ceph": None, "serving__kv_offloading": {"size": "32GiB"}}
 """The flagship with vLLM's native offloading in place of LMCache."""
@@ -191,6 +193,11 @@ CASES: dict[str, tuple[str, dict[str, Any], Check]] = {
     "lmcache.nvme.size": (LOCAL, {"lmcache__nvme__size": "3GiB"}, lambda v: v.adapters()[0]["max_capacity_gb"] == 3),
     "lmcache.nvme.eviction": (LOCAL, {"lmcache__nvme__eviction": "ARC"},
                               lambda v: v.adapters()[0]["eviction"]["eviction_policy"] == "ARC"),
+    "lmcache.nvme.layout": (FLAGSHIP, {"serving__gpus_per_node": 2, "serving__tensor_parallel": 2, "lmcache__nvme": PER_DRIVE},
+                            lambda v: v.config().get("local_disk_path_sharding") == "by_gpu"),
+    "lmcache.nvme.paths": (FLAGSHIP, {"serving__gpus_per_node": 2, "serving__tensor_parallel": 2, "lmcache__nvme": PER_DRIVE},
+                           lambda v: v.config()["local_disk"] == "file:///mnt/nvme0/lm/,file:///mnt/nvme1/lm/"
+                           and v.vars("lmcache")["lmcache_nvme_paths"] == ["/mnt/nvme0/lm", "/mnt/nvme1/lm"]),
     "lmcache.nvme.path": (LOCAL, {"lmcache__nvme__path": "/srv/lmcache"}, lambda v: v.adapters()[0]["base_path"] == "/srv/lmcache"),
     "lmcache.ceph.size": (LOCAL, {"lmcache__ceph__size": "8GiB"}, lambda v: v.adapters()[1]["max_capacity_gb"] == 8),
     "lmcache.ceph.eviction": (LOCAL, {"lmcache__ceph__eviction": "ARC"},

@@ -374,3 +374,12 @@ def test_the_command_diagnoses_a_saved_result_and_refuses_one_of_another_spec(tm
     assert done.returncode == 6 and json.loads(done.stdout)["seeds"] == [42]
     other = run(str(EXAMPLE), "--result", str(tmp_path / "run.json"))
     assert other.returncode == 1 and "another spec" in other.stderr + other.stdout
+
+
+def test_a_saturated_nvme_drive_is_diagnosed_with_a_faster_class_and_more_drives_striped():
+    slow = {"name": "slow", "read_bandwidth": "100MB/s", "write_bandwidth": "100MB/s", "read_iops": 2000,
+            "write_iops": 2000, "read_latency": "100us", "write_latency": "100us"}
+    f = findings({**SMALL, "lmcache.nvme.device": slow, "cost.nvme_gb_month": 0.003})["saturated-link"]
+    assert f.evidence["link"].startswith("nvme/") and f.evidence["utilisation"] > 0.8
+    assert [(c.path, c.value) for fix in f.fixes for c in fix.changes] == [("lmcache.nvme.device", "gen5"),
+                                                                           ("lmcache.nvme.drives", 2)]

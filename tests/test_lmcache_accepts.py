@@ -64,6 +64,9 @@ INPROCESS_VARIANTS = {
     "chat-llama2-13b, nvme only": dict(lmcache__ddr=None, lmcache__ceph=None),
     "chat-llama2-13b, LFU": dict(lmcache__ddr={"size": "8GB", "eviction": "LFU"},
                                  lmcache__nvme={"size": "1TB", "eviction": "LFU", "device": "gen4", "path": "/mnt/nvme0/lmcache"}),
+    "chat-llama2-13b, nvme on two drives": dict(serving__gpus_per_node=2, serving__tensor_parallel=2,
+                                                lmcache__nvme={"size": "1TB", "drives": 2, "layout": "per_drive",
+                                                               "paths": ["/mnt/nvme0/lmcache", "/mnt/nvme1/lmcache"]}),
 }
 MP_VARIANTS = {
     "codegen-70b, no nvme": ("codegen-70b", dict(lmcache__nvme=None)),
@@ -162,6 +165,9 @@ def test_lmcache_loads_the_inprocess_config_as_planned(resolved, tmp_path):
     else:
         assert 0 < loaded.max_local_cpu_size * 2**30 >= 2 * lm.chunk_bytes_per_rank, "staging space for two chunks"
     assert loaded.max_local_disk_size == (nvme.configured_gb if nvme else 0.0)
+    if nvme is not None:   # every directory the simulator puts chunks in, in drive order; a worker takes paths[GPU % n]
+        assert loaded.local_disk.split(",") == [path.rstrip("/") + "/" for path in lm.nvme_paths]
+        assert loaded.local_disk_path_sharding == "by_gpu"
     local_tier = ddr or nvme
     assert loaded.cache_policy == (local_tier.eviction if local_tier else "LRU")
     assert loaded.cache_policy.upper() in _inprocess_policies()

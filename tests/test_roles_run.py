@@ -283,7 +283,7 @@ def gpu_node(tmp_path_factory):
         "ansible_python_interpreter": sys.executable,
         "lmcache_command_prefix": [str(stand_in)],
         "vllm_bin": str(stand_in),
-        "lmcache_nvme_path": str(tmp_path / "lmcache-disk"),
+        "lmcache_nvme_paths": [str(tmp_path / "lmcache-disk")],
         "vllm_health_timeout": 60,
     }
     # group_vars/gpu outranks the rendered group_vars/all
@@ -455,7 +455,7 @@ def test_an_lmcache_server_that_never_listens_fails_at_the_timeout_with_its_log(
         "lmcache_cpu_host": True, "lmcache_config": {}, "lmcache_config_file": str(tmp_path / "lmcache.yaml"),
         "lmcache_server_args": ["--host", "127.0.0.1", "--port", str(port)], "lmcache_host": "127.0.0.1",
         "lmcache_port": port, "lmcache_http_address": "127.0.0.1", "lmcache_http_port": free_port(), "lmcache_env": {},
-        "lmcache_nvme_path": None, "lmcache_ready_timeout": 3}))
+        "lmcache_nvme_paths": [], "lmcache_ready_timeout": 3}))
     try:
         r = run_play(project, ["lmcache"], succeed=False)
         [(task, res)] = task_results(r, "failed")

@@ -213,13 +213,13 @@ def test_the_local_disk_tier_is_never_a_system_directory(path):
     assert "system directory" in found["lmcache.nvme.path"] or "normalised" in found["lmcache.nvme.path"], found
 
 
-def run_nvme_dir_tasks(tmp_path: Path, path: Path, check: bool = False):
+def run_nvme_dir_tasks(tmp_path: Path, path: Path, check: bool = False, own_volume: bool = False):
     """The lmcache role's directory tasks on this machine, as a deploy (or `--check --diff`) runs them."""
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
     play = [{"name": "Local-disk tier directory", "hosts": "localhost", "gather_facts": False, "tasks": [{
         "name": "Directory tasks", "ansible.builtin.include_role": {"name": "lmcache", "tasks_from": "nvme_dir"},
-        "vars": {"lmcache_nvme_path": str(path)}}]}]
+        "vars": {"lmcache_nvme_path": str(path), "lmcache_nvme_own_volume": own_volume}}]}]
     (project / "play.yml").write_text(yaml.safe_dump(play))
     return ansible_runner.run(
         private_data_dir=str(tmp_path), project_dir=str(project), playbook="play.yml", quiet=True, suppress_env_files=True,
@@ -254,6 +254,28 @@ def test_a_missing_directory_is_created_for_lmcache_only(tmp_path):
     r = run_nvme_dir_tasks(tmp_path, fresh)
     assert r.rc == 0 and changed(r) == ["Create the local-disk tier directory"], r.stdout.read()
     assert fresh.is_dir() and stat.S_IMODE(fresh.stat().st_mode) == 0o750
+
+
+def test_a_tier_on_several_drives_must_be_on_a_mounted_volume_and_nothing_is_created_on_the_root_filesystem(tmp_path):
+    on_root = Path("/kvplan-test-not-mounted") / tmp_path.name / "lmcache"     # nearest existing directory: /
+    r = run_nvme_dir_tasks(tmp_path, on_root, own_volume=True)
+    assert r.rc != 0 and "never builds, formats or mounts drives" in r.stdout.read()
+    assert not on_root.parent.parent.exists()
+
+
+def test_a_tier_on_several_drives_on_a_mounted_volume_is_created(tmp_path):
+    mounted = Path("/dev/shm")                       # a tmpfs: another filesystem than /
+    if not mounted.is_dir() or mounted.stat().st_dev == Path("/").stat().st_dev:
+        pytest.skip("no filesystem other than / to stand in for the array")
+    fresh = mounted / f"kvplan-test-{tmp_path.name}" / "lmcache"
+    try:
+        r = run_nvme_dir_tasks(tmp_path, fresh, own_volume=True)
+        assert r.rc == 0 and changed(r) == ["Create the local-disk tier directory"], r.stdout.read()
+        assert fresh.is_dir()
+    finally:
+        if fresh.exists():
+            fresh.rmdir()
+            fresh.parent.rmdir()
 
 
 def test_a_symlink_or_file_at_the_tier_path_stops_the_deploy(tmp_path):

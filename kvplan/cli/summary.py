@@ -11,6 +11,20 @@ from ..resolve import Resolved, kv_bytes_per_token
 from ..units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
 
 
+def _drives(r: Resolved) -> str:
+    """The nvme tier's drives and the devices the simulator queues on."""
+    nv = r.nvme
+    assert nv is not None
+    d = nv.device
+    speed = (f"{fmt_bandwidth(d.read_bandwidth)} read, {fmt_bandwidth(d.write_bandwidth)} write, "
+             f"{fmt_count(d.read_iops)} read IOPS, {fmt_duration(d.read_latency)} a read")
+    if nv.layout == "per_drive":
+        return f"{nv.drives} x {nv.drive.name} per node, a directory on each (per_drive), each {speed}; at {', '.join(nv.paths)}"
+    if nv.drives > 1:
+        return f"{nv.drives} x {nv.drive.name} per node striped into one volume (raid0): {speed}; at {nv.paths[0]}"
+    return f"1 x {nv.drive.name} per node: {speed}; at {nv.paths[0]}"
+
+
 def summary_tables(r: Resolved) -> list[Table]:
     serving = Table(title="Serving", show_header=False, title_justify="left")
     serving.add_column(style="bold")
@@ -27,6 +41,9 @@ def summary_tables(r: Resolved) -> list[Table]:
         ("max_model_len", fmt_count(r.max_model_len)),
         ("batching", f"max_num_seqs {r.max_num_seqs}, max_num_batched_tokens {r.max_num_batched_tokens}"),
     ]
+    if r.host_memory is not None:
+        h = r.host_memory
+        rows.append(("host memory", f"{fmt_bytes(h.bytes)} per node ({h.source}), {fmt_bytes(h.pinned_bytes)} pinned"))
     for key, value in rows:
         serving.add_row(key, value)
     tables = [serving]
@@ -43,6 +60,8 @@ def summary_tables(r: Resolved) -> list[Table]:
             tiers.add_row(t.name, f"{t.caches} x {fmt_bytes(t.capacity_bytes)} (one per {t.scope}) = "
                                   f"{fmt_count(t.capacity_chunks)} chunks = {fmt_count(t.capacity_tokens)} tokens each; "
                                   f"eviction {t.eviction}{ttl}{configured}")
+            if t.name == "nvme" and r.nvme is not None:
+                tiers.add_row("nvme drives", _drives(r))
         tables.append(tiers)
 
     n = r.kv_offloading

@@ -51,7 +51,8 @@ _FIELDS = {flag: name for name, flag in CHART_FLAGS.items()}
 LMCACHE_ENV = {"chunk_size": "LMCACHE_CHUNK_SIZE", "local_disk": "LMCACHE_LOCAL_DISK",
                "cache_policy": "LMCACHE_CACHE_POLICY", "save_decode_cache": "LMCACHE_SAVE_DECODE_CACHE",
                "save_unfull_chunk": "LMCACHE_SAVE_UNFULL_CHUNK", "min_retrieve_tokens": "LMCACHE_MIN_RETRIEVE_TOKENS",
-               "pre_caching_hash_algorithm": "LMCACHE_PRE_CACHING_HASH_ALGORITHM"}
+               "pre_caching_hash_algorithm": "LMCACHE_PRE_CACHING_HASH_ALGORITHM",
+               "local_disk_path_sharding": "LMCACHE_LOCAL_DISK_PATH_SHARDING"}
 """LMCache engine config keys the chart has no field for -> the LMCACHE_* variable LMCache reads them from."""
 
 
@@ -131,10 +132,12 @@ def values(r: Resolved, request_cpu: int, request_memory: str) -> dict[str, Any]
             lmcache["diskOffloadingBufferSize"] = repr(float(cfg["max_local_disk_size"]))
         spec["lmcacheConfig"] = lmcache
         spec["env"] = [{"name": LMCACHE_ENV[key], "value": _text(cfg[key])} for key in LMCACHE_ENV if key in cfg]
-        if r.lmcache.tier("nvme") is not None:      # the node's NVMe directory, mounted where LMCache writes
-            path = r.lmcache.nvme_path
-            spec["extraVolumes"] = [{"name": "lmcache-nvme", "hostPath": {"path": path, "type": "DirectoryOrCreate"}}]
-            spec["extraVolumeMounts"] = [{"name": "lmcache-nvme", "mountPath": path}]
+        if r.lmcache.tier("nvme") is not None:      # the node's NVMe directories, mounted where LMCache writes
+            paths = r.lmcache.nvme_paths
+            names = ["lmcache-nvme"] if len(paths) == 1 else [f"lmcache-nvme{i}" for i in range(len(paths))]
+            spec["extraVolumes"] = [{"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+                                    for name, path in zip(names, paths)]
+            spec["extraVolumeMounts"] = [{"name": name, "mountPath": path} for name, path in zip(names, paths)]
     router = {"enableRouter": False} if r.router == "llm_d" else {"routingLogic": "roundrobin"}
     return {"servingEngineSpec": {"modelSpec": [spec]}, "routerSpec": router}
 

@@ -56,7 +56,7 @@ MP_POLICY = {"none": "noop"}
 LMCACHE_ENGINE_KEYS = frozenset({
     "chunk_size", "local_cpu", "max_local_cpu_size", "local_disk", "max_local_disk_size", "remote_url",
     "remote_serde", "save_decode_cache", "save_unfull_chunk", "cache_policy", "min_retrieve_tokens",
-    "extra_config", "pre_caching_hash_algorithm"})
+    "extra_config", "pre_caching_hash_algorithm", "local_disk_path_sharding"})
 """The LMCacheEngineConfig (0.5.6) keys kvplan writes; every one exists in reference Appendix A."""
 
 
@@ -113,7 +113,10 @@ class LMCacheVars(SpecModel):
     lmcache_http_port: int
     """MP: that API's --http-port."""
     lmcache_env: dict[str, str]
-    lmcache_nvme_path: str | None
+    lmcache_nvme_paths: list[str]
+    """The nvme tier's directories on each node (Resolved nvme_paths; empty without the tier)."""
+    lmcache_nvme_own_volume: bool
+    """Each directory must lie on a mounted volume, not on the root filesystem (several drives: Resolved nvme)."""
     lmcache_s3_host: str | None
     """<bucket>.<rgw dns name>, which must resolve on every GPU node for virtual-hosted S3."""
 
@@ -241,15 +244,18 @@ def _lmcache(r: Resolved) -> LMCacheVars:
     cpu = r.device.kind == "cpu"
     env = {"PYTHONHASHSEED": PYTHONHASHSEED, "LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1"}
     s3_host = f"{r.ceph.rgw_bucket}.{r.ceph.rgw_dns_name}" if lm.tier("ceph") and r.ceph.access == "s3" else None
+    own_volume = r.nvme is not None and r.nvme.own_volume
     server = dict(lmcache_host=LMCACHE_HOST, lmcache_port=lm.port, lmcache_http_address=lm.http_address,
                   lmcache_http_port=lm.http_port)
     if lm.mode == "inprocess":
         return LMCacheVars(lmcache_mode="inprocess", lmcache_cpu_host=cpu, lmcache_config=inprocess_config(r),
                            lmcache_config_file=LMCACHE_CONFIG_FILE, lmcache_server_args=[], **server,
-                           lmcache_env=env, lmcache_nvme_path=lm.nvme_path, lmcache_s3_host=s3_host)
+                           lmcache_env=env, lmcache_nvme_paths=lm.nvme_paths, lmcache_s3_host=s3_host,
+                           lmcache_nvme_own_volume=own_volume)
     return LMCacheVars(lmcache_mode="mp", lmcache_cpu_host=cpu, lmcache_config={}, lmcache_config_file=LMCACHE_CONFIG_FILE,
                        lmcache_server_args=server_args(r), **server,
-                       lmcache_env=env, lmcache_nvme_path=lm.nvme_path, lmcache_s3_host=s3_host)
+                       lmcache_env=env, lmcache_nvme_paths=lm.nvme_paths, lmcache_s3_host=s3_host,
+                       lmcache_nvme_own_volume=own_volume)
 
 
 def inprocess_config(r: Resolved) -> dict[str, Any]:
@@ -259,9 +265,11 @@ def inprocess_config(r: Resolved) -> dict[str, Any]:
     cfg: dict[str, Any] = {"chunk_size": lm.chunk_size, "local_cpu": ddr is not None}
     # Without a ddr tier LMCache still stages chunks in pinned CPU memory; give it two chunks.
     cfg["max_local_cpu_size"] = ddr.configured_gb if ddr else math.ceil(2 * lm.chunk_bytes_per_rank / 2**20) / 1024
-    if nvme:
-        cfg["local_disk"] = f"file://{lm.nvme_path.rstrip('/')}/"
+    if nvme:   # per_drive: several directories, each worker on paths[its GPU index % drives] (by_gpu)
+        cfg["local_disk"] = ",".join(f"file://{path.rstrip('/')}/" for path in lm.nvme_paths)
         cfg["max_local_disk_size"] = nvme.configured_gb
+        if len(lm.nvme_paths) > 1:
+            cfg["local_disk_path_sharding"] = "by_gpu"
     if ceph:
         cfg["remote_url"] = s3_endpoint(r)
         cfg["extra_config"] = {"s3_region": r.ceph.rgw_region, "disable_tls": True, "s3_prefer_http2": False}

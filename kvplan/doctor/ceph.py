@@ -108,8 +108,12 @@ def saturated_link(case: Case) -> list[Finding]:
         if name is None or busy <= SATURATED:
             continue
         if prefix == "nvme/":
+            nvme = case.topo.lmcache.nvme
             fixes = [Fix(summary="a gen5 NVMe device", changes=[Change(path="lmcache.nvme.device", value="gen5")],
-                         metric="ttft_p99")] if case.topo.lmcache.nvme.device != "gen5" else []
+                         metric="ttft_p99")] if nvme.device != "gen5" else []
+            if nvme.layout == "raid0":      # the node's drives striped: each doubling halves every drive's share
+                fixes.append(Fix(summary=f"{2 * nvme.drives} NVMe drives per node striped into one volume (raid0)",
+                                 changes=[Change(path="lmcache.nvme.drives", value=2 * nvme.drives)], metric="ttft_p99"))
         elif case.topo.ceph is not None:
             fixes = _hardware_fixes(case, "ttft_p99", osds=prefix == "osds/", device=prefix == "osds/", nic=prefix == "nic-")
         else:

@@ -5,8 +5,10 @@ down. Paths, as the real stack moves KV (reference/lmcache-vllm.md §6):
 
 - GPU <-> host DRAM: one PCIe link per direction per instance. Tensor-parallel ranks copy their
   own slices over their own links at the same time, so an instance moves per-rank bytes.
-- NVMe: one device per node, shared by reads and writes; a transfer costs device time
-  max(bytes / bandwidth, objects / IOPS), plus the device's per-operation latency.
+- NVMe: the node's devices (kvplan/node_storage.py): one striped volume (raid0, `nvme/<node>`) or one device per
+  drive (per_drive, `nvme/<node>.<drive>`), each shared by reads and writes. A batch puts each storing rank's
+  objects on that rank's device; on each device it costs max(bytes / bandwidth, objects / IOPS) of device time,
+  after the device's per-operation latency, and the batch is done when every device has served its share.
 - Ceph: the node's NIC, the OSD hosts' NICs and the OSDs. An object lives on a primary OSD
   chosen by its key and on `size - 1` replicas on other hosts (other OSDs with an osd failure
   domain). A read is served by the primary; a write is acknowledged once every replica has it
@@ -64,9 +66,19 @@ class Fabric:
         host_copy = r.pcie_bandwidth or r.hbm_bandwidth  # a CPU device copies within host memory
         self.h2d = [Link(env, f"pcie-h2d/{i}", host_copy) for i in range(r.instances)]
         self.d2h = [Link(env, f"pcie-d2h/{i}", host_copy) for i in range(r.instances)]
-        self.nvme = [Link(env, f"nvme/{n}", 1.0) for n in range(r.nodes)] if r.nvme else []
+        # links of node n's NVMe devices: self.nvme[n * per_node + d]; (device, share of a batch) for each device
+        self.nvme: list[Link] = []
+        self._nvme_per_node = 1
+        self._nvme_shares: list[tuple[int, float]] = []
         if r.nvme is not None:
-            d = r.nvme
+            nv = r.nvme
+            per_node = self._nvme_per_node = nv.devices_per_node
+            self.nvme = [Link(env, f"nvme/{n}" if per_node == 1 else f"nvme/{n}.{d}", 1.0)
+                         for n in range(r.nodes) for d in range(per_node)]
+            ranks = len(nv.rank_device)
+            self._nvme_shares = [(d, nv.rank_device.count(d) / ranks) for d in range(per_node)
+                                 if d in nv.rank_device]
+            d = nv.device
             self._nvme_read = _IO(d.read_bandwidth, d.read_iops, d.read_latency)
             self._nvme_write = _IO(d.write_bandwidth, d.write_iops, d.write_latency)
         self.ceph = r.ceph
@@ -108,18 +120,25 @@ class Fabric:
 
     # ---- NVMe
     def nvme_read(self, node: int, nbytes: float, objects: int):
-        """One batched read on the node's NVMe device, as steps of the caller's process (`yield from`)."""
+        """One batched read on the node's NVMe devices, as steps of the caller's process (`yield from`)."""
         latency, work = self._nvme(nbytes, objects, write=False)
         yield self.env.timeout(latency)
-        yield from served(self.env, (self.nvme[node].transfer(work),))
+        yield from served(self.env, self._nvme_transfers(node, work))
 
     def nvme_write(self, node: int, nbytes: float, objects: int, then: Callable[[], None]) -> None:
-        """One batched write on the node's NVMe device, in the background: `then()` once it is done."""
+        """One batched write on the node's NVMe devices, in the background: `then()` once it is done."""
         latency, work = self._nvme(nbytes, objects, write=True)
         self.env.timeout(latency).then(partial(self._nvme_start, node, work, then))
 
     def _nvme_start(self, node: int, work: float, then: Callable[[], None], _: object) -> None:
-        when_served(self.env, (self.nvme[node].transfer(work),), then)
+        when_served(self.env, self._nvme_transfers(node, work), then)
+
+    def _nvme_transfers(self, node: int, work: float) -> list[Transfer]:
+        """Start each of the node's devices on its share of a batch's device-seconds."""
+        if self._nvme_per_node == 1:
+            return [self.nvme[node].transfer(work)]
+        base = node * self._nvme_per_node
+        return [self.nvme[base + d].transfer(work * share) for d, share in self._nvme_shares]
 
     def _nvme(self, nbytes: float, objects: int, write: bool) -> tuple[float, float]:
         """(the device's per-operation latency, device-seconds of work) of one batched read or write."""

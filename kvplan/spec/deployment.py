@@ -65,6 +65,8 @@ LEDGER: dict[str, tuple[Kind, str]] = {
     "serving.gpu": (NOT_DEPLOYED, "the hardware the inventory's gpu hosts have, which a render cannot choose (a CPU "
                                   "device gets vLLM's CPU settings)"),
     "serving.gpus_per_node": (DEPLOYED, "the devices each vLLM instance is given on its host (CUDA_VISIBLE_DEVICES)"),
+    "serving.host_memory": (NOT_DEPLOYED, "the node's RAM, which a render cannot choose: resolve refuses a ddr "
+                                          "tier and native offloading that do not fit in it"),
     "serving.instances": (DEPLOYED, "the vLLM instances placed on the gpu hosts (host_vars)"),
     "serving.tensor_parallel": (DEPLOYED, "vLLM --tensor-parallel-size"),
     "serving.block_size": (DEPLOYED, "vLLM --block-size"),
@@ -110,8 +112,16 @@ LEDGER: dict[str, tuple[Kind, str]] = {
     "lmcache.nvme.size": (DEPLOYED, "the fs_native L2 adapter's max_capacity_gb / max_local_disk_size"),
     "lmcache.nvme.eviction": (DEPLOYED, "the fs_native L2 adapter's eviction / cache_policy"),
     "lmcache.nvme.ttl": (SIMULATION_ONLY, "LMCache has no expiry by age on local disk"),
-    "lmcache.nvme.device": (NOT_DEPLOYED, "the drive's class, whose speed the simulator models; kvplan formats no drive"),
+    "lmcache.nvme.device": (NOT_DEPLOYED, "one drive's class (a catalog name or an inline class), whose speed the "
+                                          "simulator models; kvplan formats no drive"),
+    "lmcache.nvme.drives": (NOT_DEPLOYED, "the node's hardware, which a render cannot choose: the simulator's device "
+                                          "speed (raid0) or device count (per_drive, where paths deploys one "
+                                          "directory per drive); kvplan builds, formats and mounts no drive or array"),
+    "lmcache.nvme.layout": (DEPLOYED, "raid0: one directory in local_disk / base_path; per_drive: local_disk lists "
+                                      "every drive's directory with local_disk_path_sharding: by_gpu (MP is refused)"),
     "lmcache.nvme.path": (DEPLOYED, "the fs_native L2 adapter's base_path / local_disk"),
+    "lmcache.nvme.paths": (DEPLOYED, "per_drive: local_disk's comma-separated directories, each created by the "
+                                     "lmcache role (lmcache_nvme_paths)"),
     "lmcache.ceph.size": (DEPLOYED, "the S3 L2 adapter's max_capacity_gb"),
     "lmcache.ceph.eviction": (DEPLOYED, "the S3 L2 adapter's eviction"),
     "lmcache.ceph.ttl": (DEPLOYED, "the bucket's RGW lifecycle expiration, in days"),

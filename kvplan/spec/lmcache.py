@@ -9,11 +9,11 @@ what each mode is configured with (per-rank GB in-process, per-server GB in MP m
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Discriminator, Field, Tag, model_validator
 
-from ..units import Duration, Size
+from ..units import Bandwidth, Duration, Size
 from .base import SpecModel
 from .grammar import DataDir
 
@@ -51,15 +51,93 @@ class DdrTier(Tier):
     """Host DRAM (LMCache LocalCPU in-process, L1 in MP mode)."""
 
 
-class NvmeTier(Tier):
-    """Local NVMe (LMCache LocalDisk in-process, an fs_native L2 adapter in MP mode)."""
+class NvmeDrive(SpecModel):
+    """One NVMe drive's speed, written inline in place of a catalog class (like an inline model)."""
 
-    device: str = "gen4"
-    """NVMe class from the catalog (`kvplan catalog`), e.g. gen4 or gen5."""
+    name: str = Field("inline", min_length=1)
+    """A label for the drive (shown in reports), e.g. pm1733."""
+
+    read_bandwidth: Bandwidth
+    """Sequential read bandwidth of one drive, e.g. 7GB/s."""
+
+    write_bandwidth: Bandwidth
+    """Sequential write bandwidth of one drive."""
+
+    read_iops: int = Field(ge=1)
+    """Random read operations per second of one drive."""
+
+    write_iops: int = Field(ge=1)
+    """Random write operations per second of one drive."""
+
+    read_latency: Duration
+    """Time of one read at an idle drive, e.g. 80us."""
+
+    write_latency: Duration
+    """Time of one write at an idle drive."""
+
+
+def _drive_kind(value: Any) -> str:
+    return "inline" if isinstance(value, (dict, NvmeDrive)) else "name"
+
+
+DriveRef = Annotated[Union[Annotated[str, Tag("name")], Annotated[NvmeDrive, Tag("inline")]],
+                     Discriminator(_drive_kind)]
+
+
+class NvmeTier(Tier):
+    """Local NVMe (LMCache LocalDisk in-process, an fs_native L2 adapter in MP mode), built from the node's drives.
+
+    `drives` NVMe drives per node of class `device`, used in one of two layouts:
+
+    - raid0 (the default): the operator has striped the drives into one volume (md RAID 0, an LVM stripe) mounted
+      under `path`. LMCache sees one directory; the kernel spreads every file over all drives, so the simulator
+      models one device per node with `drives` x one drive's bandwidth and IOPS and one drive's latency. kvplan
+      never builds, formats or wipes an array: it expects the volume mounted and only makes LMCache's directory.
+    - per_drive: one directory on each drive (`paths`, one per drive). Only in-process LMCache can use them: it
+      takes a comma-separated `local_disk` and each worker keeps its chunks on paths[GPU index % drives]
+      (`local_disk_path_sharding: by_gpu`). Every instance sees its own GPUs as 0..TP-1, so rank r of every
+      instance on a node writes drive r % drives: the simulator queues each rank's objects on that drive, and
+      more drives than storing ranks are refused (they would never be written). MP mode's `lmcache server`
+      writes every chunk to every L2 adapter, so several adapters would copy, not spread, and is refused.
+
+    `size` is the node's total, as for one drive.
+    """
+
+    device: DriveRef = "gen4"
+    """One drive's class: a catalog name (`kvplan catalog`), e.g. gen4 or gen5, or an inline class
+    {name, read_bandwidth, write_bandwidth, read_iops, write_iops, read_latency, write_latency}."""
+
+    drives: int = Field(1, ge=1, le=64)
+    """NVMe drives per node that hold the tier."""
+
+    layout: Literal["raid0", "per_drive"] = "raid0"
+    """raid0: `path` is on one volume striped over the drives (built by the operator, never by kvplan);
+    per_drive: `paths` gives one directory on each drive (in-process mode only)."""
 
     path: DataDir = "/var/lib/lmcache/nvme"
-    """Directory on the NVMe device where LMCache keeps chunks: absolute and dedicated to LMCache (not a system
-    directory such as /, /etc or /var); the deploy creates it, or leaves an existing one's mode and owner alone."""
+    """Directory on the NVMe device (raid0: on the striped volume) where LMCache keeps chunks: absolute and
+    dedicated to LMCache (not a system directory such as /, /etc or /var); the deploy creates it, or leaves an
+    existing one's mode and owner alone."""
+
+    paths: list[DataDir] = []
+    """per_drive layout: one directory per drive, `drives` of them, in drive order (e.g. /mnt/nvme0/lmcache,
+    /mnt/nvme1/lmcache); empty with raid0."""
+
+    @model_validator(mode="after")
+    def _layout(self) -> "NvmeTier":
+        if self.layout == "per_drive":
+            if len(self.paths) != self.drives:
+                raise ValueError(f"layout: per_drive needs one directory per drive in paths: drives is {self.drives}, "
+                                 f"paths has {len(self.paths)}; list one directory on each drive, e.g. "
+                                 f"paths: [/mnt/nvme0/lmcache, /mnt/nvme1/lmcache]")
+            if len(set(self.paths)) != len(self.paths):
+                raise ValueError("layout: per_drive needs a different directory on each drive; paths repeats one")
+            if "path" in self.model_fields_set:
+                raise ValueError("layout: per_drive uses paths (one per drive), not path; drop path")
+        elif self.paths:
+            raise ValueError("paths is for layout: per_drive; with raid0 the striped volume has one directory, path "
+                             "(or set layout: per_drive)")
+        return self
 
 
 class CephTier(Tier):

@@ -146,6 +146,12 @@ def _lmcache(topo: "Topology") -> Iterator[Problem]:
             if value != default:
                 yield Problem(f"lmcache.{name}", "the LMCache MP server has no such setting (in-process LMCache has)", value,
                               f"{default} with mode: mp", f"use mode: inprocess, or remove it, {SIMULATE_ONLY_FIX}")
+    if lm.nvme is not None and lm.nvme.layout == "per_drive" and lm.mode == "mp":
+        yield Problem("lmcache.nvme.layout", "the LMCache MP server writes every chunk to every L2 adapter "
+                      "(--l2-store-policy default), so one fs_native adapter per drive would copy each chunk to every "
+                      "drive instead of spreading them; its adapter takes one base_path", "per_drive", "raid0 with mode: mp",
+                      "stripe the drives into one volume (md RAID 0 or an LVM stripe, built by you) mounted under "
+                      "lmcache.nvme.path and use layout: raid0, or use mode: inprocess")
     if lm.nvme is not None and not lm.nvme.path.startswith("/"):
         yield Problem("lmcache.nvme.path", "must be an absolute directory path", lm.nvme.path, fix="e.g. /mnt/nvme0/lmcache")
     if lm.warmup is not None and lm.warmup.system_prompts:

@@ -120,6 +120,10 @@ class Serving(SpecModel):
     gpus_per_node: int = Field(8, ge=1, le=64)
     """Accelerators per node. A tensor-parallel group never spans nodes."""
 
+    host_memory: Size | None = None
+    """Host memory (RAM) of each node, which must hold the ddr tier and native offloading; unset: the catalog's
+    reference server for serving.gpu (DGX H100: 2TB), or no check where the catalog has none."""
+
     instances: int = Field(1, ge=1, le=4096)
     """Number of vLLM instances (engines), each tensor_parallel GPUs wide."""
 

@@ -80,6 +80,11 @@ class Topology(SpecModel):
         """sha256 of the canonical JSON of this spec (its identity in rendered files and caches)."""
         import hashlib
 
-        # serving.kv_offloading came after many specs were hashed: a spec without it keeps the hash it had
-        unset = {"serving": {"kv_offloading"}} if self.serving.kv_offloading is None else None
-        return hashlib.sha256(self.model_dump_json(exclude=unset).encode()).hexdigest()
+        # fields that came after many specs were hashed (serving.kv_offloading, serving.host_memory, the nvme tier's
+        # drives): a spec that leaves them at their defaults keeps the hash it had
+        serving = {name for name in ("kv_offloading", "host_memory") if getattr(self.serving, name) is None}
+        unset: dict = {"serving": serving} if serving else {}
+        nvme = self.lmcache.nvme if self.lmcache is not None else None
+        if nvme is not None and nvme.drives == 1 and nvme.layout == "raid0" and not nvme.paths:
+            unset["lmcache"] = {"nvme": {"drives", "layout", "paths"}}
+        return hashlib.sha256(self.model_dump_json(exclude=unset or None).encode()).hexdigest()
