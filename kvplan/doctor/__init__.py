@@ -9,7 +9,7 @@ and kept only when it helps by more than the noise (kvplan.doctor.prove); `diagn
 `Diagnosis`, and `fixed_mapping` the spec with the kept fixes applied.
 """
 
-from .diagnose import diagnose, diagnose_live, fixed_mapping, simulated_case
+from .diagnose import diagnose, diagnose_live, fixed_mapping, simulated_case, written
 from .finding import Change, Diagnosis, Finding, Fix, Proof
 
-__all__ = ["Change", "Diagnosis", "Finding", "Fix", "Proof", "diagnose", "diagnose_live", "fixed_mapping", "simulated_case"]
+__all__ = ["Change", "Diagnosis", "Finding", "Fix", "Proof", "diagnose", "diagnose_live", "fixed_mapping", "simulated_case", "written"]
