@@ -69,8 +69,8 @@ def test_removing_a_tier_is_proposed_and_ranked_first_when_it_alone_meets_the_sl
     assert first.fix.changes == [Change(path="lmcache.nvme.size", value=0)] and first.meets_slo
     assert all(not r.meets_slo for r in d.ranking[1:])
     assert first.fix.proof.slo[0].after <= first.fix.proof.slo[0].target < first.fix.proof.before
-    halves = [f for f in d.findings for f in f.fixes if f.summary.endswith("at half its size")]
-    assert {f.changes[0].path for f in halves} == {"lmcache.ddr.size", "lmcache.nvme.size"}
+    (half,) = [f for f in d.findings for f in f.fixes if f.summary.endswith("at half its size")]   # the dearest tier
+    assert half.changes[0].path == "lmcache.ddr.size" and half.proof.verdict not in ("refused", "untested")
 
 
 def test_write_leaves_out_a_fix_inside_the_tier_it_removes(slow_nvme):

@@ -5,12 +5,9 @@ note's advice where an earlier finding shows it applies. Fixes proposed by sever
 changes for the same metric) are simulated once. The result lists problems before advice.
 
 Findings about a missed SLO target also get the tier candidates (each offload tier removed or halved), and
-the diagnosis ranks their proven fixes by cost among those that meet the SLO (kvplan.doctor.rank).
-
-`chosen` picks, per finding, its best kept fix (an improvement before a saving, one that costs nothing more
-before one that does, then the largest gain on its metric or the largest saving), skipping a fix that changes
-a path an earlier one already changed. `fixed_mapping` is what `--write` writes (kvplan.doctor.rank.written:
-the cheapest fix that meets the SLO first, and a combination only when it was simulated as written).
+the diagnosis ranks the proven fixes by cost among those that meet the SLO (kvplan.doctor.rank).
+`fixed_mapping` is what `--write` writes (kvplan.doctor.rank.written: the cheapest fix that meets the SLO
+first, and a combination only when it was simulated as written).
 """
 
 from __future__ import annotations
@@ -21,10 +18,10 @@ from typing import TYPE_CHECKING, Callable
 from ..resolve import Resolved
 from ..spec import Topology
 from . import ceph, hit_ratio, live, memory, native, tail
-from .case import METRICS, Case
-from .finding import Change, Diagnosis, Finding, Fix
+from .case import Case
+from .finding import Change, Diagnosis, Finding
 from .prove import prove
-from .rank import overlaps, ranking, with_tier_fixes, written
+from .rank import chosen, ranking, with_tier_fixes, written
 
 if TYPE_CHECKING:
     from ..live.observe import Snapshot
@@ -93,36 +90,6 @@ def _notes(case: Case) -> list[str]:
         return ["1 seed: no fix can be shown to beat the noise, so none is kept; --seeds 3 (or more) tests them"]
     return [f"{n} seeds ({', '.join(map(str, case.seeds))}): findings give their means; a fix is kept when the 95 % "
             "interval of its paired difference excludes 0 on the better side"]
-
-
-def _gain(fix: Fix) -> float:
-    p = fix.proof
-    if fix.goal == "save":
-        return (p.usd_per_hour_before or 0) - (p.usd_per_hour_after or 0)
-    return -p.difference if METRICS[fix.metric].better == "lower" else p.difference
-
-
-def _costs_more(fix: Fix) -> bool:
-    p = fix.proof
-    return p.usd_per_hour_before is not None and p.usd_per_hour_after is not None and p.usd_per_hour_after > p.usd_per_hour_before
-
-
-def chosen(diagnosis: Diagnosis) -> tuple[list[tuple[Finding, Fix]], list[tuple[Finding, Fix, str]]]:
-    """Per finding its best kept fix; and the ones left out because an earlier chosen fix changes the same path."""
-    taken: list[tuple[Change, str]] = []
-    applied, skipped = [], []
-    for finding in diagnosis.findings:
-        kept = finding.kept
-        if not kept:
-            continue
-        best = max(kept, key=lambda fix: (fix.goal == "improve", not _costs_more(fix), _gain(fix)))
-        clash = next(((c, t, code) for c in best.changes for t, code in taken if overlaps(c, t)), None)
-        if clash is not None:
-            skipped.append((finding, best, f"{clash[0].path} clashes with {clash[1]}, changed for {clash[2]}"))
-            continue
-        applied.append((finding, best))
-        taken += [(c, finding.code) for c in best.changes]
-    return applied, skipped
 
 
 def fixed_mapping(case: Case, diagnosis: Diagnosis, cache=None, workers: int = 1) -> tuple[dict, list[Change], list[str]]:
