@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvplan.doctor import Change, diagnose, simulated_case, written
+from kvplan.doctor import Change, Finding, Fix, diagnose, simulated_case, written
 from kvplan.doctor.rank import overlaps, tier_fixes
 from kvplan.resolve import resolve
 from kvplan.spec import from_mapping
@@ -103,3 +103,18 @@ def test_the_written_spec_simulates_to_the_figures_doctor_printed(tmp_path):
     again = case_of(fixed)
     assert again.mean("ttft_p99") == pytest.approx(slo["after"], rel=1e-9)
     assert "# simulated as written: ttft_p99 " in fixed.read_text()
+
+
+def test_a_combination_that_misses_the_slo_is_not_written_and_the_cheapest_proven_fix_is(dear):
+    """Another finding's kept fix that wrecks the tail once applied with the cheapest fix: only the cheapest is
+    written, with its own proof, and the other is named with the figures of the two simulated together."""
+    case, d = dear
+    tail = next(f for f in d.findings if f.code == "long-ttft-tail")
+    proof = tail.fixes[0].proof.model_copy(update={"verdict": "saves"})       # kept on its own, as a rule would say
+    fewer = Finding(code="fewer-instances", area="advice", severity="advice", title="t", symptom="s", cause="c",
+                    evidence={}, fixes=[Fix(summary="two instances", changes=[Change(path="serving.instances", value=2)],
+                                            metric="ttft_p99", goal="save", proof=proof)])
+    w = written(case, d.model_copy(update={"findings": [tail, fewer]}))
+    assert w["changes"] == d.ranking[0].fix.changes and w["proof"] == d.ranking[0].fix.proof
+    (line,) = w["left_out"]
+    assert line.startswith("two instances (together they miss the SLO (ttft_p99 ") and "against 1.0 s" in line
