@@ -2,7 +2,7 @@
 
 Rules run in a fixed order (hit ratio, memory, tail, Ceph), then the follow-ups that judge the design
 note's advice where an earlier finding shows it applies. Fixes proposed by several findings (the same
-changes for the same metric) are simulated once. The result lists problems before advice.
+changes for the same metric) are proven once, and the same changes judged on two metrics are simulated once. The result lists problems before advice.
 
 Findings about a missed SLO target also get the tier candidates (each offload tier removed or halved), and
 the diagnosis ranks the proven fixes by cost among those that meet the SLO (kvplan.doctor.rank).
@@ -71,9 +71,9 @@ def diagnose_live(case: Case, snap: Snapshot, spec: str, seeds: list[int], cache
 def _proven(case: Case, findings: list[Finding], cache, workers: int, on_fix) -> list[Finding]:
     keys = list(dict.fromkeys(fix.key() for f in findings for fix in f.fixes))
     first = {fix.key(): fix for f in findings for fix in reversed(f.fixes)}
-    proofs = {}
+    proofs, memo = {}, {}
     for i, key in enumerate(keys):
-        proofs[key] = prove(case, first[key], cache, workers)
+        proofs[key] = prove(case, first[key], cache, workers, memo)
         if on_fix:
             on_fix(i + 1, len(keys))
     return [f.model_copy(update={"fixes": [fix.model_copy(update={"proof": proofs[fix.key()]}) for fix in f.fixes]})

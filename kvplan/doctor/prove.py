@@ -50,10 +50,16 @@ def changed(case: Case, changes: Sequence[Change]):
     return topo, resolve(topo)
 
 
-def prove(case: Case, fix: Fix, cache=None, workers: int = 1) -> Proof:
+def prove(case: Case, fix: Fix, cache=None, workers: int = 1, memo: dict | None = None) -> Proof:
+    """`fix` simulated on the case's seeds and judged; `memo` (one diagnosis's) keeps each changed spec's runs, so
+    the same changes judged on two metrics (a tier removed for TTFT and for TPOT) are simulated once."""
     from ..sweep.cache import run_cached
     from ..sweep.executor import Task
 
+    key = tuple(sorted((c.path, str(c.value)) for c in fix.changes))
+    if memo is not None and key in memo:
+        topo, resolved, runs = memo[key]
+        return judge(case, fix, topo, resolved, runs)
     try:
         topo, resolved = changed(case, fix.changes)
     except SpecError as exc:
@@ -64,6 +70,8 @@ def prove(case: Case, fix: Fix, cache=None, workers: int = 1) -> Proof:
                      usd_per_hour_after=None, verdict="refused",
                      refused="; ".join(p.message + (f" ({p.fix})" if p.fix else "") for p in exc.problems))
     runs, _ = run_cached([Task(topo, seed) for seed in case.seeds], cache, workers=workers)
+    if memo is not None:
+        memo[key] = (topo, resolved, list(runs))
     return judge(case, fix, topo, resolved, list(runs))
 
 
