@@ -118,3 +118,20 @@ def test_a_combination_that_misses_the_slo_is_not_written_and_the_cheapest_prove
     assert w["changes"] == d.ranking[0].fix.changes and w["proof"] == d.ranking[0].fix.proof
     (line,) = w["left_out"]
     assert line.startswith("two instances (together they miss the SLO (ttft_p99 ") and "against 1.0 s" in line
+
+
+def test_vllms_native_cpu_tier_is_weighed_too():
+    """Without LMCache the offload tier is vLLM's own: removing serving.kv_offloading, and halving it where it
+    served tokens, are candidates the loader accepts."""
+    from conftest import example_data, with_changes
+    from kvplan.doctor.prove import changed
+
+    data = with_changes(example_data("chat-llama2-13b"), lmcache=None, ceph=None, serving__kv_offloading={"size": "8GiB"},
+                        serving__kv_cache_memory="12GiB", serving__max_num_seqs=16, workload__requests=300)
+    topo = from_mapping(data, base_dir=REPO / "examples")
+    case = simulated_case(topo, resolve(topo), data, REPO / "examples", [42])
+    remove, half = tier_fixes(case, "ttft_p99")
+    assert remove.changes == [Change(path="serving.kv_offloading", value=None)]
+    assert half.changes == [Change(path="serving.kv_offloading.size", value="4GiB")]
+    assert changed(case, remove.changes)[0].serving.kv_offloading is None
+    assert changed(case, half.changes)[1].kv_offloading is not None
