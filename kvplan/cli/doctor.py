@@ -34,14 +34,16 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                         "(2 or more: fixes are tested against the noise)."),
            no_prove: bool = typer.Option(False, "--no-prove", help="Report the findings and their proposed fixes without "
                                                                     "simulating the fixes."),
-           write: Optional[str] = typer.Option(None, "--write", help="Write the spec with every kept fix applied to this file."),
+           write: Optional[str] = typer.Option(None, "--write", help="Write the spec with the fixes doctor proved applied to "
+                                                                    "this file: the cheapest that meets the SLO first, and "
+                                                                    "several only when simulated together."),
            as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
            timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds each live component may take to answer."),
            workers: int = typer.Option(1, "--workers", min=1, max=256, help="Simulations run in parallel."),
            cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
            no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
     """Diagnose a spec (simulated) or its live stack: symptoms, causes with evidence, and spec changes proven by simulation."""
-    from ..doctor import diagnose, diagnose_live, fixed_mapping, simulated_case
+    from ..doctor import diagnose, diagnose_live, simulated_case, written
     from ..doctor.case import Case
     from ..resolve import resolve
     from ..spec.load import read_yaml
@@ -75,19 +77,22 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                 diagnosis = diagnose(case, cache, workers, not no_prove, tick)
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
-    written = None
+    wrote = None
     if write:
-        written = _write(write, spec, case, diagnosis, fixed_mapping)
+        try:
+            wrote = _write(write, spec, written(case, diagnosis, cache, workers), diagnosis)
+        except SpecError as exc:
+            _fail(exc if exc.source else exc.with_source(spec))
     if as_json:
         payload = diagnosis.model_dump(mode="json")
         payload["healthy"] = diagnosis.healthy
-        if written is not None:
-            payload["written"] = written
+        if wrote is not None:
+            payload["written"] = wrote
         typer.echo(json.dumps(payload, indent=1))
     else:
-        _print(diagnosis, spec, hint=written is None)
-        if written is not None:
-            _print_written(write, written)
+        _print(diagnosis, spec, hint=wrote is None)
+        if wrote is not None:
+            _print_written(write, wrote)
     if not diagnosis.healthy:
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -113,16 +118,32 @@ def _results(path: str, resolved) -> list:
     return results
 
 
-def _write(path: str, spec: str, case, diagnosis, fixed_mapping) -> dict:
+def _write(path: str, spec: str, plan: dict, diagnosis) -> dict:
     import yaml
 
-    data, changes, skipped = fixed_mapping(case, diagnosis)
+    changes, proof = plan["changes"], plan["proof"]
     header = [f"# written by kvplan doctor from {spec}: the fixes it proved on seeds "
               f"{', '.join(map(str, diagnosis.seeds))}"]
     header += [f"#   {c}" for c in changes] or ["#   (no fix was kept: the spec is unchanged)"]
-    header += [f"# left out: {s}" for s in skipped]
-    Path(path).write_text("\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, width=1000))
-    return {"file": path, "changes": [c.model_dump(mode="json") for c in changes], "left_out": skipped}
+    if changes and proof is not None:
+        header.append(f"# simulated as written: {_as_written(proof)}")
+    header += [f"# left out: {s}" for s in plan["left_out"]]
+    Path(path).write_text("\n".join(header) + "\n" + yaml.safe_dump(plan["data"], sort_keys=False, width=1000))
+    return {"file": path, "changes": [c.model_dump(mode="json") for c in changes],
+            "proof": proof.model_dump(mode="json") if changes and proof is not None else None, "left_out": plan["left_out"]}
+
+
+def _as_written(p) -> str:
+    """The SLO targets (or the judged metric without an SLO) and the bill, as the written spec simulated."""
+    figures = [f"{c.key} {fmt_duration(c.after)} ±{fmt_duration(c.after_ci95)} (target {fmt_duration(c.target)}, "
+               f"{'met' if c.met else 'missed'})" for c in p.slo] or [f"{p.label} {_figure(p.unit, p.after)}"]
+    return "; ".join(figures) + f"; $/hour {_usd(p.usd_per_hour_before, p.usd_per_hour_after)}" + _nodes(p)
+
+
+def _nodes(p) -> str:
+    if p.nodes_before is None or p.nodes_after is None or p.nodes_before == p.nodes_after:
+        return ""
+    return f"; {p.nodes_after} nodes instead of {p.nodes_before}"
 
 
 def _figure(unit: str, value: float) -> str:
@@ -148,7 +169,8 @@ def _proof(fix) -> str:
     after = _figure(p.unit, p.after) + (f" ±{_figure(p.unit, p.after_ci95)}" if p.after_ci95 else "")
     usd = f"; $/hour {_usd(p.usd_per_hour_before, p.usd_per_hour_after)}" if p.usd_per_hour_before is not None else ""
     broken = f" ({'; '.join(p.broken)})" if p.broken else ""
-    return f"{p.label} {_figure(p.unit, p.before)} -> {after}{usd}: " + ("kept, " if fix.kept else "") + p.verdict + broken
+    return (f"{p.label} {_figure(p.unit, p.before)} -> {after}{usd}{_nodes(p)}: " + ("kept, " if fix.kept else "")
+            + p.verdict + broken)
 
 
 def _print(d, spec: str, hint: bool) -> None:
@@ -167,6 +189,15 @@ def _print(d, spec: str, hint: bool) -> None:
         for fix in f.fixes:
             out.print(f"  fix:     {', '.join(str(c) for c in fix.changes)}  ({fix.summary})")
             out.print(f"           {_proof(fix)}")
+    if d.ranking:
+        out.print()
+        out.print(styled(("fixes for the SLO, cheapest first among those that meet it:", "bold")))
+        for i, r in enumerate(d.ranking, 1):
+            p = r.fix.proof
+            slo = ", ".join(f"{c.key} {fmt_duration(c.after)} ±{fmt_duration(c.after_ci95)}" for c in p.slo)
+            meets = "meets the SLO" + ("" if all(c.outcome == "met" for c in p.slo) else " on the mean (within the noise)")
+            out.print(f"  {i}. {', '.join(str(c) for c in r.fix.changes)}: {meets if r.meets_slo else 'helps, misses the SLO'}; "
+                      f"{slo}; $/hour {_usd(p.usd_per_hour_before, p.usd_per_hour_after)}{_nodes(p)}")
     out.print()
     for note in d.notes:
         out.print(note)
@@ -174,10 +205,14 @@ def _print(d, spec: str, hint: bool) -> None:
         out.print(f"apply the kept fixes: kvplan doctor {spec} --write fixed.yaml")
 
 
-def _print_written(path: str, written: dict) -> None:
-    n = len(written["changes"])
-    err.print(f"spec with {n} change(s) written to {path}" + "".join(f"\n  {c['path']}: {c['value']}" for c in written["changes"]))
-    for line in written["left_out"]:
+def _print_written(path: str, wrote: dict) -> None:
+    from ..doctor.finding import Proof
+
+    n = len(wrote["changes"])
+    err.print(f"spec with {n} change(s) written to {path}" + "".join(f"\n  {c['path']}: {c['value']}" for c in wrote["changes"]))
+    if wrote["proof"] is not None:
+        err.print(f"  simulated as written: {_as_written(Proof.model_validate(wrote['proof']))}")
+    for line in wrote["left_out"]:
         err.print(f"  left out: {line}")
 
 

@@ -2,11 +2,12 @@
 
 Rules run in a fixed order (hit ratio, memory, tail, Ceph), then the follow-ups that judge the design
 note's advice where an earlier finding shows it applies. Fixes proposed by several findings (the same
-changes for the same metric) are simulated once. The result lists problems before advice.
+changes for the same metric) are proven once, and the same changes judged on two metrics are simulated once. The result lists problems before advice.
 
-`fixed_mapping` applies, per finding, its best kept fix (an improvement before a saving, one that costs
-nothing more before one that does, then the largest gain on its metric or the largest saving), skipping a fix that changes a path an earlier one already changed; the changes
-applied and those skipped are returned with it.
+Findings about a missed SLO target also get the tier candidates (each offload tier removed or halved), and
+the diagnosis ranks the proven fixes by cost among those that meet the SLO (kvplan.doctor.rank).
+`fixed_mapping` is what `--write` writes (kvplan.doctor.rank.written: the cheapest fix that meets the SLO
+first, and a combination only when it was simulated as written).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import TYPE_CHECKING, Callable
 from ..resolve import Resolved
 from ..spec import Topology
 from . import ceph, hit_ratio, live, memory, native, tail
-from .case import METRICS, Case
-from .finding import Change, Diagnosis, Finding, Fix
-from .prove import changed_mapping, prove
+from .case import Case
+from .finding import Change, Diagnosis, Finding
+from .prove import prove
+from .rank import chosen, ranking, with_tier_fixes, written
 
 if TYPE_CHECKING:
     from ..live.observe import Snapshot
@@ -45,10 +47,11 @@ def diagnose(case: Case, cache=None, workers: int = 1, prove_fixes: bool = True,
         findings += rule(case)
     for follow in FOLLOW_UPS:
         findings += follow(case, findings)
+    findings = with_tier_fixes(case, findings)
     if prove_fixes:
         findings = _proven(case, findings, cache, workers, on_fix)
     return Diagnosis(name=case.resolved.name, spec_hash=case.resolved.spec_hash, source="simulation", seeds=case.seeds,
-                     findings=_ordered(findings), notes=_notes(case))
+                     findings=_ordered(findings), ranking=ranking(findings), notes=_notes(case))
 
 
 def diagnose_live(case: Case, snap: Snapshot, spec: str, seeds: list[int], cache=None, workers: int = 1,
@@ -62,15 +65,15 @@ def diagnose_live(case: Case, snap: Snapshot, spec: str, seeds: list[int], cache
         case = simulated_case(case.topo, case.resolved, case.data, case.base_dir, seeds, cache, workers)
         findings = _proven(case, findings, cache, workers, on_fix)
     return Diagnosis(name=case.resolved.name, spec_hash=case.resolved.spec_hash, source="live", seeds=case.seeds,
-                     findings=_ordered(findings)), case
+                     findings=_ordered(findings), ranking=ranking(findings)), case
 
 
 def _proven(case: Case, findings: list[Finding], cache, workers: int, on_fix) -> list[Finding]:
     keys = list(dict.fromkeys(fix.key() for f in findings for fix in f.fixes))
     first = {fix.key(): fix for f in findings for fix in reversed(f.fixes)}
-    proofs = {}
+    proofs, memo = {}, {}
     for i, key in enumerate(keys):
-        proofs[key] = prove(case, first[key], cache, workers)
+        proofs[key] = prove(case, first[key], cache, workers, memo)
         if on_fix:
             on_fix(i + 1, len(keys))
     return [f.model_copy(update={"fixes": [fix.model_copy(update={"proof": proofs[fix.key()]}) for fix in f.fixes]})
@@ -89,42 +92,11 @@ def _notes(case: Case) -> list[str]:
             "interval of its paired difference excludes 0 on the better side"]
 
 
-def _gain(fix: Fix) -> float:
-    p = fix.proof
-    if fix.goal == "save":
-        return (p.usd_per_hour_before or 0) - (p.usd_per_hour_after or 0)
-    return -p.difference if METRICS[fix.metric].better == "lower" else p.difference
+def fixed_mapping(case: Case, diagnosis: Diagnosis, cache=None, workers: int = 1) -> tuple[dict, list[Change], list[str]]:
+    """The spec mapping `--write` writes, its changes, and why any kept fix was left out (kvplan.doctor.rank.written;
+    a combination of several fixes is simulated here, through the run cache)."""
+    w = written(case, diagnosis, cache, workers)
+    return w["data"], w["changes"], w["left_out"]
 
 
-def _costs_more(fix: Fix) -> bool:
-    p = fix.proof
-    return p.usd_per_hour_before is not None and p.usd_per_hour_after is not None and p.usd_per_hour_after > p.usd_per_hour_before
-
-
-def chosen(diagnosis: Diagnosis) -> tuple[list[tuple[Finding, Fix]], list[tuple[Finding, Fix, str]]]:
-    """Per finding its best kept fix; and the ones left out because an earlier chosen fix changes the same path."""
-    taken: dict[str, str] = {}
-    applied, skipped = [], []
-    for finding in diagnosis.findings:
-        kept = finding.kept
-        if not kept:
-            continue
-        best = max(kept, key=lambda fix: (fix.goal == "improve", not _costs_more(fix), _gain(fix)))
-        clash = next((c.path for c in best.changes if c.path in taken), None)
-        if clash is not None:
-            skipped.append((finding, best, f"{clash} is already changed for {taken[clash]}"))
-            continue
-        applied.append((finding, best))
-        for c in best.changes:
-            taken[c.path] = finding.code
-    return applied, skipped
-
-
-def fixed_mapping(case: Case, diagnosis: Diagnosis) -> tuple[dict, list[Change], list[str]]:
-    """The case's spec mapping with the chosen fixes applied, the changes, and why any kept fix was left out."""
-    applied, skipped = chosen(diagnosis)
-    changes = [c for _, fix in applied for c in fix.changes]
-    return changed_mapping(case, changes), changes, [f"{f.code}: {fix.summary} ({why})" for f, fix, why in skipped]
-
-
-__all__ = ["FOLLOW_UPS", "RULES", "chosen", "diagnose", "diagnose_live", "fixed_mapping", "simulated_case"]
+__all__ = ["FOLLOW_UPS", "RULES", "chosen", "diagnose", "diagnose_live", "fixed_mapping", "simulated_case", "written"]

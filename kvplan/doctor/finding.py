@@ -42,6 +42,18 @@ class Change(_Model):
         return f"{self.path}: {'(default)' if self.value is None else self.value}"
 
 
+class SloCheck(_Model):
+    """One SLO target against a fix's simulated runs: the mean over the seeds, its 95 % interval, and whether the
+    mean meets the target (`outcome`: met or missed beyond the noise of the seeds, or undecided)."""
+
+    key: str
+    target: float
+    after: float
+    after_ci95: float
+    met: bool
+    outcome: Literal["met", "missed", "undecided"]
+
+
 class Proof(_Model):
     """A fix simulated: the metric that was wrong, before and after, on the same seeds."""
 
@@ -68,6 +80,16 @@ class Proof(_Model):
     broken: list[str] = []
     """SLO targets the change makes worse beyond the noise and misses (verdict `breaks the SLO`), each as
     'key before -> after (target)'."""
+    slo: list[SloCheck] = []
+    """Every SLO target of the spec on the changed spec's runs (empty without an SLO, or when refused)."""
+    nodes_before: int | None = None
+    nodes_after: int | None = None
+    """Serving nodes before and after (a fix that adds instances may need another node)."""
+
+    @property
+    def meets_slo(self) -> bool:
+        """Every SLO target met on the mean of the seeds (False without an SLO, or when not simulated)."""
+        return bool(self.slo) and all(c.met for c in self.slo)
 
 
 class Fix(_Model):
@@ -105,6 +127,16 @@ class Finding(_Model):
         return [f for f in self.fixes if f.kept]
 
 
+class Ranked(_Model):
+    """A fix in the diagnosis's ranking: which finding proposed it, and whether it meets every SLO target."""
+
+    code: str
+    fix: Fix
+    meets_slo: bool
+    margin: float
+    """The smallest relative headroom over the SLO targets, (target - after) / target (negative: missed)."""
+
+
 class Diagnosis(_Model):
     kind: Literal["doctor"] = "doctor"
     name: str
@@ -113,6 +145,9 @@ class Diagnosis(_Model):
     seeds: list[int]
     """The seeds simulated (the findings' figures are their means; proofs pair them seed by seed)."""
     findings: list[Finding]
+    ranking: list[Ranked] = []
+    """The proven fixes for a missed SLO, cheapest first among those that meet every target, then those that help
+    without meeting it (kvplan.doctor.rank)."""
     notes: list[str] = []
 
     @property
@@ -124,4 +159,4 @@ class Diagnosis(_Model):
         return not self.problems
 
 
-__all__ = ["Change", "Diagnosis", "Finding", "Fix", "Goal", "KEPT", "Proof", "Severity", "Verdict"]
+__all__ = ["Change", "Diagnosis", "Finding", "Fix", "Goal", "KEPT", "Proof", "Ranked", "Severity", "SloCheck", "Verdict"]

@@ -33,7 +33,7 @@ from ..spec import from_mapping
 from ..sweep.confidence import compare, confidence
 from ..sweep.variants import apply
 from .case import METRICS, Case
-from .finding import Change, Fix, Proof
+from .finding import Change, Fix, Proof, SloCheck
 
 
 def changed_mapping(case: Case, changes: Sequence[Change]) -> dict:
@@ -50,21 +50,37 @@ def changed(case: Case, changes: Sequence[Change]):
     return topo, resolve(topo)
 
 
-def prove(case: Case, fix: Fix, cache=None, workers: int = 1) -> Proof:
-    from ..cost import cost_of
+def prove(case: Case, fix: Fix, cache=None, workers: int = 1, memo: dict | None = None) -> Proof:
+    """`fix` simulated on the case's seeds and judged; `memo` (one diagnosis's) keeps each changed spec's runs, so
+    the same changes judged on two metrics (a tier removed for TTFT and for TPOT) are simulated once."""
     from ..sweep.cache import run_cached
     from ..sweep.executor import Task
 
-    metric = METRICS[fix.metric]
-    before = [metric.value(r, case.resolved) for r in case.results]
-    base = dict(metric=fix.metric, label=metric.label, better=metric.better, unit=metric.unit, seeds=case.seeds,
-                before=sum(before) / len(before), usd_per_hour_before=case.usd_per_hour)
+    key = tuple(sorted((c.path, str(c.value)) for c in fix.changes))
+    if memo is not None and key in memo:
+        topo, resolved, runs = memo[key]
+        return judge(case, fix, topo, resolved, runs)
     try:
         topo, resolved = changed(case, fix.changes)
     except SpecError as exc:
-        return Proof(**base, after=0.0, after_ci95=0.0, difference=0.0, difference_ci95=0.0, usd_per_hour_after=None,
-                     verdict="refused", refused="; ".join(p.message + (f" ({p.fix})" if p.fix else "") for p in exc.problems))
+        metric = METRICS[fix.metric]
+        return Proof(metric=fix.metric, label=metric.label, better=metric.better, unit=metric.unit, seeds=case.seeds,
+                     before=case.mean(fix.metric) if case.results else 0.0, usd_per_hour_before=case.usd_per_hour,
+                     nodes_before=case.resolved.nodes, after=0.0, after_ci95=0.0, difference=0.0, difference_ci95=0.0,
+                     usd_per_hour_after=None, verdict="refused",
+                     refused="; ".join(p.message + (f" ({p.fix})" if p.fix else "") for p in exc.problems))
     runs, _ = run_cached([Task(topo, seed) for seed in case.seeds], cache, workers=workers)
+    if memo is not None:
+        memo[key] = (topo, resolved, list(runs))
+    return judge(case, fix, topo, resolved, list(runs))
+
+
+def judge(case: Case, fix: Fix, topo, resolved, runs: list) -> Proof:
+    """The proof of `fix` from the changed spec's runs (one per seed of the case, in its order)."""
+    from ..cost import cost_of
+
+    metric = METRICS[fix.metric]
+    before = [metric.value(r, case.resolved) for r in case.results]
     after = [metric.value(r, resolved) for r in runs]
     log = metric.unit == "s" and min(before + after) > 0
     diff = compare([math.log(v) for v in before], [math.log(v) for v in after]) if log else compare(before, after)
@@ -77,9 +93,26 @@ def prove(case: Case, fix: Fix, cache=None, workers: int = 1) -> Proof:
     broken = _broken(case, runs, fix.metric)
     if broken and verdict in ("helps", "saves"):
         verdict = "breaks the SLO"
-    return Proof(**base, after=mean_after, after_ci95=half_after, scale="log" if log else "linear",
-                 difference=diff.mean, difference_ci95=diff.ci95, usd_per_hour_after=usd_after, verdict=verdict,
-                 broken=broken)
+    return Proof(metric=fix.metric, label=metric.label, better=metric.better, unit=metric.unit, seeds=case.seeds,
+                 before=sum(before) / len(before), usd_per_hour_before=case.usd_per_hour, after=mean_after,
+                 after_ci95=half_after, scale="log" if log else "linear", difference=diff.mean, difference_ci95=diff.ci95,
+                 usd_per_hour_after=usd_after, verdict=verdict, broken=broken, slo=slo_checks(case, runs),
+                 nodes_before=case.resolved.nodes, nodes_after=resolved.nodes)
+
+
+def slo_checks(case: Case, runs) -> list[SloCheck]:
+    """Every SLO target of the case's spec on `runs` (the p99s as the SimResult gives them), judged on the log scale."""
+    from .tail import against
+
+    checks = []
+    for key, target in case.resolved.slo.targets().items():
+        name, pct = key.rsplit("_", 1)
+        values = [getattr(getattr(r, name), pct) for r in runs]
+        verdict = against(values, target)
+        mean, half = confidence(values)
+        checks.append(SloCheck(key=key, target=target, after=mean, after_ci95=half, met=mean <= target,
+                               outcome=verdict.outcome))
+    return checks
 
 
 def _broken(case: Case, runs, judged: str) -> list[str]:
@@ -118,4 +151,4 @@ def _verdict(fix: Fix, better: str, diff, usd_before, usd_after) -> str:
     return "helps" if diff.distinguishable else "within noise"
 
 
-__all__ = ["changed", "changed_mapping", "prove"]
+__all__ = ["changed", "changed_mapping", "judge", "prove", "slo_checks"]
