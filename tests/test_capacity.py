@@ -78,7 +78,7 @@ def test_a_sweep_over_probed_rates_reuses_the_searchs_runs(spec_path, tmp_path):
     cache = RunCache(tmp_path / "cache")
     result, _ = search(spec_path, SLO, cache=cache)
     probed = ",".join(f"{p.rate:g}/s" for p in result.probes[:2])
-    _, simulated = sweep(spec_path, [parse_vary(f"workload.arrivals.rate={probed}")], cache=cache)
+    _, simulated = sweep(spec_path, [parse_vary(f"workload.arrivals.session_rate={probed}")], cache=cache)
     assert simulated == 0
 
 

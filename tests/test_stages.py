@@ -77,12 +77,12 @@ def test_a_stage_needs_an_end_and_a_closed_loop_has_exactly_one():
 
 
 def test_stages_replace_the_workloads_own_rate_concurrency_requests_and_duration():
-    text = refusal({**CHAT, "requests": 100, "duration": "1min", "arrivals": {"rate": "2/s"},
+    text = refusal({**CHAT, "requests": 100, "duration": "1min", "arrivals": {"session_rate": "2/s"},
                     "stages": [{"rate": "4/s", "duration": "30s"}]})
     assert "workload.requests: conflicts with workload.stages: each stage ends by its own duration or requests" in text
     assert "fix: move it into the stages (e.g. requests: 100 on the last one), or remove workload.stages" in text
     assert "workload.duration: conflicts with workload.stages" in text
-    assert "workload.arrivals.rate: conflicts with workload.stages: each stage sets its own rate or concurrency" in text
+    assert "workload.arrivals.session_rate: conflicts with workload.stages: each stage sets its own rate or concurrency" in text
     # arrivals.process stays: it is every rate stage's default
     local({**CHAT, "arrivals": {"process": "gamma", "cv": 2}, "stages": [{"rate": "4/s", "duration": "30s"}]})
 
@@ -126,7 +126,7 @@ def test_rescaled_poisson_sends_exactly_rate_times_duration_the_last_as_the_stag
 
 def test_a_one_stage_workload_is_the_workload_without_stages():
     """Stage 0 draws from the workload's own random stream, so the same load written as a stage is the same run."""
-    plain = simulate({**CHAT, "requests": 120, "arrivals": {"rate": "2/s"}})
+    plain = simulate({**CHAT, "requests": 120, "arrivals": {"session_rate": "2/s"}})
     one = simulate({**CHAT, "stages": [{"rate": "2/s", "requests": 120}]})
     for column in type(plain.per_request).model_fields:
         assert np.array_equal(getattr(plain.per_request, column), getattr(one.per_request, column)), column

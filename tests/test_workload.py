@@ -66,7 +66,7 @@ def prompt(r: Request, unit: int = 256) -> list[int]:
 
 CHAT = {
     "kind": "chat", "seed": 3, "requests": 3000,
-    "arrivals": {"process": "poisson", "rate": "20/s"},
+    "arrivals": {"process": "poisson", "session_rate": "20/s"},
     "sessions": {"turns": {"dist": "uniform", "min": 1, "max": 6}, "think_time": "10s"},
     "shared_prefixes": {"count": 10, "skew": 1.0, "tokens": {"dist": "lognormal", "mean": 700, "cv": 0.3, "max": 2000}},
     "prompt": {"dist": "lognormal", "mean": 150, "cv": 0.8, "max": 2000},
@@ -430,7 +430,7 @@ def test_system_prompts_are_shared_across_sessions(chat):
 
 
 def prefix_counts(skew: float) -> Counter:
-    reqs = requests(setup(CHAT | {"sessions": None, "requests": 4000,
+    reqs = requests(setup(CHAT | {"sessions": None, "requests": 4000, "arrivals": {"rate": "20/s"},
                                   "shared_prefixes": {"count": 10, "skew": skew, "tokens": 512}}))
     return Counter(r.content.parts[0][0][1] for r in reqs)
 
@@ -563,7 +563,7 @@ def test_every_example_generates_its_workload(example):
 
 def test_a_hundred_thousand_chat_requests_are_all_generated():
     """(How fast is the benchmarks' business: benchmarks/simulate_trace.py runs a million.)"""
-    r = setup(CHAT | {"requests": 100_000, "arrivals": {"rate": "50/s"}})
+    r = setup(CHAT | {"requests": 100_000, "arrivals": {"session_rate": "50/s"}})
     reqs = requests(r)
     assert len(reqs) + reqs.rejected == 100_000
     assert math.isfinite(reqs[-1].arrival)

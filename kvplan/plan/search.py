@@ -46,6 +46,8 @@ from ..sim.slo_watch import SloMiss
 from ..spec import Topology, from_mapping
 from ..spec import stages
 from ..spec.slo import Slo
+from pydantic_core import PydanticCustomError
+
 from ..units import fmt_bytes, fmt_duration, parse_rate
 from .bounds import Floors, WorkloadStats, at_rate, behaviour as plan_behaviour, floors
 from .space import HardwareGroup, Specs, hardware_groups, variants
@@ -115,7 +117,8 @@ class Plan:
     rate: float
     """Requests per second asked for."""
     offered_rate: float
-    """Requests per second the planned workload really offers (sessions make it differ from arrivals.rate)."""
+    """Requests per second the planned workload really offers (measured on its requests; with sessions, close to
+    `rate` but not equal)."""
     slo: Slo
     budget: float | None
     seeds: list[int]
@@ -130,6 +133,8 @@ class Plan:
     not_enumerated_from: float | None = None
     over_budget_unpriced: int = 0
     """Combinations never validated because their accelerators alone cost more than the budget."""
+    session_rate: float | None = None
+    """New sessions per second that offer `rate` (arrivals.session_rate of every candidate); None without sessions."""
 
     @property
     def winner(self) -> Candidate | None:
@@ -170,15 +175,29 @@ def simulate_all(topos: list[Topology], seeds: list[int], workers: int, cache: "
 # ---- the user's targets ------------------------------------------------------------------------
 
 def parse_rate_arg(text: str) -> float:
-    """'40/s' -> 40.0; a SpecError naming --rate otherwise."""
+    """'40/s' -> 40.0 requests per second; a SpecError naming --rate otherwise. A bare number is refused (per second
+    or per minute?), and so is a rate of sessions: --rate counts requests, whatever the workload."""
+    allowed = "requests per second, such as 40/s, 40req/s or 600/min"
+    if _bare(text):
+        raise SpecError([Problem("--rate", "a bare number: the unit is missing", text, allowed,
+                                 f"write it like --rate {text.strip()}/s (requests per second)")])
     try:
-        rate = parse_rate(text)
-    except Exception:
-        rate = None
+        rate: float | None = parse_rate(text)
+        why = "not a positive request rate"
+    except PydanticCustomError as exc:
+        rate, why = None, exc.message()
     if rate is None or not rate > 0:
-        raise SpecError([Problem("--rate", "not a positive request rate", text, "a rate such as 40/s or 600/min",
+        raise SpecError([Problem("--rate", why if rate is None else "not a positive request rate", text, allowed,
                                  "write it like --rate 40/s")])
     return rate
+
+
+def _bare(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_budget_arg(text: str) -> float:
@@ -251,7 +270,9 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
         if not waiting or search.decided_below(floor):
             break
         limit = max(limit * PRICE_STEP, floor)
-    return search.result(rate, slo, budget, groups, waiting)
+    result = search.result(rate, slo, budget, groups, waiting)
+    result.session_rate = base["workload"]["arrivals"].get("session_rate") if topo.workload.sessions else None
+    return result
 
 
 def _named_accelerators(gpus: Sequence[str] | None, search: "_Search", waiting: list[HardwareGroup], catalog: Catalog) -> None:
@@ -546,6 +567,12 @@ def _label(key: str) -> str:
     return f"{pct} {metric.upper()}"
 
 
+def rate_words(p: Plan) -> str:
+    """'20 req/s' or, with sessions, '20 req/s (4.692 new sessions/s)': the planned load, requests first."""
+    sessions = f" ({p.session_rate:.4g} new sessions/s)" if p.session_rate is not None else ""
+    return f"{p.rate:.3g} req/s{sessions}"
+
+
 def winner_yaml(c: Candidate, result: Plan | None = None, base: Topology | None = None) -> str:
     """The winner as a spec file for `kvplan deploy`: human units, defaults left out, and a
     description that says what it is (kvplan.spec.written)."""
@@ -556,7 +583,7 @@ def winner_yaml(c: Candidate, result: Plan | None = None, base: Topology | None 
     data = human_mapping(c.topo)
     measured = ", ".join(f"{_label(k)} {fmt_duration(v)}" for k, v in c.measured.items())
     choice = c.describe()
-    what = (f"kvplan plan's cheapest topology for '{c.topo.name}'" + (f" at {result.rate:.3g} req/s" if result else "")
+    what = (f"kvplan plan's cheapest topology for '{c.topo.name}'" + (f" at {rate_words(result)}" if result else "")
             + f": {choice['accelerator']}, ddr {choice['ddr']}, nvme {choice['nvme']}, ceph {choice['ceph']}, "
             f"eviction {choice['eviction']}; ${c.usd_per_hour:,.2f}/h; measured {measured}")
     if base is not None and base.ceph is not None and c.topo.ceph is None:

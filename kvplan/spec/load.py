@@ -103,9 +103,19 @@ def read_yaml(path: str | Path, bounded: bool = True) -> Any:
 def load(path: str | Path) -> Topology:
     """Read and validate a spec file ("-": standard input, whose relative paths are read from the current folder)."""
     if str(path) == STDIN:
-        return from_mapping(read_yaml(STDIN), base_dir=Path.cwd(), source="stdin")
+        return from_mapping(_no_bare_slo(read_yaml(STDIN), "stdin"), base_dir=Path.cwd(), source="stdin")
     path = Path(path)
-    return from_mapping(read_yaml(path), base_dir=path.parent, source=str(path))
+    return from_mapping(_no_bare_slo(read_yaml(path), str(path)), base_dir=path.parent, source=str(path))
+
+
+def _no_bare_slo(data: Any, source: str) -> Any:
+    """The file's data, unless it gives an SLO target as a bare number (refused as --slo refuses it)."""
+    from .slo import bare_slo_problems
+
+    problems = bare_slo_problems(data)
+    if problems:
+        raise SpecError(problems, source)
+    return data
 
 
 def from_mapping(data: Any, base_dir: str | Path | None = None, source: str | None = None) -> Topology:

@@ -113,7 +113,7 @@ def stages_of(w: "Workload") -> list[Stage] | None:
     if w.stages is None:
         if a.concurrency is None and a.process != "rescaled_poisson":
             return None
-        rate = None if a.concurrency is not None else a.rate
+        rate = None if a.concurrency is not None else a.starts_per_s
         listed = [Stage(rate=rate, concurrency=a.concurrency, duration=w.duration, requests=w.requests)]
     else:
         listed = list(w.stages)
@@ -165,6 +165,7 @@ def problems(topo: "Topology") -> Iterator[Problem]:
     w = topo.workload
     a = w.arrivals
     given = a.model_fields_set
+    yield from _one_rate(w)
     if w.stages is None:
         if a.concurrency is None:
             return
@@ -172,12 +173,13 @@ def problems(topo: "Topology") -> Iterator[Problem]:
             yield Problem("workload.arrivals.concurrency", f"{REPLAYED[w.kind]} is replayed at its own timestamps, not "
                           "by users waiting for replies", a.concurrency, fix="remove arrivals.concurrency, or use a "
                           "kind that draws its requests (chat, codegen, rag, shared_prefix)")
-        if "rate" in given:
-            yield Problem("workload.arrivals.rate", "conflicts with arrivals.concurrency: rate makes an open loop "
-                          "(requests arrive whatever the replies), concurrency a closed one (each user waits for its "
-                          "reply)",
-                          a.rate, fix="keep one of the two: remove arrivals.rate for a closed loop of "
-                          f"{a.concurrency} users, or arrivals.concurrency for arrivals at the rate")
+        for name in ("rate", "session_rate"):
+            if name in given:
+                yield Problem(f"workload.arrivals.{name}", f"conflicts with arrivals.concurrency: {name} makes an open "
+                              "loop (arrivals whatever the replies), concurrency a closed one (each user waits for its "
+                              "reply)",
+                              getattr(a, name), fix=f"keep one of the two: remove arrivals.{name} for a closed loop of "
+                              f"{a.concurrency} users, or arrivals.concurrency for arrivals at the rate")
         yield from _no_process(given, "workload.arrivals", "arrivals.concurrency")
         if w.duration is not None and w.requests is not None:
             yield from _one_end("workload", "workload.duration", "workload.requests")
@@ -191,11 +193,11 @@ def problems(topo: "Topology") -> Iterator[Problem]:
             yield Problem(f"workload.{name}", f"conflicts with workload.stages: each stage ends by its own duration or "
                           "requests", value, fix=f"move it into the stages (e.g. {name}: {value:g} on the last one), "
                           "or remove workload.stages")
-    for name in ("rate", "concurrency"):
+    for name in ("rate", "session_rate", "concurrency"):
         if name in given:
             yield Problem(f"workload.arrivals.{name}", "conflicts with workload.stages: each stage sets its own rate "
                           "or concurrency", getattr(a, name), fix=f"give each stage its {name} (stages: [{{{name}: "
-                          f"{'8/s' if name == 'rate' else 16}, duration: 10min}}]) and remove arrivals.{name}")
+                          f"{'8/s' if name != 'concurrency' else 16}, duration: 10min}}]) and remove arrivals.{name}")
     if len(w.stages) > MAX_STAGES:
         yield Problem("workload.stages", f"more than {MAX_STAGES} stages", len(w.stages), f"1..{MAX_STAGES} stages",
                       "merge stages that have the same load")
@@ -232,6 +234,23 @@ def _stage(s: Stage, path: str, default_process: str) -> Iterator[Problem]:
             and (s.process or default_process) == "rescaled_poisson" and int(s.rate * s.duration) < 1:
         yield Problem(path, f"rescaled_poisson sends int(rate x duration) = int({s.rate:g} x {s.duration:g}) = 0 "
                       "requests", None, fix="raise the rate or the duration, or use process: poisson")
+
+
+def _one_rate(w: "Workload") -> Iterator[Problem]:
+    """A rate counts requests; with sessions the rate of new sessions is arrivals.session_rate, named so."""
+    from .workload import requests_per_session
+
+    a = w.arrivals
+    if w.sessions is not None and "rate" in a.model_fields_set:
+        yield Problem("workload.arrivals.rate", "counts requests, but this workload has sessions: its arrivals are new "
+                      f"sessions, each bringing {requests_per_session(w.sessions)} requests", a.rate,
+                      "arrivals.session_rate (new sessions per second) with sessions",
+                      f"write arrivals.session_rate: {a.rate:g}sessions/s if that many sessions start per second, or "
+                      "give requests per second to kvplan plan --rate, which finds the session rate that offers them")
+    if w.sessions is None and a.session_rate is not None:
+        yield Problem("workload.arrivals.session_rate", "counts new sessions, but this workload has no sessions",
+                      a.session_rate, "arrivals.rate (requests per second) without sessions",
+                      f"write arrivals.rate: {a.session_rate:g}/s, or add sessions")
 
 
 def _no_process(given: set[str], path: str, what: str) -> Iterator[Problem]:
