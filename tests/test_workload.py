@@ -606,3 +606,39 @@ def test_a_stream_holds_numbers_until_a_request_is_reached():
     tracemalloc.stop()
     assert len(taken) == len(listed)
     assert drawn < built / 4, (drawn, built)
+
+
+# ------------------------------------------------------------------ one rate: requests, or new sessions by name
+
+def test_a_session_workload_gives_its_new_sessions_per_second_as_session_rate():
+    r = setup(CHAT | {"requests": 600, "arrivals": {"session_rate": "2sessions/s"}})
+    assert r.workload.arrivals.session_rate == r.workload.arrivals.starts_per_s == 2.0
+    reqs = requests(r)
+    sessions = len({q.session for q in reqs})
+    offered = len(reqs) / reqs[-1].arrival
+    assert offered > 2.0 * 1.5, "each session brings several requests: requests/s is well above sessions/s"
+    assert sessions / reqs[-1].arrival == pytest.approx(2.0, rel=0.25)
+
+
+def test_a_rate_on_a_session_workload_is_refused_naming_session_rate():
+    with pytest.raises(SpecError) as exc:
+        setup(CHAT | {"arrivals": {"rate": "20/s"}})
+    [problem] = exc.value.problems
+    assert problem.path == "workload.arrivals.rate" and "this workload has sessions" in problem.message
+    assert problem.fix.startswith("write arrivals.session_rate: 20sessions/s") and "kvplan plan --rate" in problem.fix
+
+
+def test_a_request_unit_on_session_rate_is_refused_with_the_sessions_unit():
+    for text in ("20req/s", "20rps", "1200req/min"):
+        with pytest.raises(SpecError) as exc:
+            setup(CHAT | {"arrivals": {"session_rate": text}})
+        [problem] = exc.value.problems
+        assert problem.path == "workload.arrivals.session_rate" and "counts requests" in problem.message
+        assert problem.fix.endswith("sessions/s'")
+
+
+def test_session_rate_without_sessions_is_refused_naming_rate():
+    with pytest.raises(SpecError) as exc:
+        setup(CHAT | {"sessions": None, "arrivals": {"session_rate": "3/s"}})
+    [problem] = exc.value.problems
+    assert problem.path == "workload.arrivals.session_rate" and problem.fix.startswith("write arrivals.rate: 3/s")
