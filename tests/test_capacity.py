@@ -129,7 +129,7 @@ def test_kvplan_capacity_prints_each_probe_and_the_bracket(spec_path, tmp_path):
     # one rate: the answer is in requests/s, measured on each probe's workload, its new sessions/s beside it
     found = next(p for p in saved["probes"] if p["rate"] == saved["rate"])
     assert saved["knob"] == "workload.arrivals.session_rate" and found["requests_per_s"] > found["rate"]
-    assert " req/s (" in headline and "new sessions/s" in headline
+    assert " req/s (" in headline and " at " in headline and "new sessions/s" in headline
     assert headline.index("req/s") < headline.index("sessions/s")
 
 

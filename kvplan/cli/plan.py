@@ -191,7 +191,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     def show(p, fresh: int) -> None:
         state["n"] += 1
         word = {"met": "met", "missed": "MISSED", "undecided": "undecided"}[p.verdict]
-        say.print(f"probe {state['n']:>2}  {knob.fmt_probe(p):>10}  {verdict(p)}  {word}"
+        say.print(f"probe {state['n']:>2}  {knob.fmt_probe(p):>{26 if knob.sessions else 10}}  {verdict(p)}  {word}"
                   + (f" ({len(p.seeds)} seeds)" if seeds > 1 else ""))
 
     try:

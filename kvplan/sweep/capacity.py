@@ -96,9 +96,9 @@ class Knob:
         return rate if self.time_scale is None else self.time_scale / rate
 
     def fmt_probe(self, p: "Probe") -> str:
-        """A probe's rate: '12 req/s', 'x2', or with sessions '12.3 req/s (2.5 new sessions/s)'."""
+        """A probe's rate: '12 req/s', 'x2', or with sessions '12.3 req/s (2.5 sessions/s)'."""
         if self.sessions and p.requests_per_s is not None:
-            return f"{p.requests_per_s:.3g} req/s ({p.rate:g} new sessions/s)"
+            return f"{p.requests_per_s:.3g} req/s ({p.rate:g} sessions/s)"
         return self.fmt(p.rate)
 
     def fmt(self, rate: float) -> str:
@@ -382,7 +382,7 @@ def headline(result: CapacityResult) -> list[str]:
 
 
 def rate_words(result: CapacityResult) -> Callable[[float | None], str]:
-    """How a rate of this search reads: '12 req/s', 'x2' or, with sessions, '12.3 req/s (2.5 new sessions/s)'."""
+    """How a rate of this search reads: '12 req/s', 'x2' or, with sessions, '12.3 req/s (2.5 sessions/s)'."""
     knob = Knob(result.knob, 1.0, 1.0 if result.unit == "x" else None, result.knob.endswith("session_rate"))
     measured = {p.rate: p.requests_per_s for p in result.probes}
 
@@ -392,7 +392,7 @@ def rate_words(result: CapacityResult) -> Callable[[float | None], str]:
         if not knob.sessions:
             return knob.fmt(rate)
         req = measured.get(rate)
-        return (f"{req:.3g} req/s" if req is not None else "? req/s") + f" ({rate:g} new sessions/s)"
+        return (f"{req:.3g} req/s" if req is not None else "? req/s") + f" ({rate:g} sessions/s)"
     return words
 
 
@@ -402,7 +402,7 @@ def _interval(knob: Knob, result: CapacityResult) -> str:
         return knob.fmt_interval(result.rate, result.low, result.high)
     req = {p.rate: p.requests_per_s or 0.0 for p in result.probes}
     return (fmt_interval(req[result.rate], req[result.low], req[result.high], " req/s")
-            + f"; {fmt_interval(result.rate, result.low, result.high, ' new sessions/s')}")
+            + f" at {fmt_interval(result.rate, result.low, result.high, ' new sessions/s')}")
 
 
 def _verdict(results: list, targets: dict[str, float]) -> Outcome:
