@@ -137,6 +137,9 @@ def test_kvplan_capacity_prints_each_probe_and_the_bracket(spec_path, tmp_path):
     (["--slo", "ttft_p99"], 1, "KEY=DURATION"),
     (["--slo", "ttft_p99=500ms", "--low", "fast"], 2, "not a rate"),
     (["--slo", "ttft_p99=soon"], 1, "--slo ttft_p99"),
+    (["--slo", "ttft_p99=1000"], 1, "write --slo ttft_p99=1000ms or --slo ttft_p99=1000s"),
+    (["--slo", "ttft_p99=500ms", "--low", "2"], 2, "bare number"),
+    (["--slo", "ttft_p99=500ms", "--low", "2req/s"], 2, "counts requests"),
     ([], 1, "there is no SLO to search against"),
 ])
 def test_kvplan_capacity_exit_codes(spec_path, args, code, text):
