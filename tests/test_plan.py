@@ -11,7 +11,7 @@ import yaml
 
 from kvplan.errors import SpecError
 from kvplan.plan.search import parse_budget_arg, parse_rate_arg, plan, simulate_all, winner_yaml
-from kvplan.report.plan import search_verdict
+from kvplan.report.plan import plan_json, search_verdict
 from kvplan.spec.slo import parse_slo_flags
 from kvplan.spec import from_mapping
 
@@ -145,6 +145,7 @@ def test_the_winner_is_written_as_a_person_would_write_it(planned):
     sessions = written["workload"]["arrivals"]["session_rate"]
     assert sessions.endswith("sessions/s") and "rate" not in written["workload"]["arrivals"]
     assert float(sessions.removesuffix("sessions/s")) == pytest.approx(result.session_rate)
+    assert (plan_json(result)["rate"], plan_json(result)["session_rate"]) == (32.0, result.session_rate)
     assert description.startswith(f"kvplan plan's cheapest topology for 'local' at 32 req/s ({result.session_rate:.4g} "
                                   "new sessions/s): ")
     assert f"${result.winner.usd_per_hour:,.2f}/h" in description and "p99 TTFT" in description

@@ -123,7 +123,8 @@ def plan_json(plan: Plan) -> dict:
     (seconds)."""
     winner = plan.winner
     return {
-        "rate": plan.rate, "offered_rate": plan.offered_rate, "session_rate": plan.session_rate, "slo": plan.slo.targets(), "budget_usd_per_hour": plan.budget,
+        "rate": plan.rate, "offered_rate": plan.offered_rate, "session_rate": plan.session_rate,
+        "slo": plan.slo.targets(), "budget_usd_per_hour": plan.budget,
         "seeds": plan.seeds, "simulations": plan.simulations, "invalid_combinations": plan.invalid,
         "not_enumerated": plan.not_enumerated, "not_enumerated_from_usd_per_hour": plan.not_enumerated_from,
         "over_budget_not_enumerated": plan.over_budget_unpriced,
