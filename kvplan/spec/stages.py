@@ -147,14 +147,15 @@ def rescaled_count(stage: Stage) -> int:
 
 
 def unrated(w: "Workload", what: str, fix: str) -> Problem | None:
-    """Why `what`, which sets workload.arrivals.rate, cannot vary this workload's load (its stages set their own rates,
-    a closed loop has none); None when it can."""
+    """Why `what`, which sets workload.arrivals.rate (or session_rate), cannot vary this workload's load (its stages set their own rates,
+    a closed loop has none); None when it can. With sessions it sets workload.arrivals.session_rate."""
+    knob = "workload.arrivals." + ("session_rate" if w.sessions is not None else "rate")
     if w.stages is not None:
-        return Problem("workload.stages", f"{what} sets workload.arrivals.rate, and a staged workload's rates are its "
-                       "stages'", None, fix=fix)
+        return Problem("workload.stages", f"{what} sets {knob}, and a staged workload's rates are its stages'", None,
+                       fix=fix)
     if w.arrivals.concurrency is not None:
-        return Problem("workload.arrivals.concurrency", f"{what} sets workload.arrivals.rate, and a closed loop has no "
-                       "rate: its users send as their replies come", w.arrivals.concurrency, fix=fix)
+        return Problem("workload.arrivals.concurrency", f"{what} sets {knob}, and a closed loop has no rate: its users "
+                       "send as their replies come", w.arrivals.concurrency, fix=fix)
     return None
 
 
