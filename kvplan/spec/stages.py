@@ -5,7 +5,8 @@ loop of `arrivals.concurrency` users, until `workload.requests` or `workload.dur
 `stages` the run is a list of such loads, one after the other on the same servers: one
 simulation, so what a stage leaves in the caches (and in the queues) is there for the next.
 
-A stage is an open loop at a `rate` or a closed loop of `concurrency` users (one of the two). An
+A stage is an open loop at a `rate` (requests per second; with `sessions`, a `session_rate` of new
+sessions per second) or a closed loop of `concurrency` users (one of the two). An
 open loop ends at its `duration` or once it has sent `requests` requests, whichever comes first
 (at least one of the two); a closed loop by one of them. The next stage starts when this one
 ends, so requests still in flight finish while the next stage sends; `drain: true` makes the next
@@ -33,10 +34,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from ..errors import Problem
-from ..units import Duration, Rate, fmt_duration
+from ..units import Duration, Rate, SessionRate, fmt_duration
 from .base import SpecModel
 
 if TYPE_CHECKING:
@@ -68,7 +69,11 @@ class Stage(SpecModel):
     passed or it has sent `requests` requests (an open loop may have both: whichever comes first)."""
 
     rate: Rate | None = None
-    """Arrivals per second (new sessions with `sessions`): an open loop. Exclusive with concurrency."""
+    """Requests per second: an open loop (a workload without sessions). Exclusive with concurrency."""
+
+    session_rate: SessionRate | None = None
+    """New sessions per second: an open loop of a workload with sessions, each session bringing several requests.
+    Exclusive with concurrency."""
 
     concurrency: int | None = Field(None, ge=1, le=MAX_USERS)
     """Users in a closed loop, each sending its next request once the reply to its last one has come. Exclusive with
@@ -93,10 +98,15 @@ class Stage(SpecModel):
     """Idle time between this stage's end (after its drain) and the next stage's start (inference-perf's
     load.interval)."""
 
+    @model_serializer(mode="wrap")
+    def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict:
+        return without_unset(self, handler(self), ("session_rate",))
+
     def describe(self) -> str:
         """The stage's load and end in a few words: 'rate 8/s poisson, 10.0 min', 'concurrency 4, 100 requests'."""
         load = f"concurrency {self.concurrency}" if self.concurrency is not None else \
-            f"rate {self.rate:g}/s {self.process or ''}".rstrip()
+            (f"session_rate {self.session_rate:g}/s {self.process or ''}" if self.session_rate is not None
+             else f"rate {self.rate:g}/s {self.process or ''}").rstrip()
         ends = [fmt_duration(self.duration) if self.duration is not None else "",
                 f"{self.requests:,} requests" if self.requests is not None else ""]
         return f"{load}, {' or '.join(e for e in ends if e)}"
@@ -116,7 +126,7 @@ def stages_of(w: "Workload") -> list[Stage] | None:
         rate = None if a.concurrency is not None else a.starts_per_s
         listed = [Stage(rate=rate, concurrency=a.concurrency, duration=w.duration, requests=w.requests)]
     else:
-        listed = list(w.stages)
+        listed = [_as_started(s) for s in w.stages]
     return [s if s.concurrency is not None else
             s.model_copy(update={"process": s.process or a.process, "cv": s.cv if s.cv is not None else a.cv})
             for s in listed]
@@ -206,7 +216,24 @@ def problems(topo: "Topology") -> Iterator[Problem]:
         yield Problem("workload.stages", "an empty list of stages sends nothing", None,
                       fix="give at least one stage, e.g. stages: [{rate: 8/s, duration: 10min}], or remove it")
     for i, stage in enumerate(w.stages):
-        yield from _stage(stage, f"workload.stages[{i}]", a.process)
+        yield from _stage_rate(w, stage, f"workload.stages[{i}]")
+        yield from _stage(_as_started(stage), f"workload.stages[{i}]", a.process)
+
+
+def _as_started(s: Stage) -> Stage:
+    """The stage with the rate its generator draws starts at: its session_rate (new sessions/s) as `rate`."""
+    return s if s.session_rate is None else s.model_copy(update={"rate": s.session_rate})
+
+
+def _stage_rate(w: "Workload", s: Stage, path: str) -> Iterator[Problem]:
+    """A stage's rate counts requests; with sessions its new sessions are its session_rate, as in arrivals."""
+    if w.sessions is not None and "rate" in s.model_fields_set:
+        yield Problem(f"{path}.rate", "counts requests, but this workload has sessions: a stage's arrivals are new "
+                      "sessions", s.rate, "session_rate (new sessions per second) with sessions",
+                      f"write session_rate: {s.rate:g}sessions/s if that many sessions start per second")
+    if w.sessions is None and s.session_rate is not None:
+        yield Problem(f"{path}.session_rate", "counts new sessions, but this workload has no sessions", s.session_rate,
+                      "rate (requests per second) without sessions", f"write rate: {s.session_rate:g}/s, or add sessions")
 
 
 def _stage(s: Stage, path: str, default_process: str) -> Iterator[Problem]:
