@@ -10,7 +10,10 @@ planner's words wrongly (Pint takes "rps" for revolutions per second and "Gb" fo
   are refused for a size, with the size in bytes as the fix. A bare integer is bytes.
 - a **duration**: `us` (or `µs`), `ms`, `s`, `min`, `h`, `d`. A bare number is seconds.
 - a **rate** counts requests: `/s`, `/min`, `/h`, `rps`, `rpm`, `rph`, `req/s`, `req/min`, `req/h`.
-  A bare number is per second.
+  A bare number is per second. `sessions/s` is refused: a rate of requests is not one of sessions.
+- a **session rate** counts new sessions (`arrivals.session_rate` of a workload with sessions): `/s`,
+  `/min`, `/h`, `sessions/s`, `sessions/min`, `sessions/h`. A bare number is per second. `req/s`,
+  `rps` and the other request units are refused: a session brings several requests.
 - a **bandwidth** is bytes or bits per second: a size unit over `/s` (`25GB/s`), a bit unit over
   `/s` (`200Gbit/s`, `200Gb/s`), `bps` forms (`200Gbps`), or a bit unit alone, per second being
   implied the way links are named (`100Gbit`). A bare number is bytes per second.
@@ -46,11 +49,17 @@ RATE_UNITS = {"/s": 1.0, "/min": 1 / 60, "/h": 1 / 3600, "rps": 1.0, "rpm": 1 / 
               "req/s": 1.0, "req/min": 1 / 60, "req/h": 1 / 3600}
 """Requests per second per unit of a rate."""
 
+SESSION_RATE_UNITS = {"/s": 1.0, "/min": 1 / 60, "/h": 1 / 3600, "sessions/s": 1.0, "sessions/min": 1 / 60,
+                      "sessions/h": 1 / 3600, "session/s": 1.0, "session/min": 1 / 60, "session/h": 1 / 3600}
+"""New sessions per second per unit of a session rate."""
+
 SIZE_HELP = ("a size in bytes such as '64GiB', '1.5TB' or '512MiB' (B, kB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB, "
              "case-sensitive; a bare integer is bytes)")
 DURATION_HELP = "a duration such as '50ms', '2s', '10min' or '24h' (us, ms, s, min, h, d; a bare number is seconds)"
 RATE_HELP = ("a request rate such as '40/s', '600/min' or '5rps' (/s, /min, /h, rps, rpm, rph, req/s, req/min, req/h; "
              "a bare number is per second)")
+SESSION_RATE_HELP = ("a rate of new sessions such as '4.7sessions/s' or '300sessions/min' (/s, /min, /h, sessions/s, "
+                     "sessions/min, sessions/h; a bare number is per second)")
 BANDWIDTH_HELP = ("a bandwidth such as '25GB/s', '200Gbps' or '200Gbit/s' (a size unit or Gbit/Gb over /s, or bps forms; "
                   "a bit unit alone such as '100Gbit' is per second; a bare number is bytes/s)")
 
@@ -149,7 +158,25 @@ def parse_duration(value: Any) -> float:
 
 def parse_rate(value: Any) -> float:
     """Requests per second from '40/s', '600/min', '5rps', or a number per second."""
+    if isinstance(value, str):
+        n, unit = _split(value, "a request rate", RATE_HELP)
+        if unit in SESSION_RATE_UNITS and unit not in RATE_UNITS:
+            raise _error("'{value}' counts sessions, and this rate counts requests (a session brings several); a "
+                         "workload with sessions gives its new sessions as arrivals.session_rate", RATE_HELP,
+                         value=value, example=f"{n:g}/s")
     return _scaled(value, "a request rate", RATE_HELP, RATE_UNITS)
+
+
+def parse_session_rate(value: Any) -> float:
+    """New sessions per second from '4.7sessions/s', '300sessions/min', '2/s', or a number per second."""
+    if isinstance(value, str):
+        n, unit = _split(value, "a session rate", SESSION_RATE_HELP)
+        if unit in RATE_UNITS and unit not in SESSION_RATE_UNITS:
+            raise _error("'{value}' counts requests, and session_rate counts new sessions (each brings several "
+                         "requests): write the sessions per second here, or give requests per second to kvplan plan "
+                         "--rate, which finds the session rate that offers them", SESSION_RATE_HELP, value=value,
+                         example=f"{n:g}sessions/s")
+    return _scaled(value, "a session rate", SESSION_RATE_HELP, SESSION_RATE_UNITS)
 
 
 BANDWIDTH_UNITS = {**{f"{u}/s": f for u, f in SIZE_UNITS.items()}, **{f"{u}/s": f for u, f in BIT_UNITS.items()},
@@ -176,15 +203,18 @@ Size = Annotated[int, BeforeValidator(parse_size), _schema("64GiB", SIZE_HELP)]
 Duration = Annotated[float, BeforeValidator(parse_duration), _schema("50ms", DURATION_HELP)]
 Rate = Annotated[float, BeforeValidator(parse_rate), _schema("40/s", RATE_HELP)]
 Bandwidth = Annotated[float, BeforeValidator(parse_bandwidth), _schema("25GB/s", BANDWIDTH_HELP)]
+SessionRate = Annotated[float, BeforeValidator(parse_session_rate), _schema("4.7sessions/s", SESSION_RATE_HELP)]
 
 
 # ---- writing a value back in the spec's grammar ------------------------------------------
 
-UNIT_KINDS = {parse_size: "size", parse_duration: "duration", parse_rate: "rate", parse_bandwidth: "bandwidth"}
+UNIT_KINDS = {parse_size: "size", parse_duration: "duration", parse_rate: "rate", parse_bandwidth: "bandwidth",
+              parse_session_rate: "session rate"}
 """The parser of each unit kind, by name (reference docs and the spec writer find a field's kind by it)."""
 
 _WRITTEN = {"size": (SIZE_UNITS, parse_size), "duration": (DURATION_UNITS, parse_duration),
             "rate": ({"/s": 1.0, "/min": 1 / 60, "/h": 1 / 3600}, parse_rate),
+            "session rate": ({"sessions/s": 1.0, "sessions/min": 1 / 60, "sessions/h": 1 / 3600}, parse_session_rate),
             "bandwidth": ({f"{u}/s": f for u, f in SIZE_UNITS.items() if u != "B"}
                           | {u: f for u, f in BPS_UNITS.items() if u != "bps"}, parse_bandwidth)}
 
@@ -195,13 +225,14 @@ def spelled(kind: str, value: float) -> str | float:
     1/60 -> '1/min'; the bare number (read in the base unit) when no unit is exact."""
     units, parse = _WRITTEN[kind]
     # Rates read best per second (0.8/s, not 48/min); the other kinds in their largest unit.
-    order = list(units.items()) if kind == "rate" else sorted(units.items(), key=lambda item: -item[1])
+    rate = kind in ("rate", "session rate")
+    order = list(units.items()) if rate else sorted(units.items(), key=lambda item: -item[1])
     for name, factor in order:
         mantissa = value / factor
-        if (mantissa < 1 and kind != "rate") or not math.isclose(float(f"{mantissa:.6g}"), mantissa, rel_tol=1e-12):
+        if (mantissa < 1 and not rate) or not math.isclose(float(f"{mantissa:.6g}"), mantissa, rel_tol=1e-12):
             continue
         text = f"{mantissa:.6g}{name}"
-        if "e" not in text and (parse(text) == value if kind == "size" else math.isclose(parse(text), value, rel_tol=1e-12)):
+        if "e" not in f"{mantissa:.6g}" and (parse(text) == value if kind == "size" else math.isclose(parse(text), value, rel_tol=1e-12)):
             return text
     return value
 

@@ -43,7 +43,7 @@ def test_the_rate_found_lies_between_a_probe_surely_met_and_one_surely_missed(sp
     assert (result.met.verdict, result.missed.verdict) == ("met", "missed")
     assert result.low == result.met.rate <= result.rate < result.missed.rate == result.high
     # the interval's low end is ordinary simulations at that rate: rerun its seeds by hand
-    data = with_changes(yaml.safe_load(spec_path.read_text()), workload__arrivals__rate=result.met.rate)
+    data = with_changes(yaml.safe_load(spec_path.read_text()), workload__arrivals__session_rate=result.met.rate)
     by_hand = [run(resolve(from_mapping(data)), seed=s) for s in result.met.seeds]
     stat = result.met.metrics["ttft_p99"]
     assert sum(r.ttft.p99 for r in by_hand) / len(by_hand) == pytest.approx(stat.mean)
@@ -78,7 +78,7 @@ def test_a_sweep_over_probed_rates_reuses_the_searchs_runs(spec_path, tmp_path):
     cache = RunCache(tmp_path / "cache")
     result, _ = search(spec_path, SLO, cache=cache)
     probed = ",".join(f"{p.rate:g}/s" for p in result.probes[:2])
-    _, simulated = sweep(spec_path, [parse_vary(f"workload.arrivals.rate={probed}")], cache=cache)
+    _, simulated = sweep(spec_path, [parse_vary(f"workload.arrivals.session_rate={probed}")], cache=cache)
     assert simulated == 0
 
 
@@ -126,12 +126,20 @@ def test_kvplan_capacity_prints_each_probe_and_the_bracket(spec_path, tmp_path):
     headline = next(line for line in lines if line.startswith("highest sustainable rate: "))
     assert "95 %" in headline and "seeds per probe" in headline
     assert "Bracketing probes" in result.output
+    # one rate: the answer is in requests/s, measured on each probe's workload, its new sessions/s beside it
+    found = next(p for p in saved["probes"] if p["rate"] == saved["rate"])
+    assert saved["knob"] == "workload.arrivals.session_rate" and found["requests_per_s"] > found["rate"]
+    assert " req/s (" in headline and " at " in headline and "new sessions/s" in headline
+    assert headline.index("req/s") < headline.index("sessions/s")
 
 
 @pytest.mark.parametrize("args, code, text", [
     (["--slo", "ttft_p99"], 1, "KEY=DURATION"),
     (["--slo", "ttft_p99=500ms", "--low", "fast"], 2, "not a rate"),
     (["--slo", "ttft_p99=soon"], 1, "--slo ttft_p99"),
+    (["--slo", "ttft_p99=1000"], 1, "write --slo ttft_p99=1000ms or --slo ttft_p99=1000s"),
+    (["--slo", "ttft_p99=500ms", "--low", "2"], 2, "bare number"),
+    (["--slo", "ttft_p99=500ms", "--low", "2req/s"], 2, "counts requests"),
     ([], 1, "there is no SLO to search against"),
 ])
 def test_kvplan_capacity_exit_codes(spec_path, args, code, text):

@@ -64,7 +64,7 @@ VENV = Path("/opt/kvplan/vllm-venv")
 RESULTS = REPO / "docs" / "reliability-results.json"
 DOC = REPO / "docs" / "reliability.md"
 SHARE_BOUND_PP = 5.0
-FAULT_WORKLOAD = {"kind": "chat", "seed": 3, "requests": 24, "arrivals": {"process": "poisson", "rate": "2/s"},
+FAULT_WORKLOAD = {"kind": "chat", "seed": 3, "requests": 24, "arrivals": {"process": "poisson", "session_rate": "2/s"},
                   "sessions": {"turns": 3, "think_time": "1s"}, "shared_prefixes": {"count": 2, "skew": 1.0, "tokens": 512},
                   "prompt": {"dist": "uniform", "min": 256, "max": 768}, "output": 8}
 """The load each fault phase replays (about 15 s): chat sessions whose turns reuse their history."""

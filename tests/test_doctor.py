@@ -168,7 +168,7 @@ def test_block_size_advice_is_not_given_without_a_memory_problem():
 # ---- tail
 
 def test_a_long_tail_is_split_into_its_causes_and_a_larger_batch_is_proven():
-    case = case_of({**SMALL, "serving.max_num_seqs": 8, "workload.arrivals.rate": "1.2/s"}, seeds=(42, 43, 44))
+    case = case_of({**SMALL, "serving.max_num_seqs": 8, "workload.arrivals.session_rate": "1.2/s"}, seeds=(42, 43, 44))
     (f,) = [f for f in diagnose(case).findings if f.code == "long-ttft-tail"]
     e = f.evidence
     assert e["main_cause"] == "queue" and e["queue"] > 0.5
@@ -188,7 +188,7 @@ def test_the_tail_counts_synchronous_retrieves_where_requests_load_from_lmcache(
 
 
 def test_a_missed_tpot_slo_is_diagnosed_and_a_smaller_batch_that_wrecks_ttft_is_not_kept():
-    case = case_of({**SMALL, "workload.arrivals.rate": "3/s", "slo.tpot_p99": "20ms"}, seeds=(42, 43, 44))
+    case = case_of({**SMALL, "workload.arrivals.session_rate": "3/s", "slo.tpot_p99": "20ms"}, seeds=(42, 43, 44))
     (f,) = [f for f in diagnose(case).findings if f.code == "slow-decode"]
     assert f.evidence["tpot_p99_s"] > 0.02 and 0 < f.evidence["engine_busy"] <= 1
     fewer, more, *tiers = f.fixes                          # then removing or halving a tier (kvplan.doctor.rank)
@@ -243,7 +243,7 @@ def test_one_seed_proves_nothing():
 
 
 def test_the_fixed_spec_applies_the_best_kept_fix_of_each_finding():
-    case = case_of({**SMALL, "lmcache.ddr.size": "8GB", "serving.max_num_seqs": 8, "workload.arrivals.rate": "1.2/s"}, seeds=(42, 43, 44))
+    case = case_of({**SMALL, "lmcache.ddr.size": "8GB", "serving.max_num_seqs": 8, "workload.arrivals.session_rate": "1.2/s"}, seeds=(42, 43, 44))
     d = diagnose(case)
     data, changes, skipped = fixed_mapping(case, d)
     assert Change(path="lmcache.ddr.size", value=0) in changes

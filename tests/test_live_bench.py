@@ -26,7 +26,7 @@ from live_fakes import LOCAL, MODEL, SALT, PLAIN_BENCH, common_prefix, fake_vllm
 
 CHAT_BENCH = {
     "kind": "chat", "seed": 4, "requests": 10,
-    "arrivals": {"process": "poisson", "rate": "20/s"},
+    "arrivals": {"process": "poisson", "session_rate": "20/s"},
     "sessions": {"turns": {"dist": "uniform", "min": 2, "max": 3}, "think_time": "50ms"},
     "shared_prefixes": {"count": 2, "skew": 1.0, "tokens": 100},
     "prompt": {"dist": "uniform", "min": 8, "max": 40},

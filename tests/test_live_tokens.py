@@ -59,7 +59,7 @@ def test_a_shorter_piece_of_a_run_is_a_prefix_of_a_longer_one():
 
 CHAT_KEYS = {
     "kind": "chat", "seed": 11, "requests": 140,
-    "arrivals": {"process": "poisson", "rate": "5/s"},
+    "arrivals": {"process": "poisson", "session_rate": "5/s"},
     "sessions": {"turns": {"dist": "uniform", "min": 1, "max": 5}, "think_time": "3s"},
     "shared_prefixes": {"count": 4, "skew": 1.0, "tokens": {"dist": "lognormal", "mean": 300, "cv": 0.5, "max": 900}},
     "prompt": {"dist": "lognormal", "mean": 60, "cv": 0.8, "max": 400},
@@ -67,7 +67,7 @@ CHAT_KEYS = {
 }
 RAG_KEYS = {
     "kind": "rag", "seed": 5, "requests": 100,
-    "arrivals": {"process": "poisson", "rate": "5/s"},
+    "arrivals": {"process": "poisson", "session_rate": "5/s"},
     "sessions": {"turns": {"dist": "uniform", "min": 1, "max": 3}, "think_time": "2s"},
     "shared_prefixes": {"count": 6, "skew": 0.8, "tokens": {"dist": "uniform", "min": 200, "max": 900}},
     "prompt": {"dist": "uniform", "min": 10, "max": 80},

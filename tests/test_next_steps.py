@@ -19,6 +19,7 @@ def test_a_missed_slo_names_the_targets_and_the_commands_that_answer_it():
 
 def test_a_tier_that_served_nothing_is_named():
     result = run(resolve(spec("local", workload__requests=60, workload__shared_prefixes=None, workload__sessions=None,
+                              workload__arrivals={"rate": "1/s"},
                               slo={"ttft_p99": "60s"})))
     idle = [t.name for t in result.tiers if t.name != "hbm" and t.served_tokens == 0]
     assert idle, "no reuse at all: the offload tiers serve nothing"

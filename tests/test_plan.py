@@ -11,11 +11,11 @@ import yaml
 
 from kvplan.errors import SpecError
 from kvplan.plan.search import parse_budget_arg, parse_rate_arg, plan, simulate_all, winner_yaml
-from kvplan.report.plan import search_verdict
+from kvplan.report.plan import plan_json, search_verdict
 from kvplan.spec.slo import parse_slo_flags
 from kvplan.spec import from_mapping
 
-from conftest import spec
+from conftest import REPO, spec
 
 SLO = parse_slo_flags(["ttft_p99=300ms"])
 
@@ -129,7 +129,7 @@ def test_the_winner_is_a_valid_spec_that_round_trips(planned, tmp_path):
     text = winner_yaml(result.winner, result, local())
     again = from_mapping(yaml.safe_load(text))
     assert again.model_copy(update={"description": result.winner.topo.description}) == result.winner.topo
-    assert again.workload.arrivals.rate == pytest.approx(result.winner.topo.workload.arrivals.rate)
+    assert again.workload.arrivals.session_rate == pytest.approx(result.winner.topo.workload.arrivals.session_rate)
     assert again.slo.ttft_p99 == 0.3 and not again.simulate_only
 
 
@@ -143,8 +143,13 @@ def test_the_winner_is_written_as_a_person_would_write_it(planned):
     assert "gpu_memory_utilization" not in written["serving"], "a field at its default is left out"
     assert written["slo"]["ttft_p99"] == "300ms"
     description = written["description"]
-    assert description.startswith("kvplan plan's cheapest topology for 'local' at 32 req/s judged with 25% headroom, "
-                                  "at 40 req/s: ")
+    # --rate counts requests; the winner carries the new sessions/s that offer them, named so
+    sessions = written["workload"]["arrivals"]["session_rate"]
+    assert sessions.endswith("sessions/s") and "rate" not in written["workload"]["arrivals"]
+    assert float(sessions.removesuffix("sessions/s")) == pytest.approx(result.session_rate)
+    assert (plan_json(result)["rate"], plan_json(result)["session_rate"]) == (32.0, result.session_rate)
+    assert description.startswith("kvplan plan's cheapest topology for 'local' at 32 req/s, judged with 25% headroom "
+                                  f"at 40 req/s ({result.session_rate:.4g} new sessions/s): ")
     assert f"${result.winner.usd_per_hour:,.2f}/h" in description and "p99 TTFT" in description
 
 
@@ -165,6 +170,34 @@ def test_bad_targets_name_the_flag_and_the_fix():
         parse_rate_arg("fast")
     with pytest.raises(SpecError, match="--rate"):
         parse_rate_arg("0/s")
+
+
+def test_a_bare_number_for_a_latency_or_a_rate_is_refused_with_the_units_to_write():
+    # 1000 what? 1000 s would plan against a target no one meant: the unit is asked for, both ways shown
+    with pytest.raises(SpecError) as exc:
+        parse_slo_flags(["ttft_p99=1000"])
+    [bare] = exc.value.problems
+    assert bare.path == "--slo ttft_p99" and bare.fix == "write --slo ttft_p99=1000ms or --slo ttft_p99=1000s"
+    with pytest.raises(SpecError) as exc:
+        parse_rate_arg("20")
+    assert exc.value.problems[0].fix == "write it like --rate 20/s (requests per second)"
+    # --rate counts requests, whatever the workload: a rate of sessions is not one
+    with pytest.raises(SpecError, match="counts sessions"):
+        parse_rate_arg("5sessions/s")
+    assert parse_rate_arg("20req/s") == parse_rate_arg("1200/min") == 20.0
+
+
+def test_a_bare_slo_number_in_a_spec_file_is_refused_like_the_flag(tmp_path):
+    from kvplan.spec import load
+
+    data = yaml.safe_load((REPO / "examples" / "local.yaml").read_text())
+    data["slo"] = {"ttft_p99": 1000, "tpot_p99": "50ms"}
+    path = tmp_path / "bare.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as exc:
+        load(path)
+    [bare] = exc.value.problems
+    assert (bare.path, bare.fix) == ("slo.ttft_p99", "write slo.ttft_p99: 1000ms or slo.ttft_p99: 1000s")
     assert parse_budget_arg("100/h") == 100.0 and parse_budget_arg("2400/day") == 100.0
 
 

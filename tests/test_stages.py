@@ -60,7 +60,7 @@ def in_flight(res, first: int = 0, last: int | None = None) -> np.ndarray:
 # ------------------------------------------------------------------------------------------- the spec
 
 def test_a_stage_is_an_open_loop_at_a_rate_or_a_closed_loop_of_users_never_both():
-    both = refusal({**CHAT, "stages": [{"rate": "2/s", "concurrency": 4, "requests": 10}]})
+    both = refusal({**CHAT, "stages": [{"session_rate": "2/s", "concurrency": 4, "requests": 10}]})
     assert "workload.stages[0]: rate and concurrency are exclusive" in both
     assert "fix: keep one of the two, or make them two stages one after the other" in both
     neither = refusal({**CHAT, "stages": [{"requests": 10}]})
@@ -69,26 +69,37 @@ def test_a_stage_is_an_open_loop_at_a_rate_or_a_closed_loop_of_users_never_both(
 
 def test_a_stage_needs_an_end_and_a_closed_loop_has_exactly_one():
     assert "workload.stages[1]: a stage needs an end" in refusal(
-        {**CHAT, "stages": [{"rate": "2/s", "requests": 10}, {"rate": "4/s"}]})
+        {**CHAT, "stages": [{"session_rate": "2/s", "requests": 10}, {"session_rate": "4/s"}]})
     both = refusal({**CHAT, "stages": [{"concurrency": 4, "requests": 10, "duration": "1min"}]})
     assert "a closed loop ends by its duration or by its requests, not both" in both
     assert "fix: keep workload.stages[0].duration or workload.stages[0].requests" in both
-    local({**CHAT, "stages": [{"rate": "2/s", "requests": 10, "duration": "1min"}]})     # an open loop may have both
+    local({**CHAT, "stages": [{"session_rate": "2/s", "requests": 10, "duration": "1min"}]})     # an open loop may have both
 
 
 def test_stages_replace_the_workloads_own_rate_concurrency_requests_and_duration():
-    text = refusal({**CHAT, "requests": 100, "duration": "1min", "arrivals": {"rate": "2/s"},
-                    "stages": [{"rate": "4/s", "duration": "30s"}]})
+    text = refusal({**CHAT, "requests": 100, "duration": "1min", "arrivals": {"session_rate": "2/s"},
+                    "stages": [{"session_rate": "4/s", "duration": "30s"}]})
     assert "workload.requests: conflicts with workload.stages: each stage ends by its own duration or requests" in text
     assert "fix: move it into the stages (e.g. requests: 100 on the last one), or remove workload.stages" in text
     assert "workload.duration: conflicts with workload.stages" in text
-    assert "workload.arrivals.rate: conflicts with workload.stages: each stage sets its own rate or concurrency" in text
+    assert "workload.arrivals.session_rate: conflicts with workload.stages: each stage sets its own rate or concurrency" in text
     # arrivals.process stays: it is every rate stage's default
-    local({**CHAT, "arrivals": {"process": "gamma", "cv": 2}, "stages": [{"rate": "4/s", "duration": "30s"}]})
+    local({**CHAT, "arrivals": {"process": "gamma", "cv": 2}, "stages": [{"session_rate": "4/s", "duration": "30s"}]})
+
+
+def test_a_stage_of_a_session_workload_gives_new_sessions_as_session_rate():
+    # one rate: `rate` counts requests everywhere, so a stage of sessions names its new sessions so
+    text = refusal({**CHAT, "stages": [{"rate": "2/s", "requests": 10}]})
+    assert "workload.stages[0].rate: counts requests, but this workload has sessions" in text
+    assert "fix: write session_rate: 2sessions/s" in text
+    text = refusal({**PLAIN, "stages": [{"session_rate": "2/s", "requests": 10}]})
+    assert "workload.stages[0].session_rate: counts new sessions, but this workload has no sessions" in text
+    staged = local({**CHAT, "stages": [{"session_rate": "2sessions/s", "requests": 10}]})
+    assert staged.workload.stages[0].describe() == "session_rate 2/s, 10 requests"
 
 
 def test_a_closed_loop_has_no_rate_and_no_arrival_process():
-    text = refusal({**CHAT, "requests": 40, "arrivals": {"rate": "2/s", "process": "gamma", "concurrency": 4}})
+    text = refusal({**PLAIN, "requests": 40, "arrivals": {"rate": "2/s", "process": "gamma", "concurrency": 4}})
     assert "workload.arrivals.rate: conflicts with arrivals.concurrency" in text
     assert "fix: keep one of the two: remove arrivals.rate for a closed loop of 4 users" in text
     assert "workload.arrivals.process: a closed loop has no arrival process" in text
@@ -105,7 +116,7 @@ def test_stages_and_closed_loops_are_for_synthetic_workloads_not_traces():
 
 
 def test_a_rescaled_poisson_stage_with_nothing_to_send_is_refused():
-    text = refusal({**CHAT, "stages": [{"rate": "0.5/s", "duration": "1s", "process": "rescaled_poisson"}]})
+    text = refusal({**CHAT, "stages": [{"session_rate": "0.5/s", "duration": "1s", "process": "rescaled_poisson"}]})
     assert "rescaled_poisson sends int(rate x duration) = int(0.5 x 1) = 0 requests" in text
 
 
@@ -126,8 +137,8 @@ def test_rescaled_poisson_sends_exactly_rate_times_duration_the_last_as_the_stag
 
 def test_a_one_stage_workload_is_the_workload_without_stages():
     """Stage 0 draws from the workload's own random stream, so the same load written as a stage is the same run."""
-    plain = simulate({**CHAT, "requests": 120, "arrivals": {"rate": "2/s"}})
-    one = simulate({**CHAT, "stages": [{"rate": "2/s", "requests": 120}]})
+    plain = simulate({**CHAT, "requests": 120, "arrivals": {"session_rate": "2/s"}})
+    one = simulate({**CHAT, "stages": [{"session_rate": "2/s", "requests": 120}]})
     for column in type(plain.per_request).model_fields:
         assert np.array_equal(getattr(plain.per_request, column), getattr(one.per_request, column)), column
     assert plain.model_dump(exclude={"per_request", "spec_hash", "steady_state"}) == \
@@ -281,8 +292,8 @@ def test_a_closed_loop_of_shared_prefix_users_sends_the_prompts_in_order():
 # ------------------------------------------------------------------------------------------- results
 
 def test_the_stages_figures_add_up_to_the_whole_runs():
-    res = simulate({**CHAT, "stages": [{"rate": "1/s", "duration": "20s"}, {"concurrency": 6, "requests": 50},
-                                       {"rate": "3/s", "requests": 40, "process": "rescaled_poisson"}]})
+    res = simulate({**CHAT, "stages": [{"session_rate": "1/s", "duration": "20s"}, {"concurrency": 6, "requests": 50},
+                                       {"session_rate": "3/s", "requests": 40, "process": "rescaled_poisson"}]})
     st = res.stages
     assert sum(s.requests for s in st) == res.requests == len(res.per_request)
     assert sum(s.rejected_requests for s in st) == res.rejected_requests
@@ -318,7 +329,7 @@ def test_a_run_without_stages_has_no_stages_in_its_json_and_one_with_them_has():
 
 
 def test_the_same_seed_gives_the_same_staged_run_and_another_seed_another():
-    workload = {**CHAT, "stages": [{"rate": "2/s", "duration": "10s"}, {"concurrency": 4, "requests": 30}]}
+    workload = {**CHAT, "stages": [{"session_rate": "2/s", "duration": "10s"}, {"concurrency": 4, "requests": 30}]}
     a, b, c = simulate(workload), simulate(workload), simulate(workload, seed=7)
     assert a.model_dump_json() == b.model_dump_json()
     assert a.model_dump_json() != c.model_dump_json()

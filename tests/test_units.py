@@ -6,10 +6,10 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from conftest import REPO
-from kvplan.units import Bandwidth, Duration, Rate, Size, fmt_bytes, fmt_duration, fmt_si
+from kvplan.units import Bandwidth, Duration, Rate, SessionRate, Size, fmt_bytes, fmt_duration, fmt_si
 
 
-KINDS = {"size": Size, "duration": Duration, "rate": Rate, "bandwidth": Bandwidth}
+KINDS = {"size": Size, "duration": Duration, "rate": Rate, "bandwidth": Bandwidth, "session rate": SessionRate}
 UNITS_DOC = (REPO / "docs" / "units.md").read_text()
 
 

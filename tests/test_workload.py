@@ -66,7 +66,7 @@ def prompt(r: Request, unit: int = 256) -> list[int]:
 
 CHAT = {
     "kind": "chat", "seed": 3, "requests": 3000,
-    "arrivals": {"process": "poisson", "rate": "20/s"},
+    "arrivals": {"process": "poisson", "session_rate": "20/s"},
     "sessions": {"turns": {"dist": "uniform", "min": 1, "max": 6}, "think_time": "10s"},
     "shared_prefixes": {"count": 10, "skew": 1.0, "tokens": {"dist": "lognormal", "mean": 700, "cv": 0.3, "max": 2000}},
     "prompt": {"dist": "lognormal", "mean": 150, "cv": 0.8, "max": 2000},
@@ -430,7 +430,7 @@ def test_system_prompts_are_shared_across_sessions(chat):
 
 
 def prefix_counts(skew: float) -> Counter:
-    reqs = requests(setup(CHAT | {"sessions": None, "requests": 4000,
+    reqs = requests(setup(CHAT | {"sessions": None, "requests": 4000, "arrivals": {"rate": "20/s"},
                                   "shared_prefixes": {"count": 10, "skew": skew, "tokens": 512}}))
     return Counter(r.content.parts[0][0][1] for r in reqs)
 
@@ -563,7 +563,7 @@ def test_every_example_generates_its_workload(example):
 
 def test_a_hundred_thousand_chat_requests_are_all_generated():
     """(How fast is the benchmarks' business: benchmarks/simulate_trace.py runs a million.)"""
-    r = setup(CHAT | {"requests": 100_000, "arrivals": {"rate": "50/s"}})
+    r = setup(CHAT | {"requests": 100_000, "arrivals": {"session_rate": "50/s"}})
     reqs = requests(r)
     assert len(reqs) + reqs.rejected == 100_000
     assert math.isfinite(reqs[-1].arrival)
@@ -606,3 +606,39 @@ def test_a_stream_holds_numbers_until_a_request_is_reached():
     tracemalloc.stop()
     assert len(taken) == len(listed)
     assert drawn < built / 4, (drawn, built)
+
+
+# ------------------------------------------------------------------ one rate: requests, or new sessions by name
+
+def test_a_session_workload_gives_its_new_sessions_per_second_as_session_rate():
+    r = setup(CHAT | {"requests": 600, "arrivals": {"session_rate": "2sessions/s"}})
+    assert r.workload.arrivals.session_rate == r.workload.arrivals.starts_per_s == 2.0
+    reqs = requests(r)
+    sessions = len({q.session for q in reqs})
+    offered = len(reqs) / reqs[-1].arrival
+    assert offered > 2.0 * 1.5, "each session brings several requests: requests/s is well above sessions/s"
+    assert sessions / reqs[-1].arrival == pytest.approx(2.0, rel=0.25)
+
+
+def test_a_rate_on_a_session_workload_is_refused_naming_session_rate():
+    with pytest.raises(SpecError) as exc:
+        setup(CHAT | {"arrivals": {"rate": "20/s"}})
+    [problem] = exc.value.problems
+    assert problem.path == "workload.arrivals.rate" and "this workload has sessions" in problem.message
+    assert problem.fix.startswith("write arrivals.session_rate: 20sessions/s") and "kvplan plan --rate" in problem.fix
+
+
+def test_a_request_unit_on_session_rate_is_refused_with_the_sessions_unit():
+    for text in ("20req/s", "20rps", "1200req/min"):
+        with pytest.raises(SpecError) as exc:
+            setup(CHAT | {"arrivals": {"session_rate": text}})
+        [problem] = exc.value.problems
+        assert problem.path == "workload.arrivals.session_rate" and "counts requests" in problem.message
+        assert problem.fix.endswith("sessions/s'")
+
+
+def test_session_rate_without_sessions_is_refused_naming_rate():
+    with pytest.raises(SpecError) as exc:
+        setup(CHAT | {"sessions": None, "arrivals": {"session_rate": "3/s"}})
+    [problem] = exc.value.problems
+    assert problem.path == "workload.arrivals.session_rate" and problem.fix.startswith("write arrivals.rate: 3/s")

@@ -32,7 +32,9 @@ def llama_rows() -> list[dict]:
         saturated = run(r)
         light_topo = from_mapping({**topo.model_dump(mode="json"),
                                    "workload": {**topo.workload.model_dump(mode="json"),
-                                                "arrivals": {"process": "poisson", "rate": LIGHT_RATE}}})
+                                                "arrivals": {"process": "poisson",
+                                                             "session_rate" if topo.workload.sessions else "rate":
+                                                             LIGHT_RATE}}})
         light = run(resolve(light_topo))
         kv_in_use = saturated.mean_block_utilisation * r.kv_budget_bytes_per_gpu
         rows.append({"setup": label, "note": note, "qps": saturated.requests_per_s,

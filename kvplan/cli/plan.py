@@ -163,7 +163,8 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                                "with 2 and adds seeds while the SLO "
                                                                                "is within the noise (1: no interval)."),
                  seed: Optional[int] = typer.Option(None, "--seed", help="First seed (default: workload.seed)."),
-                 low: Optional[str] = typer.Option(None, "--low", help="Lowest rate to try (e.g. 1/s; a replay "
+                 low: Optional[str] = typer.Option(None, "--low", help="Lowest rate to try (e.g. 1/s; with sessions "
+                                                                       "new sessions, e.g. 1sessions/s; a replay "
                                                                        "speed such as 0.5 for traces)."),
                  high: Optional[str] = typer.Option(None, "--high", help="Highest rate to try."),
                  tolerance: float = typer.Option(0.05, "--tolerance", help="Stop when the met and missed rates are "
@@ -199,7 +200,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     def show(p, fresh: int) -> None:
         state["n"] += 1
         word = {"met": "met", "missed": "MISSED", "undecided": "undecided"}[p.verdict]
-        say.print(f"probe {state['n']:>2}  {fmt(p.rate):>10}  {verdict(p)}  {word}"
+        say.print(f"probe {state['n']:>2}  {knob.fmt_probe(p):>{26 if knob.sessions else 10}}  {verdict(p)}  {word}"
                   + (f" ({len(p.seeds)} seeds)" if seeds > 1 else ""))
 
     try:
@@ -214,7 +215,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         from ..sweep.capacity import Knob
 
         topo = load(spec)
-        knob, fmt = Knob.of(topo), Knob.of(topo).fmt
+        knob = Knob.of(topo)
         targets = targets or topo.slo.targets()
         goal = ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in targets.items())
         if targets:
@@ -235,7 +236,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                       ["", "rate", "seeds", *(label for _, label, _ in TABLE_COLUMNS)])
     for name, p in (("met", result.met), ("missed", result.missed)):
         if p is not None:
-            section.rows.append([name, fmt(p.rate), str(len(p.seeds)),
+            section.rows.append([name, knob.fmt_probe(p), str(len(p.seeds)),
                                  *("-" if p.metrics.get(key) is None else f(p.metrics[key].mean)
                                    for key, _, f in TABLE_COLUMNS)])
             if len(p.seeds) > 1:

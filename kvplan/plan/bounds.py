@@ -1,7 +1,8 @@
 """What the planner knows before simulating anything: the workload at the planned rate, and bounds on every candidate.
 
-`at_rate` sets the workload's arrival rate so that it offers the rate asked for (with sessions,
-arrivals.rate counts sessions, so it is corrected on the generated requests) and measures it once:
+`at_rate` sets the workload's arrival rate so that it offers the rate asked for, in requests per second (with
+sessions it sets arrivals.session_rate, new sessions per second, corrected on the generated requests) and measures
+it once:
 `WorkloadStats`, the same for every candidate. From those, `floors` bounds what no simulation of a
 candidate can beat (a roofline on engine time, latency floors from the never-cached prompt
 tokens), and `behaviour` writes a candidate with every tier that never fills as "holds
@@ -75,19 +76,20 @@ def at_rate(topo: Topology, rate: float, slo: Slo, seed: int,
             cache: "RunCache | None" = None) -> tuple[dict, float, WorkloadStats]:
     """The spec as a mapping with the planned SLO and an arrival rate that offers `rate` requests/s.
 
-    With sessions, arrivals.rate counts new sessions; it is set so that the generated requests
-    arrive at `rate` on average over the run (measured on the workload itself, so it is exact for the seed).
+    With sessions, arrivals.session_rate (new sessions/s) is set so that the generated requests arrive
+    at `rate` on average over the run (measured on the workload itself, so it is exact for the seed).
     The rate found and the workload's stats are kept in `cache` (generating the workload a few times
     was most of a repeated plan's time)."""
     base = topo.model_dump(mode="json")
     base["slo"] = slo.model_dump(mode="json", exclude_none=True)
-    base["workload"]["arrivals"]["rate"] = rate
+    knob = session_knob(topo)
+    base["workload"]["arrivals"][knob] = rate
     key = hashlib.sha256(json.dumps([topo.spec_hash(), rate, base["slo"], seed]).encode()).hexdigest()[:24]
     kept = cache.get_workload(key) if cache is not None else None
     try:
         stats = WorkloadStats(requests=kept["requests"], span=kept["span"], output=np.array(kept["output"], np.int64),
                               compulsory=np.array(kept["compulsory"], np.int64), chunk_keys=kept["chunk_keys"])
-        offered, base["workload"]["arrivals"]["rate"] = float(kept["offered"]), float(kept["arrival_rate"])
+        offered, base["workload"]["arrivals"][knob] = float(kept["offered"]), float(kept["arrival_rate"])
         return base, offered, stats
     except (KeyError, TypeError, ValueError):  # none kept, or a file from elsewhere: measure it again
         pass
@@ -104,15 +106,21 @@ def at_rate(topo: Topology, rate: float, slo: Slo, seed: int,
         offered = offered_by(r)
         if abs(offered / rate - 1) < 0.02:
             break
-        base["workload"]["arrivals"]["rate"] *= rate / offered     # requests/s grow with sessions/s
+        # requests/s grow with sessions/s; 4 significant digits, so the winner's spec reads '4.692sessions/s'
+        base["workload"]["arrivals"][knob] = float(f"{base['workload']['arrivals'][knob] * rate / offered:.4g}")
         r = resolve(from_mapping(base))
     stats = workload_stats(r, seed)
     offered = stats.requests / stats.span if stats.span > 0 else rate
     if cache is not None:
-        cache.put_workload(key, {"arrival_rate": base["workload"]["arrivals"]["rate"], "offered": offered,
+        cache.put_workload(key, {"arrival_rate": base["workload"]["arrivals"][knob], "offered": offered,
                                  "requests": stats.requests, "span": stats.span, "chunk_keys": stats.chunk_keys,
                                  "compulsory": stats.compulsory.tolist(), "output": stats.output.tolist()})
     return base, offered, stats
+
+
+def session_knob(topo: Topology) -> str:
+    """The arrivals field that sets an open loop's load: session_rate (new sessions/s) with sessions, else rate."""
+    return "session_rate" if topo.workload.sessions is not None else "rate"
 
 
 @dataclass

@@ -41,6 +41,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from pydantic_core import PydanticCustomError
+
 from ..catalog import Catalog, load_catalog
 from ..cost import CostBreakdown, cost_of
 from ..errors import Problem, SpecError, did_you_mean
@@ -148,6 +150,9 @@ class Plan:
     def judged_rate(self) -> float:
         """Requests per second every candidate was judged at."""
         return self.rate * (1 + self.headroom)
+    session_rate: float | None = None
+    """New sessions per second of every candidate's workload, which offers the judged rate (arrivals.session_rate);
+    None without sessions."""
 
     @property
     def winner(self) -> Candidate | None:
@@ -174,15 +179,29 @@ Progress = Callable[[int, int, "Candidate | None"], None]
 # ---- the user's targets ------------------------------------------------------------------------
 
 def parse_rate_arg(text: str) -> float:
-    """'40/s' -> 40.0; a SpecError naming --rate otherwise."""
+    """'40/s' -> 40.0 requests per second; a SpecError naming --rate otherwise. A bare number is refused (per second
+    or per minute?), and so is a rate of sessions: --rate counts requests, whatever the workload."""
+    allowed = "requests per second, such as 40/s, 40req/s or 600/min"
+    if _bare(text):
+        raise SpecError([Problem("--rate", "a bare number: the unit is missing", text, allowed,
+                                 f"write it like --rate {text.strip()}/s (requests per second)")])
     try:
-        rate = parse_rate(text)
-    except Exception:
-        rate = None
+        rate: float | None = parse_rate(text)
+        why = "not a positive request rate"
+    except PydanticCustomError as exc:
+        rate, why = None, exc.message()
     if rate is None or not rate > 0:
-        raise SpecError([Problem("--rate", "not a positive request rate", text, "a rate such as 40/s or 600/min",
+        raise SpecError([Problem("--rate", why if rate is None else "not a positive request rate", text, allowed,
                                  "write it like --rate 40/s")])
     return rate
+
+
+def _bare(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_budget_arg(text: str) -> float:
@@ -268,6 +287,7 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
     result.headroom, result.top = headroom, top
     if limits and result.winner is not None:
         result.limits = measure(result.winner.topo, topo, rate, headroom, slo, seed_list, workers, catalog, cache)
+    result.session_rate = base["workload"]["arrivals"].get("session_rate") if topo.workload.sessions else None
     return result
 
 
@@ -565,6 +585,14 @@ def _label(key: str) -> str:
     return f"{pct} {metric.upper()}"
 
 
+def rate_words(p: Plan) -> str:
+    """'20 req/s', with headroom '20 req/s, judged with 25% headroom at 25 req/s', and with sessions the judged
+    load's new sessions beside it, '(5.86 new sessions/s)': the planned load, requests first."""
+    judged = f", judged with {p.headroom:.0%} headroom at {p.judged_rate:.3g} req/s" if p.headroom else ""
+    sessions = f" ({p.session_rate:.4g} new sessions/s)" if p.session_rate is not None else ""
+    return f"{p.rate:.3g} req/s{judged}{sessions}"
+
+
 def winner_yaml(c: Candidate, result: Plan | None = None, base: Topology | None = None) -> str:
     """The winner as a spec file for `kvplan deploy`: human units, defaults left out, and a
     description that says what it is (kvplan.spec.written)."""
@@ -575,9 +603,7 @@ def winner_yaml(c: Candidate, result: Plan | None = None, base: Topology | None 
     data = human_mapping(c.topo)
     measured = ", ".join(f"{_label(k)} {fmt_duration(v)}" for k, v in c.measured.items())
     choice = c.describe()
-    what = (f"kvplan plan's cheapest topology for '{c.topo.name}'" + (f" at {result.rate:.3g} req/s" + (f" judged with {result.headroom:.0%} headroom, at "
-                                                       f"{result.judged_rate:.3g} req/s" if result.headroom else "")
-                                                    if result else "")
+    what = (f"kvplan plan's cheapest topology for '{c.topo.name}'" + (f" at {rate_words(result)}" if result else "")
             + f": {choice['accelerator']}, ddr {choice['ddr']}, nvme {choice['nvme']}, ceph {choice['ceph']}, "
             f"eviction {choice['eviction']}; ${c.usd_per_hour:,.2f}/h; measured {measured}")
     if base is not None and base.ceph is not None and c.topo.ceph is None:

@@ -7,7 +7,7 @@ import dataclasses
 from rich.table import Table
 
 from ..plan.headroom import FIGURES, LOW_LOAD_SHARE, comparison
-from ..plan.search import Candidate, Plan, runner_up_within_noise, with_ci
+from ..plan.search import Candidate, Plan, rate_words, runner_up_within_noise, with_ci
 from ..units import fmt_duration
 from .sections import Section
 from .terminal import tables
@@ -15,10 +15,8 @@ from .terminal import tables
 def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
     keys = list(plan.slo.targets())
     head = Section("Plan", None, [
-        ["target", f"{plan.rate:g} req/s"
-                   + (f" + {plan.headroom:.0%} headroom: judged at {plan.judged_rate:.3g} req/s" if plan.headroom else
-                      " with no headroom (--headroom 0)")
-                   + f" (offered {plan.offered_rate:.3g} req/s), "
+        ["target", rate_words(plan) + ("" if plan.headroom else " with no headroom (--headroom 0)")
+                   + f", offered {plan.offered_rate:.3g} req/s, "
                    + ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in plan.slo.targets().items())
                    + (f", at most ${plan.budget:,.2f}/h" if plan.budget is not None else "")],
         ["considered", f"{len(plan.candidates)} candidates ({plan.invalid} other combinations did not validate)"
@@ -189,7 +187,8 @@ def plan_json(plan: Plan) -> dict:
     winner = plan.winner
     return {
         "rate": plan.rate, "headroom": plan.headroom, "judged_rate": plan.judged_rate, "top": plan.top,
-        "offered_rate": plan.offered_rate, "slo": plan.slo.targets(), "budget_usd_per_hour": plan.budget,
+        "offered_rate": plan.offered_rate, "session_rate": plan.session_rate, "slo": plan.slo.targets(),
+        "budget_usd_per_hour": plan.budget,
         "seeds": plan.seeds, "simulations": plan.simulations, "invalid_combinations": plan.invalid,
         "not_enumerated": plan.not_enumerated, "not_enumerated_from_usd_per_hour": plan.not_enumerated_from,
         "over_budget_not_enumerated": plan.over_budget_unpriced,

@@ -32,9 +32,10 @@ class Process(Protocol):
     cv: float | None
 
 
-def gaps(arrivals: Process, rng: np.random.Generator, size: int) -> np.ndarray:
-    """`size` gaps between session starts of a poisson, gamma or constant process."""
-    rate = arrivals.rate
+def gaps(arrivals: Process, rng: np.random.Generator, size: int, rate: float | None = None) -> np.ndarray:
+    """`size` gaps between session starts of a poisson, gamma or constant process at `rate` starts per second
+    (by default the process's own rate; workload.arrivals passes its starts_per_s, new sessions or requests)."""
+    rate = arrivals.rate if rate is None else rate
     if arrivals.process == "poisson":
         return rng.exponential(1.0 / rate, size)
     if arrivals.process == "gamma":

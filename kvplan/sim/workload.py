@@ -285,7 +285,7 @@ class _Drawn:
             session = turn_n = stage.first
         finished = False
         while not finished:
-            starts = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH)) if stage is None else stage.starts(rng, t0, _BATCH)
+            starts = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH, w.arrivals.starts_per_s)) if stage is None else stage.starts(rng, t0, _BATCH)
             t0 = float(starts[-1])
             if cdf is not None:
                 ranks = np.minimum(np.searchsorted(cdf, rng.random(_BATCH), side="right"), len(cdf) - 1).tolist()
@@ -569,7 +569,7 @@ def _open_loop_arrivals(w, rng: np.random.Generator) -> np.ndarray:
     batches: list[np.ndarray] = []
     t0, count = 0.0, 0
     while True:
-        times = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH))
+        times = t0 + np.cumsum(_gaps(w.arrivals, rng, _BATCH, w.arrivals.starts_per_s))
         batches.append(times)
         t0, count = float(times[-1]), count + len(times)
         if (w.requests is not None and count >= w.requests) or (w.duration is not None and t0 > w.duration):

@@ -109,9 +109,19 @@ def load(path: str | Path) -> Topology:
 def read_spec(path: str | Path) -> tuple[Any, Path, str]:
     """A spec file's parsed YAML, the folder its relative paths are read from and its name in messages."""
     if str(path) == STDIN:
-        return read_yaml(STDIN), Path.cwd(), "stdin"
+        return _no_bare_slo(read_yaml(STDIN), "stdin"), Path.cwd(), "stdin"
     path = Path(path)
-    return read_yaml(path), path.parent, str(path)
+    return _no_bare_slo(read_yaml(path), str(path)), path.parent, str(path)
+
+
+def _no_bare_slo(data: Any, source: str) -> Any:
+    """The file's data, unless it gives an SLO target as a bare number (refused as --slo refuses it)."""
+    from .slo import bare_slo_problems
+
+    problems = bare_slo_problems(data)
+    if problems:
+        raise SpecError(problems, source)
+    return data
 
 
 def from_mapping(data: Any, base_dir: str | Path | None = None, source: str | None = None) -> Topology:

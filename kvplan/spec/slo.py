@@ -65,6 +65,36 @@ class Monitoring(SpecModel):
     """How often Prometheus scrapes vLLM, LMCache and Ceph."""
 
 
+def _bare(value: object) -> bool:
+    """A number without a unit: a YAML number, or text that reads as one."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def bare_fix(prefix: str, value: object) -> str:
+    """'write 1000ms or 1000s': the number with either unit a latency target is usually given in."""
+    n = f"{float(str(value)):g}"
+    return f"write {prefix}{n}ms or {prefix}{n}s"
+
+
+def bare_slo_problems(data: object) -> list[Problem]:
+    """A spec's slo targets written as bare numbers (read from the user's file, before validation): each is refused,
+    as --slo refuses them, for a latency target in seconds or milliseconds is one slip away from the other."""
+    section = data.get("slo") if isinstance(data, dict) else None
+    if not isinstance(section, dict):
+        return []
+    return [Problem(f"slo.{key}", "a bare number: is it milliseconds or seconds?", value,
+                    "a duration such as 500ms or 2s", bare_fix(f"slo.{key}: ", value))
+            for key, value in section.items() if key in Slo.model_fields and _bare(value)]
+
+
 def parse_slo_flags(items: Sequence[str]) -> Slo:
     """`--slo ttft_p99=500ms ...` flags (kvplan plan, capacity) -> Slo; every bad item is a Problem with a fix."""
     keys = list(Slo.model_fields)
@@ -78,6 +108,10 @@ def parse_slo_flags(items: Sequence[str]) -> Slo:
             problems.append(Problem("--slo", f"unknown SLO key '{key}'" if sep else "expected KEY=DURATION", item,
                                     ", ".join(keys), f"did you mean '{guess}={value or '500ms'}'?" if guess
                                     else "write it like --slo ttft_p99=500ms"))
+            continue
+        if _bare(value):
+            problems.append(Problem(f"--slo {key}", "a bare number: is it milliseconds or seconds?", value,
+                                    "a duration such as 500ms or 2s", bare_fix(f"--slo {key}=", value.strip())))
             continue
         try:
             values[key] = parse_duration(value.strip())

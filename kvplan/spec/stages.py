@@ -5,7 +5,8 @@ loop of `arrivals.concurrency` users, until `workload.requests` or `workload.dur
 `stages` the run is a list of such loads, one after the other on the same servers: one
 simulation, so what a stage leaves in the caches (and in the queues) is there for the next.
 
-A stage is an open loop at a `rate` or a closed loop of `concurrency` users (one of the two). An
+A stage is an open loop at a `rate` (requests per second; with `sessions`, a `session_rate` of new
+sessions per second) or a closed loop of `concurrency` users (one of the two). An
 open loop ends at its `duration` or once it has sent `requests` requests, whichever comes first
 (at least one of the two); a closed loop by one of them. The next stage starts when this one
 ends, so requests still in flight finish while the next stage sends; `drain: true` makes the next
@@ -33,10 +34,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from ..errors import Problem
-from ..units import Duration, Rate, fmt_duration
+from ..units import Duration, Rate, SessionRate, fmt_duration
 from .base import SpecModel
 
 if TYPE_CHECKING:
@@ -68,7 +69,11 @@ class Stage(SpecModel):
     passed or it has sent `requests` requests (an open loop may have both: whichever comes first)."""
 
     rate: Rate | None = None
-    """Arrivals per second (new sessions with `sessions`): an open loop. Exclusive with concurrency."""
+    """Requests per second: an open loop (a workload without sessions). Exclusive with concurrency."""
+
+    session_rate: SessionRate | None = None
+    """New sessions per second: an open loop of a workload with sessions, each session bringing several requests.
+    Exclusive with concurrency."""
 
     concurrency: int | None = Field(None, ge=1, le=MAX_USERS)
     """Users in a closed loop, each sending its next request once the reply to its last one has come. Exclusive with
@@ -93,10 +98,15 @@ class Stage(SpecModel):
     """Idle time between this stage's end (after its drain) and the next stage's start (inference-perf's
     load.interval)."""
 
+    @model_serializer(mode="wrap")
+    def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict:
+        return without_unset(self, handler(self), ("session_rate",))
+
     def describe(self) -> str:
         """The stage's load and end in a few words: 'rate 8/s poisson, 10.0 min', 'concurrency 4, 100 requests'."""
         load = f"concurrency {self.concurrency}" if self.concurrency is not None else \
-            f"rate {self.rate:g}/s {self.process or ''}".rstrip()
+            (f"session_rate {self.session_rate:g}/s {self.process or ''}" if self.session_rate is not None
+             else f"rate {self.rate:g}/s {self.process or ''}").rstrip()
         ends = [fmt_duration(self.duration) if self.duration is not None else "",
                 f"{self.requests:,} requests" if self.requests is not None else ""]
         return f"{load}, {' or '.join(e for e in ends if e)}"
@@ -113,10 +123,10 @@ def stages_of(w: "Workload") -> list[Stage] | None:
     if w.stages is None:
         if a.concurrency is None and a.process != "rescaled_poisson":
             return None
-        rate = None if a.concurrency is not None else a.rate
+        rate = None if a.concurrency is not None else a.starts_per_s
         listed = [Stage(rate=rate, concurrency=a.concurrency, duration=w.duration, requests=w.requests)]
     else:
-        listed = list(w.stages)
+        listed = [_as_started(s) for s in w.stages]
     return [s if s.concurrency is not None else
             s.model_copy(update={"process": s.process or a.process, "cv": s.cv if s.cv is not None else a.cv})
             for s in listed]
@@ -147,14 +157,15 @@ def rescaled_count(stage: Stage) -> int:
 
 
 def unrated(w: "Workload", what: str, fix: str) -> Problem | None:
-    """Why `what`, which sets workload.arrivals.rate, cannot vary this workload's load (its stages set their own rates,
-    a closed loop has none); None when it can."""
+    """Why `what`, which sets workload.arrivals.rate (or session_rate), cannot vary this workload's load (its stages set their own rates,
+    a closed loop has none); None when it can. With sessions it sets workload.arrivals.session_rate."""
+    knob = "workload.arrivals." + ("session_rate" if w.sessions is not None else "rate")
     if w.stages is not None:
-        return Problem("workload.stages", f"{what} sets workload.arrivals.rate, and a staged workload's rates are its "
-                       "stages'", None, fix=fix)
+        return Problem("workload.stages", f"{what} sets {knob}, and a staged workload's rates are its stages'", None,
+                       fix=fix)
     if w.arrivals.concurrency is not None:
-        return Problem("workload.arrivals.concurrency", f"{what} sets workload.arrivals.rate, and a closed loop has no "
-                       "rate: its users send as their replies come", w.arrivals.concurrency, fix=fix)
+        return Problem("workload.arrivals.concurrency", f"{what} sets {knob}, and a closed loop has no rate: its users "
+                       "send as their replies come", w.arrivals.concurrency, fix=fix)
     return None
 
 
@@ -165,6 +176,7 @@ def problems(topo: "Topology") -> Iterator[Problem]:
     w = topo.workload
     a = w.arrivals
     given = a.model_fields_set
+    yield from _one_rate(w)
     if w.stages is None:
         if a.concurrency is None:
             return
@@ -172,12 +184,13 @@ def problems(topo: "Topology") -> Iterator[Problem]:
             yield Problem("workload.arrivals.concurrency", f"{REPLAYED[w.kind]} is replayed at its own timestamps, not "
                           "by users waiting for replies", a.concurrency, fix="remove arrivals.concurrency, or use a "
                           "kind that draws its requests (chat, codegen, rag, shared_prefix)")
-        if "rate" in given:
-            yield Problem("workload.arrivals.rate", "conflicts with arrivals.concurrency: rate makes an open loop "
-                          "(requests arrive whatever the replies), concurrency a closed one (each user waits for its "
-                          "reply)",
-                          a.rate, fix="keep one of the two: remove arrivals.rate for a closed loop of "
-                          f"{a.concurrency} users, or arrivals.concurrency for arrivals at the rate")
+        for name in ("rate", "session_rate"):
+            if name in given:
+                yield Problem(f"workload.arrivals.{name}", f"conflicts with arrivals.concurrency: {name} makes an open "
+                              "loop (arrivals whatever the replies), concurrency a closed one (each user waits for its "
+                              "reply)",
+                              getattr(a, name), fix=f"keep one of the two: remove arrivals.{name} for a closed loop of "
+                              f"{a.concurrency} users, or arrivals.concurrency for arrivals at the rate")
         yield from _no_process(given, "workload.arrivals", "arrivals.concurrency")
         if w.duration is not None and w.requests is not None:
             yield from _one_end("workload", "workload.duration", "workload.requests")
@@ -191,11 +204,11 @@ def problems(topo: "Topology") -> Iterator[Problem]:
             yield Problem(f"workload.{name}", f"conflicts with workload.stages: each stage ends by its own duration or "
                           "requests", value, fix=f"move it into the stages (e.g. {name}: {value:g} on the last one), "
                           "or remove workload.stages")
-    for name in ("rate", "concurrency"):
+    for name in ("rate", "session_rate", "concurrency"):
         if name in given:
             yield Problem(f"workload.arrivals.{name}", "conflicts with workload.stages: each stage sets its own rate "
                           "or concurrency", getattr(a, name), fix=f"give each stage its {name} (stages: [{{{name}: "
-                          f"{'8/s' if name == 'rate' else 16}, duration: 10min}}]) and remove arrivals.{name}")
+                          f"{'8/s' if name != 'concurrency' else 16}, duration: 10min}}]) and remove arrivals.{name}")
     if len(w.stages) > MAX_STAGES:
         yield Problem("workload.stages", f"more than {MAX_STAGES} stages", len(w.stages), f"1..{MAX_STAGES} stages",
                       "merge stages that have the same load")
@@ -203,7 +216,24 @@ def problems(topo: "Topology") -> Iterator[Problem]:
         yield Problem("workload.stages", "an empty list of stages sends nothing", None,
                       fix="give at least one stage, e.g. stages: [{rate: 8/s, duration: 10min}], or remove it")
     for i, stage in enumerate(w.stages):
-        yield from _stage(stage, f"workload.stages[{i}]", a.process)
+        yield from _stage_rate(w, stage, f"workload.stages[{i}]")
+        yield from _stage(_as_started(stage), f"workload.stages[{i}]", a.process)
+
+
+def _as_started(s: Stage) -> Stage:
+    """The stage with the rate its generator draws starts at: its session_rate (new sessions/s) as `rate`."""
+    return s if s.session_rate is None else s.model_copy(update={"rate": s.session_rate})
+
+
+def _stage_rate(w: "Workload", s: Stage, path: str) -> Iterator[Problem]:
+    """A stage's rate counts requests; with sessions its new sessions are its session_rate, as in arrivals."""
+    if w.sessions is not None and "rate" in s.model_fields_set:
+        yield Problem(f"{path}.rate", "counts requests, but this workload has sessions: a stage's arrivals are new "
+                      "sessions", s.rate, "session_rate (new sessions per second) with sessions",
+                      f"write session_rate: {s.rate:g}sessions/s if that many sessions start per second")
+    if w.sessions is None and s.session_rate is not None:
+        yield Problem(f"{path}.session_rate", "counts new sessions, but this workload has no sessions", s.session_rate,
+                      "rate (requests per second) without sessions", f"write rate: {s.session_rate:g}/s, or add sessions")
 
 
 def _stage(s: Stage, path: str, default_process: str) -> Iterator[Problem]:
@@ -232,6 +262,23 @@ def _stage(s: Stage, path: str, default_process: str) -> Iterator[Problem]:
             and (s.process or default_process) == "rescaled_poisson" and int(s.rate * s.duration) < 1:
         yield Problem(path, f"rescaled_poisson sends int(rate x duration) = int({s.rate:g} x {s.duration:g}) = 0 "
                       "requests", None, fix="raise the rate or the duration, or use process: poisson")
+
+
+def _one_rate(w: "Workload") -> Iterator[Problem]:
+    """A rate counts requests; with sessions the rate of new sessions is arrivals.session_rate, named so."""
+    from .workload import requests_per_session
+
+    a = w.arrivals
+    if w.sessions is not None and "rate" in a.model_fields_set:
+        yield Problem("workload.arrivals.rate", "counts requests, but this workload has sessions: its arrivals are new "
+                      f"sessions, each bringing {requests_per_session(w.sessions)} requests", a.rate,
+                      "arrivals.session_rate (new sessions per second) with sessions",
+                      f"write arrivals.session_rate: {a.rate:g}sessions/s if that many sessions start per second, or "
+                      "give requests per second to kvplan plan --rate, which finds the session rate that offers them")
+    if w.sessions is None and a.session_rate is not None:
+        yield Problem("workload.arrivals.session_rate", "counts new sessions, but this workload has no sessions",
+                      a.session_rate, "arrivals.rate (requests per second) without sessions",
+                      f"write arrivals.rate: {a.session_rate:g}/s, or add sessions")
 
 
 def _no_process(given: set[str], path: str, what: str) -> Iterator[Problem]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import (Field, SerializerFunctionWrapHandler, ValidationInfo, field_validator, model_serializer,
                       model_validator)
 
-from ..units import Duration, Rate
+from ..units import Duration, Rate, SessionRate
 from .base import SpecModel, spec_file
 from .stages import MAX_USERS, Process, Stage, without_unset
 
@@ -70,7 +70,11 @@ class Arrivals(SpecModel):
     the duration)."""
 
     rate: Rate = "1/s"
-    """Mean arrival rate of new requests (new sessions for chat)."""
+    """Mean arrival rate of requests, in requests per second (a workload without sessions)."""
+
+    session_rate: SessionRate | None = None
+    """Mean rate of new sessions, in sessions per second (a workload with sessions, whose every session brings
+    several requests; 1 session/s unless given). `kvplan plan --rate` takes requests per second and finds it."""
 
     cv: float = Field(1.0, ge=0.001, le=100)
     """Coefficient of variation of the gaps for gamma (1 = Poisson; > 1 bursty; below 0.001 use constant)."""
@@ -81,7 +85,12 @@ class Arrivals(SpecModel):
 
     @model_serializer(mode="wrap")
     def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict:
-        return without_unset(self, handler(self), ("concurrency",))
+        return without_unset(self, handler(self), ("concurrency", "session_rate"))
+
+    @property
+    def starts_per_s(self) -> float:
+        """The open loop's rate of starts: new sessions per second (session_rate) or requests per second (rate)."""
+        return self.session_rate if self.session_rate is not None else self.rate
 
 
 class Sessions(SpecModel):
@@ -263,7 +272,18 @@ class Workload(SpecModel):
 
     @model_serializer(mode="wrap")
     def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict:
-        return without_unset(self, handler(self), ("stages",))
+        data = without_unset(self, handler(self), ("stages",))
+        if self.sessions is not None and isinstance(data.get("arrivals"), dict):
+            data["arrivals"].pop("rate", None)    # never given with sessions (see _one_rate): read back, it is refused
+        return data
+
+
+def requests_per_session(s: Sessions) -> str:
+    """'4' or 'a mean of about 4.5' or 'several': a session's requests (its turns), in words."""
+    t = s.turns
+    if t.dist == "fixed" and t.mean is not None:
+        return f"{int(t.mean)}"
+    return f"a mean of about {t.mean:g}" if t.mean is not None else "several"
 
 
 # --------------------------------------------------------------------------- draws

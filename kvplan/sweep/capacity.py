@@ -2,8 +2,10 @@
 
 The searched knob is the workload's load:
 
-- synthetic workloads (chat, codegen, rag): `workload.arrivals.rate`, in requests per second
-  (new sessions per second for chat with sessions);
+- synthetic workloads (chat, codegen, rag): `workload.arrivals.rate`, in requests per second; with
+  sessions `workload.arrivals.session_rate`, new sessions per second, and each probe also measures the
+  requests per second its workload offers, so that every answer is said in requests per second with the
+  sessions per second beside it;
 - replays of a trace or a per-request log: the replay speed, a multiple of the spec's own pace; speed x
   sets `workload.trace.time_scale` (`workload.replay.time_scale`) to the spec's time_scale / x (x2 replays
   twice as fast).
@@ -63,7 +65,7 @@ class Knob:
     """What a rate means for this spec, and how to set it."""
 
     path: str
-    """workload.arrivals.rate, workload.trace.time_scale or workload.replay.time_scale."""
+    """workload.arrivals.rate, workload.arrivals.session_rate, workload.trace.time_scale or workload.replay.time_scale."""
     start: float
     """The spec's own rate (1/s), or 1.0 for a trace or log (its own pace)."""
     time_scale: float | None
@@ -83,13 +85,15 @@ class Knob:
             return cls("workload.trace.time_scale", 1.0, w.trace.time_scale)
         if w.kind == "replay":
             return cls("workload.replay.time_scale", 1.0, w.replay.time_scale)
-        return cls("workload.arrivals.rate", float(w.arrivals.rate), None, w.sessions is not None)
+        if w.sessions is not None:
+            return cls("workload.arrivals.session_rate", w.arrivals.starts_per_s, None, True)
+        return cls("workload.arrivals.rate", float(w.arrivals.rate), None)
 
     @property
     def meaning(self) -> str:
         if self.time_scale is not None:
             return "the replay speed"
-        return "new sessions/s" if self.sessions else "arrivals/s"
+        return "new sessions/s; each probe's requests/s measured on its workload" if self.sessions else "requests/s"
 
     @property
     def unit(self) -> str:
@@ -98,29 +102,42 @@ class Knob:
     def value(self, rate: float) -> float:
         return rate if self.time_scale is None else self.time_scale / rate
 
+    def fmt_probe(self, p: "Probe") -> str:
+        """A probe's rate: '12 req/s', 'x2', or with sessions '12.3 req/s (2.5 sessions/s)'."""
+        if self.sessions and p.requests_per_s is not None:
+            return f"{p.requests_per_s:.3g} req/s ({p.rate:g} sessions/s)"
+        return self.fmt(p.rate)
+
     def fmt(self, rate: float) -> str:
-        return f"x{rate:g}" if self.time_scale is not None else f"{rate:g}/s"
+        if self.time_scale is not None:
+            return f"x{rate:g}"
+        return f"{rate:g} sessions/s" if self.sessions else f"{rate:g} req/s"
 
     def fmt_interval(self, rate: float, low: float, high: float) -> str:
         """'7.0/s (6.0\u20138.5/s)' or 'x2.1 (x1.9\u2013x2.4)': rounded to what the interval supports."""
         w = high - low
         if self.time_scale is not None:
             return f"x{rounded(rate, w)} (x{rounded(low, w)}\u2013x{rounded(high, w)})"
-        return fmt_interval(rate, low, high, "/s")
+        return fmt_interval(rate, low, high, " req/s")
 
     def parse(self, text: str, flag: str) -> float:
-        """A --low/--high value: a rate ('2/s', '120/min', '2') or, for a trace, a speed ('2', '2x')."""
-        from ..units import parse_rate
+        """A --low/--high value: a rate ('2/s', '120/min'; with sessions '2sessions/s') or, for a trace, a speed
+        ('2', '2x'). A bare number is a speed for a trace, and refused for a rate (is it per second or per minute?)."""
+        from ..units import parse_rate, parse_session_rate
 
+        if self.time_scale is None and _is_number(text):
+            example = f"{text.strip()}sessions/s" if self.sessions else f"{text.strip()}/s"
+            raise SloUsageError(f"{flag} '{text}' is a bare number: write the unit, e.g. {flag} {example}")
         try:
             if self.time_scale is not None:
                 rate = float(text.strip().removeprefix("x").removesuffix("x"))
             else:
-                rate = float(text) if _is_number(text) else parse_rate(text)
-        except Exception:
+                rate = parse_session_rate(text) if self.sessions else parse_rate(text)
+        except Exception as exc:
             what = "a rate such as 2/s or 120/min" if self.time_scale is None \
                 else "a replay speed such as 2 or 0.5x (this spec replays a trace or log)"
-            raise SloUsageError(f"{flag} '{text}' is not {what}") from None
+            why = getattr(exc, "message", lambda: "")() if self.time_scale is None else ""
+            raise SloUsageError(f"{flag} '{text}' is not {what}" + (f": {why}" if why else "")) from None
         if not rate > 0:
             raise SloUsageError(f"{flag} must be above 0, not '{text}'")
         return rate
@@ -155,7 +172,10 @@ class _Model(BaseModel):
 
 class Probe(_Model):
     rate: float
-    """Requests per second (synthetic workloads) or replay speed (traces)."""
+    """Requests per second (synthetic workloads), new sessions per second (with sessions) or replay speed (traces)."""
+    requests_per_s: float | None = None
+    """With sessions: the requests per second the probe's workload offers (its requests over their arrivals' span, on
+    the first seed); None otherwise (`rate` is requests per second, or a replay speed)."""
     spec_hash: str
     met: bool
     """Every SLO target holds at the mean over seeds (the point estimate)."""
@@ -172,9 +192,10 @@ class CapacityResult(_Model):
     name: str
     spec_hash: str
     knob: str
-    """The spec path the search sets: workload.arrivals.rate or workload.trace.time_scale."""
+    """The spec path the search sets: workload.arrivals.rate, workload.arrivals.session_rate (rates are then new
+    sessions per second, and each probe has its requests_per_s) or workload.trace.time_scale."""
     unit: Literal["/s", "x"]
-    """/s: rates are arrivals per second; x: rates are replay speeds of the trace."""
+    """/s: rates are per second; x: rates are replay speeds of the trace."""
     slo: dict[str, float]
     """The targets, in seconds."""
     seeds: list[int]
@@ -271,7 +292,7 @@ def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds:
         metrics = summarise(results)
         met = all(metrics[key] is not None and metrics[key].mean <= target for key, target in targets.items())
         probes[rate] = p = Probe(rate=rate, spec_hash=spec.spec_hash(), met=met, metrics=metrics, verdict=verdict,
-                                 seeds=seed_list[:n])
+                                 seeds=seed_list[:n], requests_per_s=offered(spec, seed_list[0]) if knob.sessions else None)
         if on_probe:
             on_probe(p, fresh)
         return p
@@ -352,10 +373,21 @@ def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds:
     return done("found")
 
 
+def offered(spec: Topology, seed: int) -> float:
+    """Requests per second the spec's workload offers on `seed`: its requests over the span of their arrivals."""
+    from ..resolve import resolve
+    from ..sim import stages as generated
+
+    reqs = generated.requests(resolve(spec), seed)
+    span = reqs[-1].arrival if reqs else 0.0
+    return len(reqs) / span if span > 0 else 0.0
+
+
 def headline(result: CapacityResult) -> list[str]:
-    """The answer in words: the rate with its interval, how many seeds decided it, how to ask for more."""
-    knob = Knob(result.knob, 1.0, 1.0 if result.unit == "x" else None)
-    fmt, most = knob.fmt, len(result.seeds)
+    """The answer in words: the rate with its interval, how many seeds decided it, how to ask for more. Rates are
+    requests per second; with sessions, each with the new sessions per second that offer it."""
+    knob = Knob(result.knob, 1.0, 1.0 if result.unit == "x" else None, result.knob.endswith("session_rate"))
+    fmt, most = rate_words(result), len(result.seeds)
     more = f"--seeds {max(DEFAULT_SEEDS, 2 * most)}"
     if result.outcome == "above_high":
         lines = [f"the SLO is still met at {fmt(result.rate)}, the highest rate probed: raise --high to search further"]
@@ -370,7 +402,7 @@ def headline(result: CapacityResult) -> list[str]:
     else:
         seeds = sorted({len(p.seeds) for p in result.probes})
         used = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
-        lines = [f"highest sustainable rate: {knob.fmt_interval(result.rate, result.low, result.high)}, 95 %, "
+        lines = [f"highest sustainable rate: {_interval(knob, result)}, 95 %, "
                  f"{used} seeds per probe",
                  f"  surely met at {fmt(result.low)}, surely missed at {fmt(result.high)}"
                  + (f"; undecided at {', '.join(fmt(r) for r in result.noise_band)} (within the noise at {most} seeds)"
@@ -387,13 +419,41 @@ def planned_line(result: CapacityResult) -> list[str]:
     """The rate to plan for with the headroom kept free, in the limit's own terms (none without a limit)."""
     if result.planned_rate is None or result.outcome != "found":
         return []
-    knob = Knob(result.knob, 1.0, 1.0 if result.unit == "x" else None)
+    knob = Knob(result.knob, 1.0, 1.0 if result.unit == "x" else None, result.knob.endswith("session_rate"))
     h = f"{result.headroom:.0%} headroom"
-    if result.tested and result.planned_low is not None and result.planned_high is not None:
+    if knob.sessions:                # requests/s grow with sessions/s: the measured limit's share, sessions beside
+        req = {p.rate: p.requests_per_s for p in result.probes}.get(result.rate)
+        at = ((f"{req / (1 + result.headroom):.3g} req/s" if req is not None else "? req/s")
+              + f" ({result.planned_rate:.3g} new sessions/s)")
+    elif result.tested and result.planned_low is not None and result.planned_high is not None:
         at = knob.fmt_interval(result.planned_rate, result.planned_low, result.planned_high)
     else:
         at = knob.fmt(float(f"{result.planned_rate:.3g}"))
     return [f"with {h} (--headroom) it can be planned for {at}: the limit / {1 + result.headroom:g}"]
+
+
+def rate_words(result: CapacityResult) -> Callable[[float | None], str]:
+    """How a rate of this search reads: '12 req/s', 'x2' or, with sessions, '12.3 req/s (2.5 sessions/s)'."""
+    knob = Knob(result.knob, 1.0, 1.0 if result.unit == "x" else None, result.knob.endswith("session_rate"))
+    measured = {p.rate: p.requests_per_s for p in result.probes}
+
+    def words(rate: float | None) -> str:
+        if rate is None:
+            return "-"
+        if not knob.sessions:
+            return knob.fmt(rate)
+        req = measured.get(rate)
+        return (f"{req:.3g} req/s" if req is not None else "? req/s") + f" ({rate:g} sessions/s)"
+    return words
+
+
+def _interval(knob: Knob, result: CapacityResult) -> str:
+    """The answer with its 95 % interval, in requests per second (with sessions: measured, sessions/s beside)."""
+    if not knob.sessions:
+        return knob.fmt_interval(result.rate, result.low, result.high)
+    req = {p.rate: p.requests_per_s or 0.0 for p in result.probes}
+    return (fmt_interval(req[result.rate], req[result.low], req[result.high], " req/s")
+            + f" at {fmt_interval(result.rate, result.low, result.high, ' new sessions/s')}")
 
 
 def _verdict(results: list, targets: dict[str, float]) -> Outcome:
@@ -408,4 +468,4 @@ def _verdict(results: list, targets: dict[str, float]) -> Outcome:
 
 
 __all__ = ["CapacityResult", "DEFAULT_HEADROOM", "DEFAULT_SEEDS", "Knob", "MAX_STEPS", "MIN_SEEDS", "OnProbe", "Probe",
-           "SloUsageError", "headline", "parse_headroom_arg", "planned_line", "search"]
+           "SloUsageError", "headline", "offered", "parse_headroom_arg", "planned_line", "rate_words", "search"]
