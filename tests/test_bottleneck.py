@@ -64,7 +64,7 @@ def test_simulate_ends_with_the_verdict_and_a_next_step_that_points_at_it(tmp_pa
     """A rate the one CPU engine cannot keep up with: its steps run back to back, requests queue."""
     path = tmp_path / "busy.yaml"
     path.write_text(yaml.safe_dump(with_changes(example_data("local"), workload__requests=60,
-                                                workload__arrivals__rate="50/s")))
+                                                workload__arrivals__session_rate="50/s")))
     result = CliRunner().invoke(app, ["simulate", str(path)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     last = result.stdout.rstrip("\n").splitlines()[-2:]

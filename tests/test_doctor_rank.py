@@ -77,7 +77,7 @@ def test_write_leaves_out_a_fix_inside_the_tier_it_removes(slow_nvme):
     case, d = slow_nvme
     w = written(case, d)
     assert w["changes"] == [Change(path="lmcache.nvme.size", value=0)] and "nvme" not in w["data"]["lmcache"]
-    assert any("lmcache.nvme.device clashes with no nvme tier" in line for line in w["left_out"])
+    assert any("lmcache.nvme.drives clashes with no nvme tier" in line for line in w["left_out"])
     assert w["proof"] == d.ranking[0].fix.proof                     # one fix: written with its own proof
 
 

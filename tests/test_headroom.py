@@ -82,7 +82,7 @@ def test_the_winner_is_compared_with_the_spec_given_in_one_sentence(kept):
     lim = kept.limits
     assert lim.spec_figures["ttft_p99"] > 0.3 >= lim.figures["ttft_p99"], "the spec misses what the winner meets"
     assert head["capacity"].startswith(f"{lim.capacity:.3g} req/s, ")
-    assert head["target"].startswith("16 req/s + 25% headroom: judged at 20 req/s")
+    assert head["target"].startswith("16 req/s, judged with 25% headroom at 20 req/s")
 
 
 def test_top_n_lists_the_n_cheapest_meeting_the_slo(kept, edge):

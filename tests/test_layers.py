@@ -24,7 +24,7 @@ PACKAGE = REPO / "kvplan"
 LAYERS = [
     ("ground", ["units", "errors", "paths", "resources", "__init__"]),
     ("spine", ["spec", "catalog", "kv_capacity", "resolve", "offload", "tier_checks", "cost", "reference", "warmup",
-               "validation"]),
+               "validation", "node_storage"]),
     ("models", ["sim", "sizing", "deploy", "live", "interop", "gpufit"]),
     ("decisions", ["sweep", "plan", "doctor"]),
     ("renderers", ["report"]),

@@ -40,7 +40,7 @@ def toy(nvme: dict, *, tp: int = 1, rate: str = "9/s") -> dict:
                         "block_size": 16, "kv_cache_memory": "4MiB", "max_model_len": 4096},
             "lmcache": {"mode": "inprocess", "chunk_size": 256, "ddr": {"size": "16MiB"},
                         "nvme": {"size": "1GiB", "device": SLOW, **nvme}},
-            "workload": {"kind": "chat", "seed": 1, "requests": 150, "arrivals": {"process": "poisson", "rate": rate},
+            "workload": {"kind": "chat", "seed": 1, "requests": 150, "arrivals": {"process": "poisson", "session_rate": rate},
                          "sessions": {"turns": 3, "think_time": "1s"},
                          "shared_prefixes": {"count": 4, "skew": 1.0, "tokens": 1024},
                          "prompt": {"dist": "uniform", "min": 512, "max": 2048}, "output": 8}}

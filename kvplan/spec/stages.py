@@ -266,8 +266,6 @@ def _stage(s: Stage, path: str, default_process: str) -> Iterator[Problem]:
 
 def _one_rate(w: "Workload") -> Iterator[Problem]:
     """A rate counts requests; with sessions the rate of new sessions is arrivals.session_rate, named so."""
-    from .workload import requests_per_session
-
     a = w.arrivals
     if w.sessions is not None and "rate" in a.model_fields_set:
         yield Problem("workload.arrivals.rate", "counts requests, but this workload has sessions: its arrivals are new "
@@ -279,6 +277,14 @@ def _one_rate(w: "Workload") -> Iterator[Problem]:
         yield Problem("workload.arrivals.session_rate", "counts new sessions, but this workload has no sessions",
                       a.session_rate, "arrivals.rate (requests per second) without sessions",
                       f"write arrivals.rate: {a.session_rate:g}/s, or add sessions")
+
+
+def requests_per_session(s) -> str:
+    """'4' or 'a mean of about 4.5' or 'several': a session's requests (its turns, a workload's `Sessions`), in words."""
+    t = s.turns
+    if t.dist == "fixed" and t.mean is not None:
+        return f"{int(t.mean)}"
+    return f"a mean of about {t.mean:g}" if t.mean is not None else "several"
 
 
 def _no_process(given: set[str], path: str, what: str) -> Iterator[Problem]:

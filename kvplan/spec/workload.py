@@ -278,14 +278,6 @@ class Workload(SpecModel):
         return data
 
 
-def requests_per_session(s: Sessions) -> str:
-    """'4' or 'a mean of about 4.5' or 'several': a session's requests (its turns), in words."""
-    t = s.turns
-    if t.dist == "fixed" and t.mean is not None:
-        return f"{int(t.mean)}"
-    return f"a mean of about {t.mean:g}" if t.mean is not None else "several"
-
-
 # --------------------------------------------------------------------------- draws
 # How a synthetic workload's random numbers are drawn. The simulator's request stream
 # (kvplan.sim.workload) draws everything with them; the warm-up (kvplan.warmup) redraws the shared
