@@ -97,7 +97,7 @@ def test_request_merging_holds_arrivals_to_prefill_them_together(tmp_path):
 def test_more_load_never_lowers_mean_ttft_across_seeds():
     means = []
     for rate in ("0.2/s", "0.8/s", "3/s"):
-        runs = [simulate(workload__requests=300, workload__seed=seed, workload__arrivals={"rate": rate})[1]
+        runs = [simulate(workload__requests=300, workload__seed=seed, workload__arrivals={"session_rate": rate})[1]
                 for seed in range(3)]
         means.append(sum(r.ttft.mean for r in runs) / len(runs))
     assert means == sorted(means) and means[0] < means[-1]
@@ -151,7 +151,7 @@ def test_with_async_scheduling_an_arrival_waits_one_step_more():
 def test_an_idle_engine_schedules_an_arrival_at_once():
     """With nothing running there is no step under way and none scheduled ahead: a request that finds the engine
     idle has the same TTFT either way (at this load most do); one that finds it busy waits longer."""
-    changes = dict(workload__requests=30, workload__arrivals__rate="0.02/s")
+    changes = dict(workload__requests=30, workload__arrivals__session_rate="0.02/s")
     _, sync = simulate(serving__async_scheduling=False, **changes)
     _, both = simulate(serving__async_scheduling=True, **changes)
     pairs = list(zip(sync.per_request.rows(), both.per_request.rows()))

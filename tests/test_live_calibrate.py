@@ -28,7 +28,7 @@ def calibration_workload(requests_: int = 40) -> dict:
     """local.yaml's workload, shorter and slow enough that requests rarely overlap: calibration assumes a
     TTFT of one prefill step, at low load."""
     w = read_yaml(LOCAL)["workload"]
-    return dict(w, requests=requests_, arrivals={"process": "poisson", "rate": "0.02/s"})
+    return dict(w, requests=requests_, arrivals={"process": "poisson", "session_rate": "0.02/s"})
 
 
 def as_bench_run(base, sim) -> BenchRun:

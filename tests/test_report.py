@@ -49,9 +49,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
             "plan": tmp / "plan.json"}
     commands = [("simulate", spec, "--out", made["result"]), ("size", spec, "--out", made["size"]),
                 ("simulate", spec, "--ablate", "--seeds", "2", "--out", made["ablation"]),
-                ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,4/s", "--vary", "lmcache.ddr.size=256MiB,1GiB",
+                ("sweep", spec, "--vary", "workload.arrivals.session_rate=1/s,4/s", "--vary", "lmcache.ddr.size=256MiB,1GiB",
                  "--no-cache", "--out", made["grid"]),
-                ("sweep", spec, "--vary", "workload.arrivals.rate=1/s,2/s,4/s", "--no-cache", "--out", made["line"]),
+                ("sweep", spec, "--vary", "workload.arrivals.session_rate=1/s,2/s,4/s", "--no-cache", "--out", made["line"]),
                 ("capacity", spec, "--slo", "ttft_p99=1s", "--seeds", "2", "--low", "2/s", "--high", "32/s",
                  "--no-cache", "--out", made["capacity"])]
     for command in commands:
@@ -152,7 +152,7 @@ def test_seeds_and_ablation_are_compared_line_by_line(files, tmp_path):
 def test_a_two_path_sweep_becomes_heat_maps(files, tmp_path):
     page = report(files["grid"], tmp_path / "sweep.html")
     assert "<h2>Heat maps</h2>" in page
-    assert ">TTFT p99 over workload.arrivals.rate and lmcache.ddr.size</title>" in page
+    assert ">TTFT p99 over workload.arrivals.session_rate and lmcache.ddr.size</title>" in page
     assert page.count('<g class="cells"') >= 5
 
 
@@ -236,7 +236,7 @@ def test_a_sweep_with_cost_per_point_draws_the_frontier(files, tmp_path):
     assert all(p["cost"]["usd_per_hour"] > 0 for p in json.loads(files["grid"].read_text())["points"])
     page = report(files["grid"], tmp_path / "sweep.html")
     assert ">Cost against p99 TTFT: the Pareto frontier</title>" in page and 'class="frontier"' in page
-    assert ">cost ($/h) over workload.arrivals.rate and lmcache.ddr.size</title>" in page
+    assert ">cost ($/h) over workload.arrivals.session_rate and lmcache.ddr.size</title>" in page
 
 
 # --- Markdown --------------------------------------------------------------------------------------

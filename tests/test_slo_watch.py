@@ -59,7 +59,7 @@ def test_a_stop_is_never_wrong_and_its_bound_holds(pct):
 
 def test_a_stopped_run_reports_what_the_finished_run_says():
     r = resolve(spec("chat-llama2-13b", workload__requests=600, serving__instances=1,
-                     workload__arrivals__rate="3/s"))
+                     workload__arrivals__session_rate="3/s"))
     full = run(r)
     target = full.ttft.p99 / 4
     with pytest.raises(SloMissed) as stopped:

@@ -79,12 +79,16 @@ def test_capacity_prints_no_digit_its_interval_does_not_support(spec_path, tmp_p
     assert result.exit_code == 0, result.output
     saved = json.loads(out.read_text())
     line = next(l for l in result.output.splitlines() if l.startswith("highest sustainable rate: "))
-    printed = re.fullmatch(r"highest sustainable rate: ([0-9.]+)/s \(([0-9.]+)\u2013([0-9.]+)/s\), 95 %, .* seeds per probe",
-                           line)
+    # requests/s first (measured on each probe's workload), the new sessions/s that offer them beside
+    printed = re.fullmatch(r"highest sustainable rate: ([0-9.]+) req/s \(([0-9.]+)\u2013([0-9.]+) req/s\) at ([0-9.]+) new "
+                           r"sessions/s \(([0-9.]+)\u2013([0-9.]+) new sessions/s\), 95 %, .* seeds per probe", line)
     assert printed, line
-    allowed = max(0, decimals(saved["high"] - saved["low"]))
-    for number in printed.groups():
-        assert len(number.partition(".")[2]) <= allowed, (number, saved["low"], saved["high"])
+    requests = {p["rate"]: p["requests_per_s"] for p in saved["probes"]}
+    for numbers, low, high in ((printed.groups()[:3], requests[saved["low"]], requests[saved["high"]]),
+                               (printed.groups()[3:], saved["low"], saved["high"])):
+        allowed = max(0, decimals(high - low))
+        for number in numbers:
+            assert len(number.partition(".")[2]) <= allowed, (number, low, high)
     assert "--seeds" in result.output                  # how to ask for more
 
 

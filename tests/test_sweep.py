@@ -51,19 +51,19 @@ def dumps(results) -> list[str]:
 # ---- variants -------------------------------------------------------------------------------
 
 def test_varies_combine_into_every_combination_the_first_changing_slowest():
-    points = variants("serving.max_num_seqs=2,8", "workload.arrivals.rate=1/s,2/s,4/s")
+    points = variants("serving.max_num_seqs=2,8", "workload.arrivals.session_rate=1/s,2/s,4/s")
     assert [p.label for p in points][:4] == [
-        "serving.max_num_seqs=2, workload.arrivals.rate=1/s", "serving.max_num_seqs=2, workload.arrivals.rate=2/s",
-        "serving.max_num_seqs=2, workload.arrivals.rate=4/s", "serving.max_num_seqs=8, workload.arrivals.rate=1/s"]
+        "serving.max_num_seqs=2, workload.arrivals.session_rate=1/s", "serving.max_num_seqs=2, workload.arrivals.session_rate=2/s",
+        "serving.max_num_seqs=2, workload.arrivals.session_rate=4/s", "serving.max_num_seqs=8, workload.arrivals.session_rate=1/s"]
     assert len(points) == 6
-    assert [(p.spec.serving.max_num_seqs, p.spec.workload.arrivals.rate) for p in points[:2]] == [(2, 1.0), (2, 2.0)]
+    assert [(p.spec.serving.max_num_seqs, p.spec.workload.arrivals.session_rate) for p in points[:2]] == [(2, 1.0), (2, 2.0)]
 
 
 def test_zip_pairs_the_lists_position_by_position():
-    points = variants("serving.max_num_seqs=2,8", "workload.arrivals.rate=1/s,4/s", zip_=True)
-    assert [(p.spec.serving.max_num_seqs, p.spec.workload.arrivals.rate) for p in points] == [(2, 1.0), (8, 4.0)]
-    with pytest.raises(VaryUsageError, match="serving.max_num_seqs has 2, workload.arrivals.rate has 3"):
-        variants("serving.max_num_seqs=2,8", "workload.arrivals.rate=1/s,2/s,4/s", zip_=True)
+    points = variants("serving.max_num_seqs=2,8", "workload.arrivals.session_rate=1/s,4/s", zip_=True)
+    assert [(p.spec.serving.max_num_seqs, p.spec.workload.arrivals.session_rate) for p in points] == [(2, 1.0), (8, 4.0)]
+    with pytest.raises(VaryUsageError, match="serving.max_num_seqs has 2, workload.arrivals.session_rate has 3"):
+        variants("serving.max_num_seqs=2,8", "workload.arrivals.session_rate=1/s,2/s,4/s", zip_=True)
 
 
 def test_values_are_yaml_scalars_so_units_keep_working():
