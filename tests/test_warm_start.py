@@ -70,7 +70,8 @@ def test_the_measured_requests_are_the_cold_runs(cold_and_warm):
 
 
 def test_a_warm_start_is_the_same_with_the_same_seed_and_differs_with_another():
-    r = resolve(spec("chat-llama2-13b", **{**SMALL, "workload__requests": 30}, workload__warm_start=True))
+    r = resolve(spec("chat-llama2-13b", workload__requests=30, lmcache__ddr__size="4GB", lmcache__nvme__size="40GB",
+                     lmcache__ceph__size="100GB", workload__warm_start=True))
     one, again, other = run(r, seed=3), run(r, seed=3), run(r, seed=4)
     assert one.warm_start == again.warm_start and np.array_equal(one.per_request.ttft, again.per_request.ttft)
     assert one.warm_start != other.warm_start
@@ -83,8 +84,19 @@ def test_a_cold_spec_keeps_its_hash():
 
 
 def test_a_replayed_workload_cannot_start_warm():
-    r = resolve(spec("mooncake-replay", workload__warm_start=True))
-    with pytest.raises(SpecError) as err:
-        run(r)
+    with pytest.raises(SpecError) as err:                     # kvplan validate says so
+        spec("mooncake-replay", workload__warm_start=True)
     problem = err.value.problems[0]
     assert problem.path == "workload.warm_start" and "trace" in problem.message and problem.fix
+    cold = spec("mooncake-replay")                            # and so does a run of a spec changed after validation
+    warm = cold.model_copy(update={"workload": cold.workload.model_copy(update={"warm_start": True})})
+    with pytest.raises(SpecError) as err:                     # (kvplan simulate --warm)
+        run(resolve(warm))
+    assert err.value.problems[0].path == "workload.warm_start"
+
+
+def test_load_stages_cannot_start_warm():
+    with pytest.raises(SpecError) as err:
+        spec("chat-llama2-13b", workload__warm_start=True, workload__requests=None,
+             workload__stages=[{"rate": "1/s", "duration": "10s"}])
+    assert any(p.path == "workload.warm_start" and "stages" in p.message for p in err.value.problems)

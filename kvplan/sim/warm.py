@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import Problem, SpecError
-from ..spec.stages import stages_of
+from ..errors import SpecError
+from ..spec.rules import warm_start
 from . import workload as wl
 from .arrivals import gaps
 from .steady import WarmTier
@@ -46,22 +46,14 @@ NAMES = 1 << 62
 (load stages number theirs from k x 2^40, far below)."""
 SPAWN_KEY = 0x7761726D
 """The warm-up's draws come from SeedSequence(seed, spawn_key=(SPAWN_KEY,)): independent of the run's."""
-KINDS = ("chat", "codegen", "rag")
 
 
 def check(resolved) -> None:
-    """Refuse a warm start the workload cannot have, naming the field and what to do."""
-    w = resolved.workload
-    if w.kind not in KINDS:
-        raise SpecError([Problem("workload.warm_start", f"a warm start draws more of a synthetic workload, and a "
-                                 f"{w.kind} workload replays fixed requests: a warm-up of them would be the run itself",
-                                 w.kind, fix="remove workload.warm_start (or --warm), or use a chat, codegen or rag "
-                                             "workload shaped like the trace")])
-    if stages_of(w) is not None:
-        raise SpecError([Problem("workload.warm_start", "a warm start is drawn from one open-loop arrival process; "
-                                 "this workload has load stages, a closed loop or rescaled_poisson arrivals", True,
-                                 fix="remove workload.warm_start (or --warm), or simulate one poisson, gamma or "
-                                     "constant arrival process")])
+    """Refuse a warm start the workload cannot have (kvplan.spec.rules.warm_start: a spec changed after it was
+    validated, as `kvplan simulate --warm` changes it, is checked here)."""
+    problems = list(warm_start(resolved.workload))
+    if problems:
+        raise SpecError(problems)
 
 
 class _Draws:
