@@ -294,7 +294,8 @@ class Simulation:
                     refused_chunks=c.refused_chunks, promoted_chunks=c.promoted_chunks,
                     evictions=sum(x.evictions for x in caches) - evicted,
                     evicted_bytes=sum(x.evicted_bytes for x in caches) - evicted_bytes,
-                    expired=sum(getattr(x, "expired", 0) for x in caches) - expired, peak_used_bytes=self.peak.get(tier, 0),
+                    expired=sum(getattr(x, "expired", 0) for x in caches) - expired,
+                    peak_used_bytes=self.peak.get(tier, 0),
                     final_used_bytes=lm.used_bytes(tier), occupancy=self.occupancy[tier]))
                 reached -= served
             lm_hit = _ratio(lm.hit_tokens, lm.requested_tokens)              # first lookups only

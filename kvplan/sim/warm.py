@@ -17,11 +17,12 @@ so a ttl expires warm-up entries as it would have. Simplifications, stated: the 
 fills in seconds), so in-process promotion takes every chunk hit below ddr; a request goes to the instance of its
 session (or of its number) in turn, not to the router's pick; the warm-up has no timing, link or queueing effect.
 
-How long: the warm-up draws the stream in generations of growing size and stops once every tier is warm: written
-over WRITTEN_OVER times its capacity, or (a ttl tier) fed for a whole ttl, or holding all this workload writes (a
-generation wrote it nothing new). MAX_REQUESTS bounds it; a tier still cold then is reported so. Nothing of the
-warm-up is counted in the run's figures (requests, hit ratios, bytes, evictions): the result lists, per tier, the
-requests and bytes that warmed it (`SimResult.warm_start`).
+How long: the warm-up draws the stream in generations of growing size and stops once every tier is warm (it looks
+every CHECK requests): written over WRITTEN_OVER times its capacity, or (a ttl tier) fed for a whole ttl, or full
+and refusing (a tier that cannot evict), or holding all this workload writes (a generation wrote it nothing new).
+MAX_REQUESTS bounds it; a tier still cold then is reported so. Nothing of the warm-up is counted in the run's
+figures (requests, hit ratios, bytes, evictions): the result lists, per tier, the requests and bytes that warmed it
+(`SimResult.warm_start`).
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ from . import workload as wl
 from .arrivals import gaps
 from .steady import WarmTier
 
-WRITTEN_OVER = 2.0
-"""A tier is warm once the warm-up has written this many times its capacity into it (its policy has then
-chosen what it holds from this workload's traffic, not from its first fill)."""
+WRITTEN_OVER = 1.5
+"""A tier is warm once the warm-up has written this many times its capacity into it: full, and half its capacity
+more, so that its policy has chosen what it holds from this workload's traffic, not from its first fill (an
+LRU tier then holds the most recently used; an LFU or ARC one has seen more of the traffic than it holds)."""
 MAX_REQUESTS = 4_000_000
 """Warm-up requests at most (a few minutes of this machine's time at worst)."""
+CHECK = 1024
+"""The warm-up looks at whether its tiers are warm every this many requests."""
 FIRST_GENERATION = 4096
 """Requests of the first generation; each next one draws four times as many."""
 NAMES = 1 << 62
@@ -72,6 +76,22 @@ class _Draws:
         return t0 + np.cumsum(gaps(self.arrivals, rng, size))
 
 
+def _settle(tiers: list["_Tier"], fed: int, span: float) -> bool:
+    """Give each tier that has become warm its reason and the warm-up requests it took; True once all are warm."""
+    for t in tiers:
+        if t.reason:
+            continue
+        if t.written >= WRITTEN_OVER * t.capacity:
+            t.reason = f"written {t.written / t.capacity:.1f} times its capacity"
+        elif t.ttl is not None and span >= t.ttl:
+            t.reason = "fed for a whole ttl: expiry balances writes"
+        elif t.refused:
+            t.reason = "full: it refuses what it cannot hold, as it does without eviction"
+        if t.reason:
+            t.requests = fed
+    return all(t.reason for t in tiers)
+
+
 class _Tier:
     def __init__(self, name: str, caches: list, ttl: float | None):
         self.name, self.caches, self.ttl = name, caches, ttl
@@ -102,7 +122,8 @@ def fill(sim, seed: int) -> tuple[list[WarmTier], float]:
     feed = _lmcache_feed(lm, r, tiers) if lm is not None else _native_feed(native, tiers)
     instances = r.instances
     fed, first, last, limit = 0, None, 0.0, FIRST_GENERATION
-    while True:
+    done = False
+    while not done:
         before = [t.written for t in tiers]
         stream = wl._Drawn(r, seed, stage=_Draws(r.workload.arrivals, seed, limit)).stream()
         for i, req in enumerate(stream):
@@ -113,25 +134,21 @@ def fill(sim, seed: int) -> tuple[list[WarmTier], float]:
             who = (req.session if req.session >= 0 else req.id) % instances
             feed(who, req, unit, size, last)
             req.content.forget()
-            for t in tiers:
-                if not t.reason:
-                    t.requests = i + 1
-        fed = max(fed, len(stream))
-        span = last - (first or 0.0)
-        for t, was in zip(tiers, before):
-            if t.reason:
-                continue
-            if t.written >= WRITTEN_OVER * t.capacity:
-                t.reason = f"written {t.written / t.capacity:.1f} times its capacity"
-            elif t.ttl is not None and span >= t.ttl:
-                t.reason = "fed for a whole ttl: expiry balances writes"
-            elif t.refused:
-                t.reason = "full: it refuses what it cannot hold, as it does without eviction"
-            elif t.written == was:
-                t.reason = "holds all this workload writes: the last warm-up requests wrote it nothing new"
-        if all(t.reason for t in tiers) or fed >= MAX_REQUESTS or len(stream) < limit:
-            break
+            fed = i + 1
+            if fed % CHECK == 0 and _settle(tiers, fed, last - first):
+                done = True
+                break
+        if not done:
+            for t, was in zip(tiers, before):   # a whole generation wrote it nothing: it holds all there is
+                if not t.reason and t.written == was:
+                    t.reason = "holds all this workload writes: the last warm-up requests wrote it nothing new"
+                    t.requests = fed
+            done = _settle(tiers, fed, last - (first or 0.0)) or fed >= MAX_REQUESTS or len(stream) < limit
         limit = min(4 * limit, MAX_REQUESTS)
+    span = last - (first or 0.0)
+    for t in tiers:
+        if not t.reason:
+            t.requests = fed
     out = [WarmTier(tier=t.name, requests=t.requests, bytes_written=t.written, used_bytes=t.used(),
                     capacity_bytes=t.capacity, span_s=span, warm=bool(t.reason),
                     reason=t.reason or f"still filling when the warm-up stopped at its bound of {fed:,} requests")
