@@ -80,7 +80,10 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                                 "before it is stopped."),
              max_sim_time: Optional[float] = typer.Option(None, "--max-sim-time", min=0.001,
                                                           help="Simulated seconds one run may reach (default: 100x "
-                                                               "the arrivals' span, at least an hour).")) -> None:
+                                                               "the arrivals' span, at least an hour)."),
+             warm: bool = typer.Option(False, "--warm", help="Start with the offload tiers in steady state, filled by a "
+                                                             "warm-up of the same workload that no figure counts "
+                                                             "(workload.warm_start: true).")) -> None:
     """Simulate the spec: where each prompt's KV came from, and what users feel (TTFT, TPOT, throughput)."""
     from ..cost import cost_of
     from ..report import markdown, sections, terminal
@@ -97,6 +100,8 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             from ..spec.profile import apply_profile, read_profile
 
             topo = apply_profile(topo, read_profile(profile))
+        if warm:
+            topo = topo.model_copy(update={"workload": topo.workload.model_copy(update={"warm_start": True})})
         resolved = resolve(topo)
         first = resolved.workload.seed if seed is None else seed
         with ProgressBar() as progress:

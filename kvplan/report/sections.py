@@ -21,9 +21,18 @@ class Section:
     rows: list[list[str]] = field(default_factory=list)
 
 
+def _warm_start(res: SimResult) -> str:
+    """How a warm start left each tier (kvplan.sim.warm): none of it is in the figures below."""
+    tiers = "; ".join(f"{w.tier} {pct(w.used_bytes / w.capacity_bytes if w.capacity_bytes else 0)} full after "
+                      f"{fmt_count(w.requests)} warm-up requests wrote {fmt_bytes(w.bytes_written)}"
+                      + ("" if w.warm else " (still cold)") for w in res.warm_start)
+    return f"{tiers}; {fmt_duration(res.warm_start[0].span_s)} of traffic, not counted"
+
+
 def result_sections(res: SimResult) -> list[Section]:
     head = Section(f"Simulation of {res.name} (seed {res.seed})", None, [
         ["requests", f"{fmt_count(res.requests)} (+{res.warmup_requests} warm-up, {res.rejected_requests} rejected as too long)"],
+        *([["warm start", _warm_start(res)]] if res.warm_start else []),
         ["simulated time", fmt_duration(res.duration)],
         ["prompt tokens", f"{fmt_count(res.prompt_tokens)}, recomputed {fmt_count(res.recomputed_tokens)} "
                           f"({pct(res.recomputed_tokens / res.prompt_tokens if res.prompt_tokens else 0)})"]])

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import (BaseModel, ConfigDict, PlainSerializer, PlainValidator, SerializerFunctionWrapHandler,
                       WithJsonSchema, model_serializer)
 
-from .steady import TierState
+from .steady import TierState, WarmTier
 
 
 class _Result(BaseModel):
@@ -242,6 +242,9 @@ class SimResult(_Result):
     links: list[LinkResult]
     stages: list[StageResult] = []
     """Per load stage, when the spec has workload.stages; absent from the JSON of a run without them."""
+    warm_start: list[WarmTier] = []
+    """Per offload tier, how a warm start's warm-up left it (kvplan.sim.warm); empty, and absent from the JSON,
+    when the run started cold."""
     per_request: RequestTable
 
     def tier(self, name: str) -> TierResult | None:
@@ -253,8 +256,10 @@ class SimResult(_Result):
         data = handler(self)
         if not self.stages:
             data.pop("stages", None)
+        if not self.warm_start:
+            data.pop("warm_start", None)
         return data
 
     def fields(self) -> dict:
         """Its fields by name, as its JSON has them: `stages` only when the run has stages."""
-        return {name: value for name, value in self if name != "stages" or value}
+        return {name: value for name, value in self if name not in ("stages", "warm_start") or value}

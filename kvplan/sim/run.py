@@ -39,6 +39,7 @@ from .router import Router
 from .seq import Seq
 from .slo_watch import SloWatch
 from .stages import Staged
+from .steady import WarmTier
 from .steptime import StepTime
 
 from .result import LinkResult, RequestTable, SimResult, TierResult
@@ -106,6 +107,8 @@ class Simulation:
         self.block_utilisation: list[tuple[float, float]] = []
         self.peak: dict[str, int] = {}
         self.done = False
+        self.warm: list[WarmTier] = []           # how a warm start left each tier (kvplan.sim.warm); [] cold
+        self.warm_counts: dict[str, tuple[int, int, int]] = {}   # tier -> the warm-up's evictions, bytes, expiries
 
     # ---- requests
     def finished(self, instance: int, seq: Seq, now: float) -> None:
@@ -173,6 +176,12 @@ class Simulation:
 
     def run(self) -> SimResult:
         env, r = self.env, self.r
+        if r.workload.warm_start:                # tiers filled before any event; the clock starts after the warm-up
+            from . import warm as warm_start
+
+            self.warm, start = warm_start.fill(self, self.seed)
+            self.warm_counts = warm_start.baseline(self)
+            env.run_until(start)
         for engine in self.engines:
             env.process(engine.loop())
         warm = wl.warmup(r, self.seed)
@@ -272,6 +281,7 @@ class Simulation:
             lm = self.offload
             for tier in lm.order:
                 c, caches = lm.counters[tier], lm.caches[tier]
+                evicted, evicted_bytes, expired = self.warm_counts.get(tier, (0, 0, 0))   # the warm-up's, left out
                 served = int(getattr(recs, f"{tier}_tokens").sum())
                 tiers.append(TierResult(
                     name=tier, caches=len(caches), capacity_bytes=sum(x.capacity for x in caches),
@@ -282,8 +292,10 @@ class Simulation:
                     relookup_chunk_hit_ratio=_ratio(c.relookup_hit_chunks, c.relookup_chunks),
                     bytes_read=c.bytes_read, bytes_written=c.bytes_written, stored_chunks=c.stored_chunks,
                     refused_chunks=c.refused_chunks, promoted_chunks=c.promoted_chunks,
-                    evictions=sum(x.evictions for x in caches), evicted_bytes=sum(x.evicted_bytes for x in caches),
-                    expired=sum(getattr(x, "expired", 0) for x in caches), peak_used_bytes=self.peak.get(tier, 0),
+                    evictions=sum(x.evictions for x in caches) - evicted,
+                    evicted_bytes=sum(x.evicted_bytes for x in caches) - evicted_bytes,
+                    expired=sum(getattr(x, "expired", 0) for x in caches) - expired,
+                    peak_used_bytes=self.peak.get(tier, 0),
                     final_used_bytes=lm.used_bytes(tier), occupancy=self.occupancy[tier]))
                 reached -= served
             lm_hit = _ratio(lm.hit_tokens, lm.requested_tokens)              # first lookups only
@@ -292,6 +304,7 @@ class Simulation:
         # from a cache (vLLM's prefix cache or an LMCache tier) over all prompt tokens.
         cache_hit = _ratio(sum(t.served_tokens for t in tiers), prompt) if self.offload else None
         lat = metrics.latency(recs)
+        warm_of = {w.tier: w for w in self.warm}
         f = self.fabric
         ceph_ops = slowest = None
         if f.ceph_op_counts:
@@ -317,8 +330,9 @@ class Simulation:
             alerts=metrics.alerts(r, cache_hit, mean_util, slowest), lmcache_hit_ratio=lm_hit,
             relookups=relookups, relookup_hit_ratio=relookup_hit, tiers=tiers,
             steady_state=[steady.judge(t.name, t.capacity_bytes, t.peak_used_bytes, t.final_used_bytes, t.evictions,
-                                       self._ttl(t.name), duration, *self._longer())
+                                       self._ttl(t.name), duration, *self._longer(), warm=warm_of.get(t.name))
                           for t in tiers if t.name != "hbm"],
+            warm_start=self.warm,
             links=links, stages=self._stages(recs), per_request=recs)
 
     def _ttl(self, tier: str) -> float | None:

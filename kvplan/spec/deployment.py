@@ -159,7 +159,8 @@ LEDGER: dict[str, tuple[Kind, str]] = {
     "ceph.options": (DEPLOYED, "`ceph config set`, and a rolling OSD restart for the options read at start-up"),
 
     "workload": (NOT_DEPLOYED, "the traffic (its kind, arrivals, load stages and closed-loop users), which kvplan "
-                               "bench sends to the stack; no setting of the stack"),
+                               "bench sends to the stack, and whether a simulation starts with its tiers warm "
+                               "(warm_start: the deployed stack warms with its own traffic); no setting of the stack"),
     "slo": (NOT_DEPLOYED, "the targets a plan is judged by; nothing in the stack enforces them"),
     "cost": (NOT_DEPLOYED, "prices"),
 

@@ -233,7 +233,29 @@ def _workload(topo: "Topology") -> Iterator[Problem]:
     if w.kind not in ("trace", "replay") and w.stages is None and w.requests is None and w.duration is None:
         yield Problem("workload", "a synthetic workload needs an end: requests or duration", None,
                       fix="add workload.requests: 1000 or workload.duration: 10min")
+    yield from warm_start(w)
     yield from _benchmark_shapes(topo)
+
+
+WARM_KINDS = ("chat", "codegen", "rag")
+"""The kinds a warm start (kvplan.sim.warm) can draw more of: the synthetic ones."""
+
+
+def warm_start(w) -> Iterator[Problem]:
+    """workload.warm_start draws a warm-up from one open-loop arrival process of a synthetic kind."""
+    if not w.warm_start:
+        return
+    if w.kind not in WARM_KINDS:
+        yield Problem("workload.warm_start", f"a warm start draws more of a synthetic workload, and a {w.kind} "
+                      "workload replays fixed requests: a warm-up of them would be the run itself", w.kind,
+                      allowed=", ".join(WARM_KINDS),
+                      fix="remove workload.warm_start (or --warm), or use a chat, codegen or rag workload shaped "
+                          "like these requests")
+    elif stages.stages_of(w) is not None:
+        yield Problem("workload.warm_start", "a warm start is drawn from one open-loop arrival process; this "
+                      "workload has load stages, a closed loop or rescaled_poisson arrivals", True,
+                      fix="remove workload.warm_start (or --warm), or simulate one poisson, gamma or constant "
+                          "arrival process")
 
 
 OWN_SECTION = {"shared_prefix": "shared_prefix", "replay": "replay"}

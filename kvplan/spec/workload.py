@@ -270,11 +270,18 @@ class Workload(SpecModel):
     """Loads run one after the other on the same servers, each a rate or a concurrency until a duration or a number
     of requests (docs/stages.md). Replaces arrivals.rate, arrivals.concurrency, requests and duration."""
 
+    warm_start: bool = False
+    """Start the simulation with the offload tiers in steady state: filled by a warm-up of this workload (its own
+    draws), left out of every figure (docs/simulator.md, "Warm start"). A simulation choice: the deployed stack warms
+    with its own traffic. chat, codegen and rag without load stages."""
+
     @model_serializer(mode="wrap")
     def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict:
         data = without_unset(self, handler(self), ("stages",))
         if self.sessions is not None and isinstance(data.get("arrivals"), dict):
             data["arrivals"].pop("rate", None)    # never given with sessions (see _one_rate): read back, it is refused
+        if not self.warm_start:          # a cold spec keeps the JSON, and so the hash, it had before warm starts
+            data.pop("warm_start", None)
         return data
 
 
