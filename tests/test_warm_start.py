@@ -99,5 +99,5 @@ def test_a_replayed_workload_cannot_start_warm():
 def test_load_stages_cannot_start_warm():
     with pytest.raises(SpecError) as err:
         spec("chat-llama2-13b", workload__warm_start=True, workload__requests=None,
-             workload__stages=[{"rate": "1/s", "duration": "10s"}])
+             workload__stages=[{"session_rate": "1/s", "duration": "10s"}])
     assert any(p.path == "workload.warm_start" and "stages" in p.message for p in err.value.problems)
