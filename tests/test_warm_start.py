@@ -101,3 +101,21 @@ def test_load_stages_cannot_start_warm():
         spec("chat-llama2-13b", workload__warm_start=True, workload__requests=None,
              workload__stages=[{"session_rate": "1/s", "duration": "10s"}])
     assert any(p.path == "workload.warm_start" and "stages" in p.message for p in err.value.problems)
+
+
+def test_the_report_says_what_warmed_each_tier(cold_and_warm):
+    from kvplan.report.sections import result_sections
+
+    cold, warm = cold_and_warm
+    head = {row[0]: row[1] for row in result_sections(warm)[0].rows}
+    assert "warm start" not in {row[0] for row in result_sections(cold)[0].rows}
+    assert all(f"{tier} " in head["warm start"] for tier in ("ddr", "nvme", "ceph"))
+    assert "warm-up requests wrote" in head["warm start"] and head["warm start"].endswith("not counted")
+
+
+def test_only_a_workload_that_can_start_warm_is_told_to():
+    from kvplan.sim.steady import judge
+
+    synthetic = judge("nvme", 100 * 2**30, 2**30, 2**30, 0, None, 60.0, warmable=True)
+    replayed = judge("nvme", 100 * 2**30, 2**30, 2**30, 0, None, 60.0, warmable=False)
+    assert "kvplan simulate --warm" in synthetic.note and "warm" not in replayed.note.split("simulate longer")[1]

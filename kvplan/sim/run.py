@@ -24,6 +24,7 @@ import math
 
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
+from ..spec.rules import can_start_warm
 from ..spec.stages import stages_of
 from . import metrics, steady
 from . import workload as wl
@@ -330,7 +331,8 @@ class Simulation:
             alerts=metrics.alerts(r, cache_hit, mean_util, slowest), lmcache_hit_ratio=lm_hit,
             relookups=relookups, relookup_hit_ratio=relookup_hit, tiers=tiers,
             steady_state=[steady.judge(t.name, t.capacity_bytes, t.peak_used_bytes, t.final_used_bytes, t.evictions,
-                                       self._ttl(t.name), duration, *self._longer(), warm=warm_of.get(t.name))
+                                       self._ttl(t.name), duration, self._longer(), warm_of.get(t.name),
+                                       can_start_warm(r.workload))
                           for t in tiers if t.name != "hbm"],
             warm_start=self.warm,
             links=links, stages=self._stages(recs), per_request=recs)
@@ -340,10 +342,10 @@ class Simulation:
         found = self.r.lmcache.tier(tier) if self.r.lmcache else None
         return found.ttl_s if found else None
 
-    def _longer(self) -> tuple[str, ...]:
+    def _longer(self) -> str:
         """What makes this run longer, for the steady-state notes: the stages' ends, when the spec lists stages."""
         staged = self.load is not None and self.load.staged.reported
-        return ("workload.stages' durations or requests",) if staged else ()
+        return "workload.stages' durations or requests" if staged else steady.LONGER
 
     def _stages(self, recs: RequestTable) -> list:
         """Each stage's figures, when the spec lists stages (kvplan.sim.load keeps what each sent)."""

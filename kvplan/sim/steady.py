@@ -23,6 +23,8 @@ FULL = 0.9
 """A tier that held this share of its capacity (or evicted) is full: LRU lists are near capacity."""
 
 
+LONGER = "workload.requests or workload.duration"
+"""What makes a run of one arrival process longer, as a cold tier's note names it."""
 WARM_HINT = "or start it warm (workload.warm_start: true, or kvplan simulate --warm)"
 """How a cold tier's note says to start warm (kvplan.sim.warm)."""
 
@@ -62,10 +64,11 @@ class TierState(BaseModel):
 
 
 def judge(tier: str, capacity_bytes: int, peak_used_bytes: int, final_used_bytes: int, evictions: int,
-          ttl_s: float | None, duration_s: float, longer: str = "workload.requests or workload.duration",
-          warm: WarmTier | None = None) -> TierState:
+          ttl_s: float | None, duration_s: float, longer: str = LONGER,
+          warm: WarmTier | None = None, warmable: bool = False) -> TierState:
     """The steady-state verdict of one tier of a finished run; `longer` names what makes the run longer; `warm`
-    is how a warm start left the tier (None: the run started cold)."""
+    is how a warm start left the tier (None: the run started cold); `warmable` says that the workload could start
+    warm (a cold tier's note then says how)."""
     fill = peak_used_bytes / capacity_bytes if capacity_bytes else 0.0
     rate = final_used_bytes / duration_s if duration_s > 0 else 0.0
     fill_time = capacity_bytes / rate if rate > 0 else None
@@ -86,5 +89,6 @@ def judge(tier: str, capacity_bytes: int, peak_used_bytes: int, final_used_bytes
                 f"takes about {fmt_duration(to_steady)} to bring it to steady state"
                 + (" (its ttl)" if ttl_s is not None and to_steady == ttl_s else "")
                 + f", so its figures here are a cold tier's, not its steady state; simulate longer ({longer})"
-                + (f" {WARM_HINT}" if warm is None else f" (the warm start left it {warm.reason})"))
+                + (f" (the warm start left it {warm.reason})" if warm is not None
+                   else f" {WARM_HINT}" if warmable else ""))
     return TierState(tier=tier, steady=False, peak_fill=fill, time_to_steady_s=to_steady, note=note)

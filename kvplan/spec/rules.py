@@ -241,6 +241,11 @@ WARM_KINDS = ("chat", "codegen", "rag")
 """The kinds a warm start (kvplan.sim.warm) can draw more of: the synthetic ones."""
 
 
+def can_start_warm(w) -> bool:
+    """Whether the workload `w` could start warm: a synthetic kind, one open-loop arrival process."""
+    return w.kind in WARM_KINDS and stages.stages_of(w) is None
+
+
 def warm_start(w) -> Iterator[Problem]:
     """workload.warm_start draws a warm-up from one open-loop arrival process of a synthetic kind."""
     if not w.warm_start:
