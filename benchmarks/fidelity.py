@@ -86,7 +86,8 @@ def write_specs(out: Path, scale: float, calibration_scale: float,
         spec["workload"]["requests"] = max(8, round(spec["workload"]["requests"] * times))
         if rate_scale != 1.0:
             arrivals = spec["workload"]["arrivals"]
-            spec["workload"]["arrivals"] = {**arrivals, "rate": f"{parse_rate(arrivals['rate']) * rate_scale:.4g}/s"}
+            key, value = arrival_rate(arrivals)
+            spec["workload"]["arrivals"] = {**arrivals, key: f"{parse_rate(value) * rate_scale:.4g}/s"}
         specs[name] = out / f"{name}.yaml"
         specs[name].write_text(f"# {base_file.relative_to(REPO)} {what} of examples/fidelity/workloads.yaml\n"
                                + yaml.safe_dump(spec, sort_keys=False))
@@ -175,12 +176,18 @@ def prime(path: Path, target: Target, requests: int = PRIME_REQUESTS) -> list[fl
     return took
 
 
+def arrival_rate(arrivals: dict) -> tuple[str, str]:
+    """(the field, its value): arrivals.rate (requests/s), or arrivals.session_rate for a workload with sessions."""
+    key = "session_rate" if "session_rate" in arrivals else "rate"
+    return key, arrivals[key]
+
+
 def rate_scale_for(path: Path, alone: list[float]) -> float:
     """The arrival-rate scale that keeps the calibration workload's engine at most UTILISATION busy, by the median
     time a primed request took alone (new conversations: no reuse, so an upper bound on a request's work)."""
     if not alone:
         raise SystemExit("no primed request succeeded: is the stack serving? (kvplan doctor says what is down)")
-    rate = parse_rate(yaml.safe_load(path.read_text())["workload"]["arrivals"]["rate"])
+    rate = parse_rate(arrival_rate(yaml.safe_load(path.read_text())["workload"]["arrivals"])[1])
     took = float(np.median(alone))
     scale = max(0.01, round(min(1.0, UTILISATION / (rate * took)), 2))
     print(f"machine: a primed request took {took * 1000:.0f} ms alone (median of {len(alone)}); at {rate:g}/s the "

@@ -455,7 +455,8 @@ def test_an_lmcache_server_that_never_listens_fails_at_the_timeout_with_its_log(
         "lmcache_cpu_host": True, "lmcache_config": {}, "lmcache_config_file": str(tmp_path / "lmcache.yaml"),
         "lmcache_server_args": ["--host", "127.0.0.1", "--port", str(port)], "lmcache_host": "127.0.0.1",
         "lmcache_port": port, "lmcache_http_address": "127.0.0.1", "lmcache_http_port": free_port(), "lmcache_env": {},
-        "lmcache_nvme_paths": [], "lmcache_ready_timeout": 3}))
+        "lmcache_nvme_paths": [], "lmcache_nvme_own_volume": False,
+        "lmcache_ready_timeout": 3}))
     try:
         r = run_play(project, ["lmcache"], succeed=False)
         [(task, res)] = task_results(r, "failed")
