@@ -66,6 +66,19 @@ BANDWIDTH_HELP = ("a bandwidth such as '25GB/s', '200Gbps' or '200Gbit/s' (a siz
 _QUANTITY = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>\S*?)\s*$")
 
 
+
+def is_bare_number(value: object) -> bool:
+    """A number without a unit: a YAML number (not a bool), or text that reads as one ('1000', '2.5')."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
+
 def _error(message: str, help_text: str, **ctx: Any) -> PydanticCustomError:
     """A unit error; `help` (what is allowed) and `example` travel in its context for the CLI."""
     example = ctx.pop("example", None) or help_text.split("'")[1]

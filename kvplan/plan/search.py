@@ -52,7 +52,7 @@ from ..sim.slo_watch import SloMiss
 from ..spec import Topology, from_mapping
 from ..spec import stages
 from ..spec.slo import Slo
-from ..units import fmt_bytes, fmt_duration, parse_rate
+from ..units import fmt_bytes, fmt_duration, is_bare_number, parse_rate
 from .headroom import DEFAULT_HEADROOM, Limits, measure, simulate_all
 from .bounds import Floors, WorkloadStats, at_rate, behaviour as plan_behaviour, floors
 from .space import HardwareGroup, Specs, hardware_groups, variants
@@ -182,7 +182,7 @@ def parse_rate_arg(text: str) -> float:
     """'40/s' -> 40.0 requests per second; a SpecError naming --rate otherwise. A bare number is refused (per second
     or per minute?), and so is a rate of sessions: --rate counts requests, whatever the workload."""
     allowed = "requests per second, such as 40/s, 40req/s or 600/min"
-    if _bare(text):
+    if is_bare_number(text):
         raise SpecError([Problem("--rate", "a bare number: the unit is missing", text, allowed,
                                  f"write it like --rate {text.strip()}/s (requests per second)")])
     try:
@@ -194,14 +194,6 @@ def parse_rate_arg(text: str) -> float:
         raise SpecError([Problem("--rate", why if rate is None else "not a positive request rate", text, allowed,
                                  "write it like --rate 40/s")])
     return rate
-
-
-def _bare(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def parse_budget_arg(text: str) -> float:

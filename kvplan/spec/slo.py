@@ -12,7 +12,7 @@ from typing import Sequence
 from pydantic import Field
 
 from ..errors import Problem, SpecError, did_you_mean
-from ..units import Duration, parse_duration
+from ..units import Duration, is_bare_number, parse_duration
 from .base import SpecModel
 from .grammar import HostName
 
@@ -65,19 +65,6 @@ class Monitoring(SpecModel):
     """How often Prometheus scrapes vLLM, LMCache and Ceph."""
 
 
-def _bare(value: object) -> bool:
-    """A number without a unit: a YAML number, or text that reads as one."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, (int, float)):
-        return True
-    try:
-        float(str(value))
-    except ValueError:
-        return False
-    return True
-
-
 def bare_fix(prefix: str, value: object) -> str:
     """'write 1000ms or 1000s': the number with either unit a latency target is usually given in."""
     n = f"{float(str(value)):g}"
@@ -92,7 +79,7 @@ def bare_slo_problems(data: object) -> list[Problem]:
         return []
     return [Problem(f"slo.{key}", "a bare number: is it milliseconds or seconds?", value,
                     "a duration such as 500ms or 2s", bare_fix(f"slo.{key}: ", value))
-            for key, value in section.items() if key in Slo.model_fields and _bare(value)]
+            for key, value in section.items() if key in Slo.model_fields and is_bare_number(value)]
 
 
 def parse_slo_flags(items: Sequence[str]) -> Slo:
@@ -109,7 +96,7 @@ def parse_slo_flags(items: Sequence[str]) -> Slo:
                                     ", ".join(keys), f"did you mean '{guess}={value or '500ms'}'?" if guess
                                     else "write it like --slo ttft_p99=500ms"))
             continue
-        if _bare(value):
+        if is_bare_number(value):
             problems.append(Problem(f"--slo {key}", "a bare number: is it milliseconds or seconds?", value,
                                     "a duration such as 500ms or 2s", bare_fix(f"--slo {key}=", value.strip())))
             continue

@@ -123,9 +123,9 @@ class Knob:
     def parse(self, text: str, flag: str) -> float:
         """A --low/--high value: a rate ('2/s', '120/min'; with sessions '2sessions/s') or, for a trace, a speed
         ('2', '2x'). A bare number is a speed for a trace, and refused for a rate (is it per second or per minute?)."""
-        from ..units import parse_rate, parse_session_rate
+        from ..units import is_bare_number, parse_rate, parse_session_rate
 
-        if self.time_scale is None and _is_number(text):
+        if self.time_scale is None and is_bare_number(text):
             example = f"{text.strip()}sessions/s" if self.sessions else f"{text.strip()}/s"
             raise SloUsageError(f"{flag} '{text}' is a bare number: write the unit, e.g. {flag} {example}")
         try:
@@ -152,14 +152,6 @@ def parse_headroom_arg(text: str, flag: str = "--headroom") -> float:
                                  "a percentage from 0% to 1000% or a fraction from 0 to 10",
                                  f"write it like {flag} 25% (or {flag} 0 to plan at the edge)")])
     return value
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _round(x: float) -> float:
