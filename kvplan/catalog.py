@@ -99,6 +99,9 @@ class HostMemory(Cited):
 
 class NvmeClass(Cited):
     example_device: str = ""
+    capacity: Size | None = None
+    """The largest drive of the example device's family: a tier larger than `drives` of them cannot be built
+    from drives of this class (a smaller drive of it is the user's to state inline)."""
     read_bandwidth: Bandwidth
     write_bandwidth: Bandwidth
     read_iops: int = Field(ge=1)

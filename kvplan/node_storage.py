@@ -62,11 +62,20 @@ def drive_of(tier: NvmeTier, catalog_class: NvmeClass | None) -> NvmeDrive | Non
     return NvmeDrive(name=catalog_class.name, read_bandwidth=catalog_class.read_bandwidth,
                      write_bandwidth=catalog_class.write_bandwidth, read_iops=catalog_class.read_iops,
                      write_iops=catalog_class.write_iops, read_latency=catalog_class.read_latency,
-                     write_latency=catalog_class.write_latency)
+                     write_latency=catalog_class.write_latency, capacity=catalog_class.capacity)
 
 
 def resolve_nvme(tier: NvmeTier, drive: NvmeDrive, storing_ranks: int, problems: list[Problem]) -> ResolvedNvme:
     n = tier.drives
+    if drive.capacity is not None and tier.size > n * drive.capacity:
+        which = (f"the largest {drive.name} drive in the catalog" if isinstance(tier.device, str)
+                 else f"the inline drive {drive.name}'s capacity")
+        problems.append(Problem("lmcache.nvme.size", f"the nvme tier holds {fmt_bytes(tier.size)} per node, but its "
+                                f"{n} drive(s) of at most {fmt_bytes(drive.capacity)} ({which}) hold "
+                                f"{fmt_bytes(n * drive.capacity)}", fmt_bytes(tier.size),
+                                f"<= {fmt_bytes(n * drive.capacity)}",
+                                f"lower lmcache.nvme.size, or give the node's drive count (lmcache.nvme.drives) or "
+                                f"a drive with its capacity inline (lmcache.nvme.device: {{..., capacity: 7.68TB}})"))
     if tier.layout == "raid0":
         device = drive if n == 1 else NvmeDrive(
             name=f"{drive.name} x{n} raid0", read_bandwidth=n * drive.read_bandwidth,

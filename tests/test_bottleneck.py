@@ -1,5 +1,6 @@
-"""The bottleneck verdict: the busiest of a run's engines, links and devices, what waits on it, and the
-`next:` that points at it once it saturates (80 % busy). `kvplan simulate` ends with it."""
+"""The bottleneck verdict: the most loaded of a run's engines, links and devices, what waits on it, and the
+`next:` that points at it once it saturates (a link 80 % busy, or the engines' batches 80 % full).
+`kvplan simulate` ends with it."""
 
 from __future__ import annotations
 
@@ -22,17 +23,19 @@ def small():
 
 
 def busy(result, engines: float, shares: dict[str, float]):
-    """`result` with the engines and the named links busy for the given shares (every other link idle)."""
+    """`result` with the engines' batches `engines` full and the named links busy for the given shares (every
+    other link idle)."""
     assert set(shares) <= {link.name for link in result.links}
     named = [LinkResult(name=link.name, transfers=link.transfers, work=link.work,
                         utilisation=shares.get(link.name, 0.0)) for link in result.links]
-    return result.model_copy(update={"engine_busy": [engines] * len(result.engine_busy), "links": named})
+    return result.model_copy(update={"engine_occupancy": [engines] * len(result.engine_occupancy), "links": named})
 
 
 def test_a_run_far_from_saturation_names_the_busiest_and_gives_no_next_step(small):
     verdict = bottleneck(small)
     assert not verdict.saturated and verdict.busy < SATURATED
-    assert verdict.verdict().startswith("bottleneck: none; nothing is 80% busy (the busiest, ")
+    assert verdict.verdict().startswith("bottleneck: none; no link is 80% busy nor are the engines' batches 80% "
+                                        "full (the most loaded, ")
     assert verdict.next_step() is None
     assert verdict.verdict(seed=2).startswith("bottleneck (seed 2): none; ")       # simulate --seeds N: whose run
 
@@ -42,13 +45,25 @@ def test_a_saturated_nvme_drive_is_named_with_what_waits_on_it_and_how_to_reliev
     assert verdict.name == "nvme/0" and verdict.saturated
     assert verdict.verdict() == ("bottleneck: nvme/0 is 85% busy (saturated from 80%): reads and writes of the nvme "
                                  "tier on node 0 queue on the drive")
-    assert verdict.next_step().startswith("next: relieve nvme/0: a faster NVMe class (lmcache.nvme.device")
+    assert verdict.next_step().startswith("next: relieve nvme/0: the node's other drives (lmcache.nvme.drives")
+    assert "a faster NVMe class (lmcache.nvme.device" in verdict.next_step()
 
 
-def test_busy_engines_mean_requests_queue_for_a_batch_slot(small):
+def test_engines_in_steps_all_the_time_are_not_saturated_until_their_batches_fill(small):
+    """vLLM's engine runs a step whenever any request runs: busy 100 % with one request in a batch of 256.
+    A waiting request is admitted unless the batch slots, token budget or KV blocks are full, so the
+    engines' load is how full their batches are."""
+    in_steps = small.model_copy(update={"engine_busy": [1.0] * len(small.engine_busy)})
+    assert bottleneck(in_steps).name != "engines" or not bottleneck(in_steps).saturated
+    assert small.engine_occupancy[0] < small.engine_busy[0]
+
+
+def test_full_batches_mean_requests_queue_for_a_batch_slot(small):
     verdict = bottleneck(busy(small, 0.97, {"nvme/0": 0.85}))
     assert verdict.name == "engines"
+    assert verdict.verdict().startswith("bottleneck: engines are 97% full (saturated from 80%): ")
     assert "requests queue for a batch slot (mean wait" in verdict.verdict()
+    assert "serving.max_num_seqs" in verdict.next_step()
     assert "serving.instances" in verdict.next_step() and "kvplan plan" in verdict.next_step()
 
 
@@ -61,12 +76,12 @@ def test_each_ceph_resource_points_at_its_own_fix(small):
 
 
 def test_simulate_ends_with_the_verdict_and_a_next_step_that_points_at_it(tmp_path):
-    """A rate the one CPU engine cannot keep up with: its steps run back to back, requests queue."""
+    """A rate the one CPU engine cannot keep up with: its batches fill, requests queue."""
     path = tmp_path / "busy.yaml"
     path.write_text(yaml.safe_dump(with_changes(example_data("local"), workload__requests=60,
                                                 workload__arrivals__session_rate="50/s")))
     result = CliRunner().invoke(app, ["simulate", str(path)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     last = result.stdout.rstrip("\n").splitlines()[-2:]
-    assert last[0].startswith("bottleneck: engines is ") and "requests queue for a batch slot" in last[0]
-    assert last[1].startswith("next: relieve engines: more instances")
+    assert last[0].startswith("bottleneck: engines are ") and "requests queue for a batch slot" in last[0]
+    assert last[1].startswith("next: relieve engines: larger batches")

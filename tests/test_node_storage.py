@@ -149,8 +149,38 @@ def test_inprocess_ddr_counts_every_rank_on_the_node():
     assert r.host_memory.pinned_bytes <= 64e9
 
 
+@pytest.mark.parametrize("gpu, memory", [("H100-SXM", 2e12), ("H100-PCIe", 2e12), ("H200", 2e12), ("A100-80GB", 2e12),
+                                         ("B200", 1.8e12)])
+def test_each_eight_gpu_server_class_has_its_cited_host_memory(gpu, memory):
+    """DGX H100 from NVIDIA's user guide; the others from MLPerf Inference system descriptions (models/hardware)."""
+    assert load_catalog().devices[gpu].node_host_memory == memory
+    r = resolve(spec("chat-llama2-13b", serving__gpu=gpu))
+    assert (r.host_memory.bytes, r.host_memory.source) == (memory, f"the catalog's {gpu} reference server")
+
+
 def test_without_a_figure_for_the_node_nothing_is_checked():
-    assert resolve(spec("chat-llama2-13b")).host_memory is None          # A100-80GB: no reference server in the catalog
+    assert resolve(spec("chat-llama2-13b", serving__gpu="L40S")).host_memory is None   # no reference server cited
+
+
+def test_a_tier_larger_than_the_nodes_drives_is_refused():
+    """The catalog's gen4 class is Samsung's PM9A3 family, whose largest drive holds 7.68 TB: 8 TB needs two."""
+    with pytest.raises(SpecError) as exc:
+        resolve(spec("codegen-70b", lmcache__nvme__size="8TB", lmcache__nvme__device="gen4"))
+    found = problems(exc)["lmcache.nvme.size"]
+    assert "1 drive(s) of at most 7.0 TiB (the largest gen4 drive in the catalog)" in found, found
+    assert "lmcache.nvme.drives" in found
+    r = resolve(spec("codegen-70b", lmcache__nvme__size="8TB", lmcache__nvme__device="gen4", lmcache__nvme__drives=4,
+                     lmcache__nvme__layout="raid0", lmcache__nvme__path="/raid/lmcache"))
+    assert r.nvme.drives == 4
+
+
+def test_an_inline_drive_without_a_capacity_is_not_checked_and_one_with_it_is():
+    roomy = {**SLOW, "capacity": "15.36TB"}
+    assert resolve(from_mapping(toy({"size": "10TB", "device": roomy}))).nvme.drive.capacity == 15.36e12
+    assert resolve(from_mapping(toy({"size": "10TB"}))).nvme.drive.capacity is None
+    with pytest.raises(SpecError) as exc:
+        resolve(from_mapping(toy({"size": "20TB", "device": roomy})))
+    assert "the inline drive slow's capacity" in problems(exc)["lmcache.nvme.size"]
 
 
 # ---------------------------------------------------------------------------------------------- the simulation

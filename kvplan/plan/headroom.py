@@ -4,12 +4,12 @@ Nobody deploys at the edge. `plan` judges every candidate at the asked rate time
 the winner meets the SLO at a load above the one asked for; this module then measures, for the winner
 only and with a bounded number of extra runs (docs/planning.md, "Headroom"):
 
-- every SLO-relevant figure (TTFT, TPOT and E2E at p50, p90 and p99) and the engines' busy share at
-  the asked rate, the load it will really serve;
+- every SLO-relevant figure (TTFT, TPOT and E2E at p50, p90 and p99) and how full the engines' batches
+  are (SimResult.engine_occupancy) at the asked rate, the load it will really serve;
 - the same figures at LOW_LOAD_SHARE of the asked rate, where nothing queues: a figure the user set
   no target for is flagged *unhealthy* when load has made it more than UNHEALTHY_FACTOR times its
   low-load value (then over half of it is waiting, not work), and the utilisation is flagged when
-  the engines are busier than 1 / (1 + headroom), the share that leaves the headroom free, or than
+  the engines' batches are fuller than 1 / (1 + headroom), the share that leaves the headroom free, or than
   1 / (1 + DEFAULT_HEADROOM) (80 %) under a thinner headroom: planning at the edge is allowed, not hidden;
 - its own capacity, the highest rate at which it still meets the SLO: from the judged rate (met),
   doubling until a probe misses, then bisecting, CAPACITY_PROBES probes at most, reported as the
@@ -69,9 +69,9 @@ class Limits:
     unhealthy: dict[str, str]
     """Key (an SLO key without a target, or "utilisation") -> why it looks unhealthy."""
     utilisation: float
-    """Mean share of the run the winner's engines spent in steps at the asked rate (engine_busy)."""
+    """How full the winner's engines' batches were at the asked rate, mean over instances (engine_occupancy)."""
     utilisation_limit: float
-    """1 / (1 + headroom): the busy share that leaves the headroom free; at most 1 / (1 + DEFAULT_HEADROOM)."""
+    """1 / (1 + headroom): the fullness that leaves the headroom free; at most 1 / (1 + DEFAULT_HEADROOM)."""
     capacity: float | None
     """The highest rate probed at which the winner met the SLO (requests/s; the judged rate at least)."""
     capacity_missed: float | None
@@ -113,14 +113,15 @@ def measure(winner: Topology, spec: Topology, rate: float, headroom: float, slo:
     results = simulate_all(runs, seeds, workers, cache=cache)
     simulations = len(runs) * len(seeds)
     asked, low = _means(results[0]), _means(results[1])
-    busy = [sum(r.engine_busy) / len(r.engine_busy) for r in results[0] if isinstance(r, SimResult) and r.engine_busy]
+    busy = [sum(r.engine_occupancy) / len(r.engine_occupancy) for r in results[0]
+            if isinstance(r, SimResult) and r.engine_occupancy]
     utilisation = sum(busy) / len(busy) if busy else 0.0
     limit = 1 / (1 + max(headroom, DEFAULT_HEADROOM))
     unhealthy = {k: f"{asked[k] / low[k]:.1f} x its value at {LOW_LOAD_SHARE:.0%} of the load"
                  for k in FIGURES if k not in targets and k in asked and low.get(k, 0) > 0
                  and asked[k] > UNHEALTHY_FACTOR * low[k]}
     if utilisation > limit:
-        unhealthy["utilisation"] = (f"engines {utilisation:.0%} busy > {limit:.0%}, the share that leaves "
+        unhealthy["utilisation"] = (f"engines' batches {utilisation:.0%} full > {limit:.0%}, the share that leaves "
                                     f"{max(headroom, DEFAULT_HEADROOM):.0%} headroom")
 
     probes = [Probe(rate=judged, met=True)]     # the search judged the winner there

@@ -35,7 +35,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
     lim = plan.limits
     if winner and lim is not None:
         head.rows.append(["capacity", _capacity(plan)])
-        head.rows.append(["utilisation", f"engines {lim.utilisation:.0%} busy at {plan.rate:g} req/s"
+        head.rows.append(["utilisation", f"engines' batches {lim.utilisation:.0%} full at {plan.rate:g} req/s"
                           + (f"; UNHEALTHY: {lim.unhealthy['utilisation']}" if "utilisation" in lim.unhealthy else
                              f" (healthy: at most {lim.utilisation_limit:.0%})")])
         head.rows.append(["your spec", comparison(winner.describe()["accelerator"], winner.usd_per_hour, lim, keys)])

@@ -65,7 +65,7 @@ def ttft_over_time(ids: Ids, res: SimResult) -> Figure | None:
 
 def busy_shares(ids: Ids, res: SimResult, verdict: Bottleneck) -> Figure:
     """The engines and every link or device, by the share of the run they were busy; the bottleneck marked."""
-    engines = sum(res.engine_busy) / len(res.engine_busy) if res.engine_busy else 0.0
+    engines = sum(res.engine_occupancy) / len(res.engine_occupancy) if res.engine_occupancy else 0.0
     names = [f"{ENGINES} (mean)"] + [link.name for link in res.links]
     values = [engines] + [link.utilisation for link in res.links]
     marked = [verdict.saturated and (name == verdict.name or name == f"{verdict.name} (mean)") for name in names]
@@ -74,7 +74,8 @@ def busy_shares(ids: Ids, res: SimResult, verdict: Bottleneck) -> Figure:
     ident = ids()
     chart = svg.bar_chart(ident, title, names, [svg.Bars("busy", values, colours=colours)],
                           value_label="share of the run busy", value_format=svg.fmt_share,
-                          desc="Share of the simulated time the engines ran steps and each link or device had work; "
+                          desc="How full the engines' batches were (the fullest of slots, token budget and KV blocks, over the "
+                               "run) and the share of the simulated time each link or device had work; "
                                "the saturated one in orange.")
     caption = f"A resource saturates from {SATURATED:.0%} busy. {verdict.verdict()}" + \
         (f" (marked in orange). Next: {verdict.fix}." if verdict.saturated else ".")

@@ -41,11 +41,14 @@ def result_sections(res: SimResult) -> list[Section]:
                                                "its HBM prefix cache)"])
     elif res.lmcache_hit_ratio is not None:
         head.rows.append(["LMCache hit ratio", f"{pct(res.lmcache_hit_ratio)} ({res.lmcache_mode} mode)"])
-    head.rows.append(["throughput", f"{res.requests_per_s:.2f} req/s, {fmt_si(res.prompt_tokens_per_s)} prompt tok/s, "
+    sessions = f" ({res.sessions_per_s:.2f} new sessions/s)" if res.sessions_per_s is not None else ""
+    head.rows.append(["throughput", f"{res.requests_per_s:.2f} req/s{sessions}, {fmt_si(res.prompt_tokens_per_s)} prompt tok/s, "
                                     f"{fmt_si(res.generated_tokens_per_s)} generated tok/s; goodput {res.goodput_per_s:.2f} req/s"])
     head.rows.append(["HBM blocks in use", f"{pct(res.mean_block_utilisation)} on average; {fmt_count(res.preemptions)} preemptions"])
     busy = sum(res.engine_busy) / len(res.engine_busy) if res.engine_busy else 0.0
-    head.rows.append(["engines", f"{fmt_count(sum(res.engine_steps))} steps, busy {pct(busy)} of the time on average"])
+    full = sum(res.engine_occupancy) / len(res.engine_occupancy) if res.engine_occupancy else 0.0
+    head.rows.append(["engines", f"{fmt_count(sum(res.engine_steps))} steps, busy {pct(busy)} of the time, batches "
+                                 f"{pct(full)} full on average"])
     if res.ceph_op_latency is not None:
         head.rows.append(["Ceph op latency", f"mean {fmt_duration(res.ceph_op_latency.mean)}, "
                                              f"p99 {fmt_duration(res.ceph_op_latency.p99)}"])

@@ -1,8 +1,11 @@
 """The bottleneck of a simulated run: the link or device that saturates, what waits on it, and what relieves it.
 
-A run's resources are its engines (the share of the run each vLLM instance spent in steps) and its links
-and devices (`SimResult.links`: PCIe per instance, NVMe per node, NICs, each Ceph host's OSDs). The
-bottleneck is the busiest of them; it *saturates* when it is busy at least `SATURATED` of the run. Above
+A run's resources are its engines and its links and devices (`SimResult.links`: PCIe per instance,
+NVMe per node, NICs, each Ceph host's OSDs). A link's load is the share of the run it had work; the
+engines' is how full their batches were (`SimResult.engine_occupancy`: the fullest of batch slots, token
+budget and KV blocks), since an engine is in steps whenever any request runs, however small its batch,
+and a request waits only when a batch is full. The bottleneck is the most loaded of them; it
+*saturates* when that load is at least `SATURATED`. Above
 that share a server's queue grows quickly (for a single queue the mean wait is busy / (1 - busy) service
 times: 4 at 80 %, 9 at 90 %), so what waits on it -- a load, a store, a request waiting for a batch slot --
 waits mostly in its queue. `kvplan simulate` ends with the verdict and, when something saturates, a
@@ -32,7 +35,7 @@ class Bottleneck:
     name: str
     """A link's name as in SimResult.links (e.g. nvme/0, pcie-h2d/1, osds/ceph0), or "engines"."""
     busy: float
-    """Share of the run it was busy (mean over instances for the engines)."""
+    """Its load: the share of the run a link was busy, or how full the engines' batches were (mean over instances)."""
     waits: str
     """What waits on it, in words."""
     fix: str
@@ -45,11 +48,11 @@ class Bottleneck:
     def verdict(self, seed: int | None = None) -> str:
         """One line: which link or device saturates and what waits on it, or that none does (`seed`: say whose run)."""
         head = "bottleneck" if seed is None else f"bottleneck (seed {seed})"
+        load = f"{self.busy:.0%} full" if self.name == ENGINES else f"{self.busy:.0%} busy"
         if self.saturated:
-            return (f"{head}: {self.name} is {self.busy:.0%} busy (saturated from {SATURATED:.0%}): "
-                    f"{self.waits}")
-        return (f"{head}: none; nothing is {SATURATED:.0%} busy (the busiest, {self.name}, is {self.busy:.0%} "
-                "busy)")
+            return f"{head}: {self.name} {'are' if self.name == ENGINES else 'is'} {load} (saturated from {SATURATED:.0%}): {self.waits}"
+        return (f"{head}: none; no link is {SATURATED:.0%} busy nor are the engines' batches {SATURATED:.0%} full "
+                f"(the most loaded, {self.name}, {'are' if self.name == ENGINES else 'is'} {load})")
 
     def next_step(self) -> str | None:
         """The `next:` line that points at the saturated resource; None when nothing saturates."""
@@ -61,12 +64,16 @@ def _what(name: str, queue_s: float) -> tuple[str, str]:
     kind, _, where = name.partition("/")
     if kind == ENGINES:
         return (f"requests queue for a batch slot (mean wait {fmt_duration(queue_s)})",
-                "more instances or a faster accelerator (serving.instances, serving.gpu; `kvplan plan` "
-                "finds the cheapest that meets the SLO, `kvplan capacity` the rate this one sustains)")
+                "larger batches where HBM has room for their KV (serving.max_num_seqs, "
+                "serving.max_num_batched_tokens), more instances or a faster accelerator (serving.instances, "
+                "serving.gpu; `kvplan plan` finds the cheapest that meets the SLO, `kvplan capacity` the rate "
+                "this one sustains)")
     if kind == "nvme":
         return (f"reads and writes of the nvme tier on node {where} queue on the drive",
-                "a faster NVMe class (lmcache.nvme.device, e.g. gen5), more ddr in front of it (lmcache.ddr.size) "
-                "so fewer chunks reach it, or no nvme tier (`kvplan simulate SPEC --ablate` shows what it adds)")
+                "the node's other drives (lmcache.nvme.drives, striped with layout: raid0 or one path each with "
+                "per_drive; docs/node-storage.md), a faster NVMe class (lmcache.nvme.device, e.g. gen5), more ddr "
+                "in front of it (lmcache.ddr.size) so fewer chunks reach it, or no nvme tier (`kvplan simulate "
+                "SPEC --ablate` shows what it adds)")
     if kind == "osds":
         return (f"Ceph reads and replicated writes on host {where.removeprefix('ceph')}'s OSDs queue on them",
                 "more OSDs (ceph.hosts, ceph.osds_per_host) or a faster device class (ceph.device_class)")
@@ -94,7 +101,7 @@ def bottleneck(result: SimResult) -> Bottleneck:
     """The busiest of the run's engines and links, with what waits on it and what relieves it.
 
     Ties go to the engines, then to the first link in the result's order, so the verdict is deterministic."""
-    engines = sum(result.engine_busy) / len(result.engine_busy) if result.engine_busy else 0.0
+    engines = sum(result.engine_occupancy) / len(result.engine_occupancy) if result.engine_occupancy else 0.0
     name, busy = ENGINES, engines
     for link in result.links:
         if link.utilisation > busy:

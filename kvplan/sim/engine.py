@@ -142,6 +142,7 @@ class Engine:
         self.steps = 0
         self.preemptions = 0
         self.busy = 0.0
+        self.occupied = 0.0                      # seconds of steps weighted by how full the batch was (_fullness)
         self.probe: Probe | None = None          # only tests set one
 
     # ---- arrivals
@@ -559,10 +560,19 @@ class Engine:
             return True
         return len(self.running) >= self.max_seqs
 
+    def _fullness(self, tokens: int) -> float:
+        """How full a step's batch is: the fullest of its three limits (batch slots max_num_seqs, the token
+        budget max_num_batched_tokens with `tokens` scheduled, the HBM KV blocks). A waiting request is
+        admitted unless one of them is full, so near 1 arrivals queue; the time in steps alone (`busy`) is
+        near 1 whenever any request runs, however small the batch."""
+        return max(len(self.running) / self.max_seqs, tokens / self.budget,
+                   self.hbm.used_blocks / self.hbm.num_blocks)
+
     # ---- one step
     def _step(self, prefills: list[tuple[Seq, int]], loads: list[Process]) -> Steps:
         env, decoding = self.env, self.decoding
         start = env.now
+        fullness = self._fullness(sum(new for _, new in prefills) + decoding.members)
         if loads:
             yield AllOf(env, loads)
             waited = env.now - start
@@ -607,6 +617,7 @@ class Engine:
             yield from self.lm.store(self.index, stores)
         self.steps += 1
         self.busy += env.now - start
+        self.occupied += (env.now - start) * fullness
         for seq in finished:
             self._finish(seq)
 
@@ -634,6 +645,7 @@ class Engine:
             yield from self._step([], [])
             return
         start, seqs, context = env.now, len(decodes), decoding.context
+        fullness = self._fullness(seqs)
         if len(self.running) < self.max_seqs:      # an arrival may join at the next step boundary (_wake)
             # Steps are timed as the run reaches them, PLAN_FIRST then as many again each time: an
             # arrival cuts most runs short, and the steps after it would have been timed for nothing.
@@ -661,6 +673,7 @@ class Engine:
             finished.sort(key=self.running.index)
         self.steps += steps
         self.busy += env.now - start
+        self.occupied += (env.now - start) * fullness
         stores = self._decode_stores(finished)
         if stores and self.lm is not None:
             yield from self.lm.store(self.index, stores)

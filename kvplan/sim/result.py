@@ -199,6 +199,9 @@ class SimResult(_Result):
     e2e: Summary
     queue: Summary
     requests_per_s: float
+    sessions_per_s: float | None = None
+    """New sessions per second (sessions whose first turn finished, over the run): beside requests_per_s for a
+    workload with sessions, whose every session brings several requests; None without sessions."""
     prompt_tokens_per_s: float
     generated_tokens_per_s: float
     goodput_per_s: float
@@ -211,7 +214,12 @@ class SimResult(_Result):
     engine_steps: list[int]
     """vLLM engine steps each instance ran."""
     engine_busy: list[float]
-    """Share of the run each instance spent in steps (loading, computing, copying)."""
+    """Share of the run each instance spent in steps (loading, computing, copying): near 1 whenever any
+    request runs, so it says an instance is working, not that it is full (engine_occupancy)."""
+    engine_occupancy: list[float]
+    """Per instance, its steps' fullness averaged over the run: each step counts the fullest of its batch
+    slots (max_num_seqs), token budget (max_num_batched_tokens) and HBM KV blocks, weighted by its time.
+    Near 1, arrivals wait for a slot: the engines' load in the bottleneck verdict and plan's headroom."""
     ceph_op_latency: Summary | None
     """One OSD op (a RADOS read or write of at most 4 MiB) from its arrival at the primary OSD to its
     reply, queueing and replication included, as Ceph's op_r_latency / op_w_latency count it; over

@@ -110,6 +110,7 @@ class Simulation:
         self.done = False
         self.warm: list[WarmTier] = []           # how a warm start left each tier (kvplan.sim.warm); [] cold
         self.warm_counts: dict[str, tuple[int, int, int]] = {}   # tier -> the warm-up's evictions, bytes, expiries
+        self.sessions = 0                        # sessions whose first turn finished (workloads with sessions)
 
     # ---- requests
     def finished(self, instance: int, seq: Seq, now: float) -> None:
@@ -122,6 +123,8 @@ class Simulation:
         ledger = self.ledger
         ledger.record(instance, seq, now)
         self.finished_count += 1
+        if seq.req.turn == 0 and seq.req.session >= 0:
+            self.sessions += 1
         if self.watch is not None:
             i = seq.req.id
             self.watch.see(ledger.ttft[i], ledger.tpot[i], ledger.e2e[i], seq.req.output_tokens)
@@ -322,11 +325,14 @@ class Simulation:
             requests=len(recs), warmup_requests=len(warm), rejected_requests=reqs.rejected,
             duration=duration, prompt_tokens=prompt, recomputed_tokens=int(recs.recomputed_tokens.sum()),
             preemptions=sum(e.preemptions for e in self.engines), ttft=lat["ttft"], tpot=lat["tpot"], e2e=lat["e2e"],
-            queue=lat["queue"], requests_per_s=_ratio(len(recs), duration), prompt_tokens_per_s=_ratio(prompt, duration),
+            queue=lat["queue"], requests_per_s=_ratio(len(recs), duration),
+            sessions_per_s=_ratio(self.sessions, duration) if r.workload.sessions is not None else None,
+            prompt_tokens_per_s=_ratio(prompt, duration),
             generated_tokens_per_s=_ratio(generated, duration),
             goodput_per_s=_ratio(metrics.good_requests(r, recs), duration), slo=metrics.slo_checks(r, lat),
             block_utilisation=self.block_utilisation, mean_block_utilisation=mean_util,
             engine_steps=[e.steps for e in self.engines], engine_busy=[_ratio(e.busy, duration) for e in self.engines],
+            engine_occupancy=[_ratio(e.occupied, duration) for e in self.engines],
             ceph_op_latency=ceph_ops, ceph_op_latency_slowest_osd=slowest,
             alerts=metrics.alerts(r, cache_hit, mean_util, slowest), lmcache_hit_ratio=lm_hit,
             relookups=relookups, relookup_hit_ratio=relookup_hit, tiers=tiers,

@@ -75,6 +75,10 @@ class NvmeDrive(SpecModel):
     write_latency: Duration
     """Time of one write at an idle drive."""
 
+    capacity: Size | None = None
+    """One drive's capacity, e.g. 3.84TB; when given, the tier must fit on the node's drives (a catalog class
+    gives its family's largest drive)."""
+
 
 def _drive_kind(value: Any) -> str:
     return "inline" if isinstance(value, (dict, NvmeDrive)) else "name"
