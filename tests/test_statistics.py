@@ -28,7 +28,7 @@ from kvplan.sim.ablation import ablate_seeds
 from kvplan.sim.run import run
 from kvplan.spec.slo import parse_slo_flags
 from kvplan.sweep.capacity import search
-from kvplan.sweep.confidence import classify, compare, decimals
+from kvplan.sweep.confidence import classify, compare, decimals, fmt_interval
 
 SLO = {"ttft_p99": 0.5}
 
@@ -131,3 +131,9 @@ def test_the_same_seeds_give_the_same_answer(spec_path):
     first, _ = search(spec_path, SLO, seeds=3)
     again, _ = search(spec_path, SLO, seeds=3)
     assert again.model_dump_json() == first.model_dump_json()
+
+
+def test_an_interval_prints_at_the_precision_its_width_supports_but_never_rounds_a_figure_to_zero():
+    assert fmt_interval(7.43, 7.1, 7.8, "/s") == "7.4/s (7.1\u20137.8/s)"
+    # capacity bracketed between 10 sessions/s surely met and 540 surely missed: the width alone would print 0
+    assert fmt_interval(10.12, 10.12, 539.6, "/s") == "10/s (10\u2013540/s)"

@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from ..sim.bottleneck import SATURATED
 from ..units import fmt_duration
 from ..sweep.confidence import classify
 from .case import Case
@@ -81,13 +82,17 @@ def long_ttft_tail(case: Case) -> list[Finding]:
     else:
         return []
     shares = tail_shares(case)
-    causes = {"queue": "waiting in the queue for a batch slot", "retrieve": "synchronous LMCache retrieves",
+    full = float(np.mean([np.mean(res.engine_occupancy) for res in case.results if res.engine_occupancy] or [0.0]))
+    waiting = "waiting in the queue for a batch slot" if full >= SATURATED else "waiting in the queue for the next step"
+    causes = {"queue": waiting, "retrieve": "synchronous LMCache retrieves",
               "recompute": "recomputing requests that were preempted", "compute": "prefill compute"}
     main = max(causes, key=shares.get)
     cause = (f"the slowest {shares['tail_requests']:,} requests (mean TTFT {fmt_duration(shares['tail_mean_ttft_s'])}) spent "
              + ", ".join(f"{shares[k]:.0%} {v}" for k, v in causes.items())
              + f"; {shares['tail_preempted']:.0%} of them were preempted, and {shares['tail_reading_ceph']:.0%} read from "
-               f"Ceph (of all requests {shares['all_reading_ceph']:.0%})")
+               f"Ceph (of all requests {shares['all_reading_ceph']:.0%})"
+             + ("" if full >= SATURATED else f"; the engines' batches were {full:.0%} full, so slow steps held the "
+                                             "queue, not a lack of slots"))
     seqs = _more_sequences(case)
     fixes = {
         "queue": [_more_instances(r, "ttft_p99")]

@@ -128,8 +128,13 @@ def rounded(value: float, width: float) -> str:
 
 
 def fmt_interval(value: float, low: float, high: float, unit: str = "") -> str:
-    """'7.4/s (7.1\u20137.8/s)': the value and the interval's ends, rounded to the interval's width."""
+    """'7.4/s (7.1\u20137.8/s)': the value and the interval's ends, rounded to the interval's width, but never
+    past the second significant digit of the smallest of them: an interval wider than its figures (10 to 540)
+    prints '10 (10\u2013540)', not '0 (0\u2013500)'."""
     w = high - low
+    smallest = min((abs(x) for x in (value, low, high) if x), default=0.0)
+    if smallest and w > smallest:
+        w = smallest
     return f"{rounded(value, w)}{unit} ({rounded(low, w)}\u2013{rounded(high, w)}{unit})"
 
 
