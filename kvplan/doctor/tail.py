@@ -82,7 +82,8 @@ def long_ttft_tail(case: Case) -> list[Finding]:
     else:
         return []
     shares = tail_shares(case)
-    full = float(np.mean([np.mean(res.engine_occupancy) for res in case.results if res.engine_occupancy] or [0.0]))
+    full = float(np.mean([np.mean(res.engine_waiting_fullness) for res in case.results if res.engine_waiting_fullness]
+                         or [0.0]))     # how full the batches were while requests waited
     waiting = "waiting in the queue for a batch slot" if full >= SATURATED else "waiting in the queue for the next step"
     causes = {"queue": waiting, "retrieve": "synchronous LMCache retrieves",
               "recompute": "recomputing requests that were preempted", "compute": "prefill compute"}
@@ -91,8 +92,8 @@ def long_ttft_tail(case: Case) -> list[Finding]:
              + ", ".join(f"{shares[k]:.0%} {v}" for k, v in causes.items())
              + f"; {shares['tail_preempted']:.0%} of them were preempted, and {shares['tail_reading_ceph']:.0%} read from "
                f"Ceph (of all requests {shares['all_reading_ceph']:.0%})"
-             + ("" if full >= SATURATED else f"; the engines' batches were {full:.0%} full, so slow steps held the "
-                                             "queue, not a lack of slots"))
+             + ("" if full >= SATURATED else f"; while requests waited the engines' batches were {full:.0%} full, so "
+                                             "slow steps held the queue, not a lack of slots"))
     seqs = _more_sequences(case)
     fixes = {
         "queue": [_more_instances(r, "ttft_p99")]

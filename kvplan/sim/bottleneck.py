@@ -1,11 +1,12 @@
 """The bottleneck of a simulated run: the link or device that saturates, what waits on it, and what relieves it.
 
 A run's resources are its engines and its links and devices (`SimResult.links`: PCIe per instance,
-NVMe per node, NICs, each Ceph host's OSDs). A link's load is the share of the run it had work; the
-engines' is how full their batches were (`SimResult.engine_occupancy`: the fullest of batch slots, token
-budget and KV blocks), since an engine is in steps whenever any request runs, however small its batch,
-and a request waits only when a batch is full. The bottleneck is the most loaded of them; it
-*saturates* when that load is at least `SATURATED`. Above
+NVMe per node, NICs, each Ceph host's OSDs). A link's load is the share of the run it had work. The
+engines' is the share of the run requests queued for a full batch (`engine_load`: the steps that left a
+request waiting, each weighted by how full its batch was, the fullest of slots, token budget and KV
+blocks): an engine is in steps whenever any request runs, however small its batch, and a request that
+waits only for the next step boundary does not wait on a lack of room. The bottleneck is the most loaded
+of them; it *saturates* when that load is at least `SATURATED`. Above
 that share a server's queue grows quickly (for a single queue the mean wait is busy / (1 - busy) service
 times: 4 at 80 %, 9 at 90 %), so what waits on it -- a load, a store, a request waiting for a batch slot --
 waits mostly in its queue. `kvplan simulate` ends with the verdict and, when something saturates, a
@@ -48,11 +49,12 @@ class Bottleneck:
     def verdict(self, seed: int | None = None) -> str:
         """One line: which link or device saturates and what waits on it, or that none does (`seed`: say whose run)."""
         head = "bottleneck" if seed is None else f"bottleneck (seed {seed})"
-        load = f"{self.busy:.0%} full" if self.name == ENGINES else f"{self.busy:.0%} busy"
+        load = (f"engines: requests queued at full batches {self.busy:.0%} of the run" if self.name == ENGINES
+                else f"{self.name} is {self.busy:.0%} busy")
         if self.saturated:
-            return f"{head}: {self.name} {'are' if self.name == ENGINES else 'is'} {load} (saturated from {SATURATED:.0%}): {self.waits}"
-        return (f"{head}: none; no link is {SATURATED:.0%} busy nor are the engines' batches {SATURATED:.0%} full "
-                f"(the most loaded, {self.name}, {'are' if self.name == ENGINES else 'is'} {load})")
+            return f"{head}: {load} (saturated from {SATURATED:.0%}): {self.waits}"
+        return (f"{head}: none; no link is {SATURATED:.0%} busy and requests queued at full batches less than "
+                f"{SATURATED:.0%} of the run (the most loaded: {load})")
 
     def next_step(self) -> str | None:
         """The `next:` line that points at the saturated resource; None when nothing saturates."""
@@ -97,11 +99,18 @@ def _what(name: str, queue_s: float) -> tuple[str, str]:
     return (f"transfers over {name} queue on it", "more capacity on that link")
 
 
+def engine_load(result: SimResult) -> float:
+    """The engines' load, mean over instances: the share of the run requests queued for a full batch (each step
+    that left a request waiting, weighted by how full its batch was)."""
+    loads = [w * f for w, f in zip(result.engine_waited, result.engine_waiting_fullness)]
+    return sum(loads) / len(loads) if loads else 0.0
+
+
 def bottleneck(result: SimResult) -> Bottleneck:
     """The busiest of the run's engines and links, with what waits on it and what relieves it.
 
     Ties go to the engines, then to the first link in the result's order, so the verdict is deterministic."""
-    engines = sum(result.engine_occupancy) / len(result.engine_occupancy) if result.engine_occupancy else 0.0
+    engines = engine_load(result)
     name, busy = ENGINES, engines
     for link in result.links:
         if link.utilisation > busy:
@@ -110,4 +119,4 @@ def bottleneck(result: SimResult) -> Bottleneck:
     return Bottleneck(name, busy, waits, fix)
 
 
-__all__ = ["SATURATED", "Bottleneck", "bottleneck"]
+__all__ = ["SATURATED", "Bottleneck", "bottleneck", "engine_load"]

@@ -143,6 +143,9 @@ class Engine:
         self.preemptions = 0
         self.busy = 0.0
         self.occupied = 0.0                      # seconds of steps weighted by how full the batch was (_fullness)
+        self.blocked = False                     # the step under way left requests waiting (a limit or the lag held them)
+        self.waited = 0.0                        # seconds of such steps
+        self.waited_full = 0.0                   # the same, weighted by how full their batches were
         self.probe: Probe | None = None          # only tests set one
 
     # ---- arrivals
@@ -252,6 +255,7 @@ class Engine:
             probe = self.probe
             if probe is not None and probe.on_step is not None:
                 probe.on_step(self, sum(new for _, new in prefills) + decodes)
+            self.blocked = bool(self.waiting)
             if not prefills and not loads and (probe is None or probe.fast_forward) and self._can_fast_forward():
                 yield from self._fast_forward()
                 continue
@@ -618,6 +622,9 @@ class Engine:
         self.steps += 1
         self.busy += env.now - start
         self.occupied += (env.now - start) * fullness
+        if self.blocked:
+            self.waited += env.now - start
+            self.waited_full += (env.now - start) * fullness
         for seq in finished:
             self._finish(seq)
 
@@ -674,6 +681,9 @@ class Engine:
         self.steps += steps
         self.busy += env.now - start
         self.occupied += (env.now - start) * fullness
+        if self.blocked:
+            self.waited += env.now - start
+            self.waited_full += (env.now - start) * fullness
         stores = self._decode_stores(finished)
         if stores and self.lm is not None:
             yield from self.lm.store(self.index, stores)

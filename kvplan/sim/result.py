@@ -219,7 +219,15 @@ class SimResult(_Result):
     engine_occupancy: list[float]
     """Per instance, its steps' fullness averaged over the run: each step counts the fullest of its batch
     slots (max_num_seqs), token budget (max_num_batched_tokens) and HBM KV blocks, weighted by its time.
-    Near 1, arrivals wait for a slot: the engines' load in the bottleneck verdict and plan's headroom."""
+    Near 1, arrivals wait for a slot: the engines' load in plan's headroom."""
+    engine_waited: list[float]
+    """Per instance, the share of the run in steps that left a request waiting for admission (held by a full batch,
+    a slow step or the next step boundary)."""
+    engine_waiting_fullness: list[float]
+    """Per instance, how full its batches were in those steps (engine_occupancy over them only; 0 when none).
+    Near 1, requests waited because the batch was full; low, they waited for slow steps or a step boundary.
+    engine_waited x this is the engines' load in the bottleneck verdict: the share of the run requests queued
+    for a full batch (for a single queue, the chance an arrival waits is its utilisation)."""
     ceph_op_latency: Summary | None
     """One OSD op (a RADOS read or write of at most 4 MiB) from its arrival at the primary OSD to its
     reply, queueing and replication included, as Ceph's op_r_latency / op_w_latency count it; over

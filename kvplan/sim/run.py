@@ -333,6 +333,8 @@ class Simulation:
             block_utilisation=self.block_utilisation, mean_block_utilisation=mean_util,
             engine_steps=[e.steps for e in self.engines], engine_busy=[_ratio(e.busy, duration) for e in self.engines],
             engine_occupancy=[_ratio(e.occupied, duration) for e in self.engines],
+            engine_waited=[_ratio(e.waited, duration) for e in self.engines],
+            engine_waiting_fullness=[_ratio(e.waited_full, e.waited) for e in self.engines],
             ceph_op_latency=ceph_ops, ceph_op_latency_slowest_osd=slowest,
             alerts=metrics.alerts(r, cache_hit, mean_util, slowest), lmcache_hit_ratio=lm_hit,
             relookups=relookups, relookup_hit_ratio=relookup_hit, tiers=tiers,
