@@ -96,7 +96,8 @@ def read_yaml(path: str | Path, bounded: bool = True) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         what = getattr(exc, "problem", None) or str(exc)
-        raise SpecError([Problem("", f"YAML syntax error{where}: {what}",
+        kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
+        raise SpecError([Problem("", f"{kind}{where}: {what}",
                                  fix="check indentation, colons and quoting on that line")], source) from None
 
 
