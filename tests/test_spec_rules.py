@@ -156,3 +156,18 @@ def test_unknown_catalog_names_get_a_did_you_mean():
     assert found["serving.gpu"].fix == "did you mean 'A100-80GB'?"
     assert found["lmcache.nvme.device"].fix == "did you mean 'gen4'?"
     assert found["ceph.network"].fix == "did you mean '25GbE'?"
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"workload__sessions": None, "workload__arrivals": {"rate": "0/s"}}, "workload.arrivals.rate"),
+    ({"workload__sessions": None, "workload__arrivals": {"rate": 0}}, "workload.arrivals.rate"),
+    ({"workload__arrivals": {"session_rate": "0sessions/s"}}, "workload.arrivals.session_rate"),
+    ({"workload__stages": [{"session_rate": "0/s", "duration": "1min"}]}, "workload.stages[0].session_rate"),
+    ({"workload__sessions": None, "workload__stages": [{"rate": "2/s", "duration": "1min"},
+                                                        {"rate": "0/min", "duration": "1min"}]},
+     "workload.stages[1].rate"),
+])
+def test_a_rate_of_zero_is_refused_with_the_range_allowed(changes, field):
+    # issue 49: `arrivals: {rate: 0/s}` validated and rendered, then simulate and size divided by it (exit 70)
+    p = problems(**changes)[field]
+    assert "must be more than 0" in p.message and p.allowed and p.fix.startswith("write it like"), p
