@@ -171,3 +171,18 @@ def test_a_rate_of_zero_is_refused_with_the_range_allowed(changes, field):
     # issue 49: `arrivals: {rate: 0/s}` validated and rendered, then simulate and size divided by it (exit 70)
     p = problems(**changes)[field]
     assert "must be more than 0" in p.message and p.allowed and p.fix.startswith("write it like"), p
+
+
+@pytest.mark.parametrize("interval", ["0s", "0.4s", "1.5s", "2h"])
+def test_a_scrape_interval_prometheus_would_not_deploy_as_written_is_refused(interval):
+    # issue 49: 0s was accepted; Prometheus reads 0 as unset and its 1-minute default was deployed
+    p = problems(monitoring__scrape_interval=interval)["monitoring.scrape_interval"]
+    assert "whole seconds from 1s to 1h" in p.message and p.fix == "e.g. 15s", p
+
+
+@pytest.mark.parametrize("field", ["serving__max_num_batched_tokens", "serving__max_num_seqs", "serving__max_model_len",
+                                   "lmcache__chunk_size"])
+def test_a_count_past_a_32_bit_integer_is_refused_with_the_range(field):
+    # issue 49: serving.max_num_batched_tokens: 99999999999999999999999 (past int64) was accepted and rendered
+    p = problems(**{field: 99999999999999999999999})[field.replace("__", ".")]
+    assert p.allowed == "from 1 to 2147483647" and p.fix == "use a value from 1 to 2147483647", p
