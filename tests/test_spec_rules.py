@@ -186,3 +186,18 @@ def test_a_count_past_a_32_bit_integer_is_refused_with_the_range(field):
     # issue 49: serving.max_num_batched_tokens: 99999999999999999999999 (past int64) was accepted and rendered
     p = problems(**{field: 99999999999999999999999})[field.replace("__", ".")]
     assert p.allowed == "from 1 to 2147483647" and p.fix == "use a value from 1 to 2147483647", p
+
+
+@pytest.mark.parametrize("options", [{"auth_client_required": "none"}, {"auth_cluster_required": "cephx, none"},
+                                     {"auth_service_required": "NONE"}, {"auth_supported": "none"}])
+def test_options_that_switch_cephx_off_are_refused_unless_the_spec_says_so(options):
+    # issue 49: `ceph.options: {auth_client_required: none}` was accepted without a word
+    [key] = options
+    p = problems("local", ceph__options=options)[f"ceph.options.{key}"]
+    assert "switches cephx authentication off" in p.message and "ceph.allow_no_auth: true" in p.fix, p
+    assert resolve(spec("local", ceph__options=options, ceph__allow_no_auth=True)).ceph is not None
+
+
+def test_allow_no_auth_left_at_its_default_keeps_the_spec_hash():
+    assert spec("local").spec_hash() == spec("local", ceph__allow_no_auth=False).spec_hash()
+    assert spec("local").spec_hash() != spec("local", ceph__allow_no_auth=True).spec_hash()
