@@ -75,6 +75,14 @@ def _scoped_problem(value: str) -> str | None:
     return None
 
 
+def host_port(host: str, port: int, url: bool = False) -> str:
+    """`host:port` as a Prometheus target or (url=True) a URL's authority writes it: an IPv6 address in brackets
+    (`[::1]:8000`), and in a URL its scope id's '%' escaped as '%25' (RFC 6874: `[fe80::1%25eth0]:8000`)."""
+    if ":" not in host:
+        return f"{host}:{port}"
+    return f"[{host.replace('%', '%25') if url else host}]:{port}"
+
+
 def path_problem(value: str) -> str | None:
     """Why `value` is not an absolute, normalised, plain path, or None."""
     if not value.startswith("/"):
