@@ -28,7 +28,7 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 SIZE_UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
@@ -217,6 +217,22 @@ Duration = Annotated[float, BeforeValidator(parse_duration), _schema("50ms", DUR
 Rate = Annotated[float, BeforeValidator(parse_rate), _schema("40/s", RATE_HELP)]
 Bandwidth = Annotated[float, BeforeValidator(parse_bandwidth), _schema("25GB/s", BANDWIDTH_HELP)]
 SessionRate = Annotated[float, BeforeValidator(parse_session_rate), _schema("4.7sessions/s", SESSION_RATE_HELP)]
+
+
+def _more_than_zero(kind: str, help_text: str) -> AfterValidator:
+    """A rate an open loop runs at: 0 would send nothing, and every gap between arrivals would be infinite."""
+    def check(value: float) -> float:
+        if value <= 0:
+            raise _error("{kind} of 0 sends nothing (the gap between arrivals would be infinite): it must be more "
+                         "than 0", help_text, kind=kind)
+        return value
+    return AfterValidator(check)
+
+
+ArrivalRate = Annotated[Rate, _more_than_zero("a request rate", RATE_HELP)]
+"""Requests per second of an open loop: more than 0."""
+SessionArrivalRate = Annotated[SessionRate, _more_than_zero("a session rate", SESSION_RATE_HELP)]
+"""New sessions per second of an open loop: more than 0."""
 
 
 # ---- writing a value back in the spec's grammar ------------------------------------------

@@ -14,6 +14,7 @@ import yaml
 
 from kvplan.deploy.stack import _vllm, inprocess_config, server_args, vllm_args
 from kvplan.interop import ENV_SET_BY_KVPLAN, add_lmcache_config, add_lmcache_server, from_vllm_command
+from kvplan.errors import SpecError
 from kvplan.resolve import resolve
 from kvplan.spec import from_mapping, load
 
@@ -134,3 +135,38 @@ def test_a_command_kvplan_cannot_read_is_an_error_with_a_fix(command, says):
     done = subprocess.run([KVPLAN, "import", "--vllm", command, "--gpu", "H100-SXM"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1 and says in done.stderr and "fix:" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("server, says", [
+    ("lmcache server --port inf", "--port 'inf' is not a whole number from 1 to 65535"),
+    ("lmcache server --port 70000", "--port '70000' is not a whole number from 1 to 65535"),
+    ("lmcache server --chunk-size x", "--chunk-size 'x' is not a whole number"),
+    ("lmcache server --chunk-size 1e400k", "--chunk-size '1e400k' is not a whole number"),
+    ("lmcache server --l1-size-gb inf", "size 'inf' is not a number of GB"),
+    ("lmcache server --l1-size-gb nan", "size 'nan' is not a number of GB"),
+])
+def test_a_server_flag_kvplan_cannot_read_is_refused_with_the_option_named(server, says):
+    # issue 49: `--port inf` and `--chunk-size x` raised ValueError out of `kvplan import` (exit 70)
+    imported = from_vllm_command("vllm serve meta-llama/Llama-3.1-8B", "H100-SXM")
+    with pytest.raises(SpecError) as exc:
+        add_lmcache_server(imported, server)
+    [problem] = exc.value.problems
+    assert problem.path == "--lmcache-server" and says in problem.message and problem.fix, problem
+
+
+def test_an_lmcache_config_size_of_infinity_is_refused():
+    imported = from_vllm_command("vllm serve meta-llama/Llama-3.1-8B", "H100-SXM")
+    with pytest.raises(SpecError) as exc:
+        add_lmcache_config(imported, {"max_local_cpu_size": float("inf")}, "lmcache.yaml")
+    assert "is not a number of GB" in exc.value.problems[0].message
+
+
+@pytest.mark.parametrize("text", ["chunk_size: !!int 0b102\n", "max_local_cpu_size: !!float 'x'\n"])
+def test_a_malformed_yaml_tag_in_an_lmcache_config_is_an_error_naming_the_line(tmp_path, text):
+    # issue 49: the tag's ValueError escaped `kvplan import --lmcache` as a traceback (exit 70)
+    config = tmp_path / "lmcache.yaml"
+    config.write_text("local_cpu: true\n" + text)
+    done = subprocess.run([KVPLAN, "import", "--vllm", "vllm serve meta-llama/Llama-3.1-8B", "--gpu", "H100-SXM",
+                           "--lmcache", str(config)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "YAML error at line 2" in done.stderr and "cannot be read from" in done.stderr, done.stderr

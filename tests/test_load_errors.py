@@ -120,3 +120,16 @@ def test_distribution_needs_its_parameters():
         spec(workload__prompt={"dist": "uniform"})
     [p] = info.value.problems
     assert p.path == "workload.prompt" and p.fix == "add max: <tokens>"
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ("name: x\nserving:\n  max_num_seqs: !!int 0b102\n", 3, "!!int cannot be read from '0b102'"),
+    ("name: x\nmodel: !!float 'x'\n", 2, "!!float cannot be read from 'x'"),
+    ("name: !!bool maybe\n", 1, "!!bool cannot be read from 'maybe'"),
+    ("name: x\ncreated: !!timestamp yesterday\n", 2, "!!timestamp cannot be read from 'yesterday'"),
+    ("name: x\nlimits: [1, !!int '']\n", 2, "!!int cannot be read from ''"),
+])
+def test_a_value_its_yaml_tag_cannot_build_is_an_error_naming_the_line(tmp_path, text, line, says):
+    # issue 49: PyYAML's constructors raised ValueError (KeyError, AttributeError, ...), a traceback (exit 70)
+    [p] = load_problems(write(tmp_path, text))
+    assert f"YAML error at line {line}" in p.message and says in p.message, p.message

@@ -112,6 +112,21 @@ def test_instances_fill_nodes_in_order_with_their_own_devices_and_ports():
     assert [i["index"] for i in placed["gpu-2"]] == [2, 3]
 
 
+def test_ipv6_addresses_are_bracketed_in_targets_and_urls():
+    # a link-local address needs its interface (issue 49: the only scope id the host grammar takes); in a URL its
+    # '%' is written %25 (RFC 6874), and a Prometheus target or URL without brackets would read '::1:8000' wrongly
+    from kvplan.deploy.stack import build
+
+    r = resolve(spec("codegen-70b", serving__instances=4))
+    stack = build(r, ["gpu-1", "gpu-2"], ["fd00::10"], ["fe80::1%eth0", "10.0.0.2"])
+    assert stack.monitoring.monitoring_vllm_targets == ["[fe80::1%eth0]:8000", "[fe80::1%eth0]:8001", "10.0.0.2:8000",
+                                                        "10.0.0.2:8001"]
+    workers = stack.router.router_args[stack.router.router_args.index("--worker-urls") + 1:][:4]
+    assert workers == ["http://[fe80::1%25eth0]:8000", "http://[fe80::1%25eth0]:8001", "http://10.0.0.2:8000",
+                       "http://10.0.0.2:8001"]
+    assert stack.router.router_url.startswith("http://[fe80::1%25eth0]:")
+
+
 def test_rules_refuse_what_the_deployment_cannot_honour():
     with pytest.raises(SpecError) as exc:
         spec("chat-llama2-13b", lmcache__nvme__eviction="LFU")

@@ -331,9 +331,12 @@ def test_a_keys_file_others_can_read_is_refused(tmp_path):
     assert "can be read or changed by other users (mode 0644)" in why and "chmod 600" in why
 
 
-def test_a_keys_file_without_the_two_keys_is_refused(tmp_path):
+@pytest.mark.parametrize("text", ["ceph_rgw_access_key: AKIA\n",
+                                  # issue 49: the tag's ValueError escaped as a traceback
+                                  "ceph_rgw_access_key: !!int 0b102\nceph_rgw_secret_key: x\n"])
+def test_a_keys_file_without_the_two_keys_is_refused(tmp_path, text):
     path = keys_file(tmp_path)
-    path.write_text("ceph_rgw_access_key: AKIA\n")
+    path.write_text(text)
     path.chmod(0o600)
     with pytest.raises(SpecError) as exc:
         load_or_create(tmp_path, "local")

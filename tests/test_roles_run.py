@@ -540,3 +540,31 @@ def test_systemd_reads_the_unit_with_the_exact_arguments(tmp_path):
     shown = next(line for line in output.splitlines() if "Command Line:" in line).split("Command Line:", 1)[1]
     argv = [arg.replace("\\$", "$").replace("$$", "$") for arg in shlex.split(shown)]
     assert argv == TRICKY_ARGV
+
+
+def test_a_line_break_in_an_argument_cannot_add_a_line_to_the_unit(tmp_path):
+    # S1c (issue 49): serving.host "127.0.0.1\nExecStartPre=..." once became a line of its own in the unit. A
+    # forged value (the grammar refuses it at validate) is written as systemd's \n escape, inside its argument.
+    attack = "127.0.0.1\nExecStartPre=/bin/touch /tmp/kvplan-pwn\r\nUser=root"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "unit.yml").write_text(yaml.safe_dump([{
+        "name": "Render the daemon role's unit", "hosts": "localhost", "gather_facts": False,
+        "vars": {"daemon_name": "kvplan-test", "daemon_command": ["/usr/bin/python3", "-m", "http.server", "--bind", attack],
+                 "daemon_chdir": "/", "daemon_user": "", "daemon_stop_timeout": 30,
+                 "daemon_envfile": "/etc/kvplan/kvplan-test.env",
+                 "daemon_secret_envfile": "/etc/kvplan/kvplan-test.secret.env"},
+        "tasks": [{"name": "Unit", "ansible.builtin.template": {
+            "src": str(ROLES / "daemon" / "templates" / "unit.j2"), "dest": str(tmp_path / "kvplan-test.service"),
+            "mode": "0644"}}]}]))
+    rendered = ansible_runner.run(private_data_dir=str(tmp_path), playbook="unit.yml", inventory=LOCALHOST, quiet=True,
+                                  suppress_env_files=True, envvars={"PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert rendered.rc == 0, rendered.stdout.read()
+
+    lines = (tmp_path / "kvplan-test.service").read_text().splitlines()
+    assert not [line for line in lines if line.startswith(("ExecStartPre=", "User="))], lines
+    [exec_start] = [line for line in lines if line.startswith("ExecStart=")]
+    assert exec_start.endswith('"--bind" "127.0.0.1\\nExecStartPre=/bin/touch /tmp/kvplan-pwn\\r\\nUser=root"'), exec_start
+    verify = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "kvplan-test.service")], capture_output=True,
+                            text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -68,11 +69,34 @@ TEMPLATE = "{{ lookup('ansible.builtin.pipe', 'id') }}"
     ("lmcache__nvme__path", "/var/lib/lmcache/{{ x }}"),
     ("lmcache__nvme__path", "/var/lib/../../etc"),
     ("lmcache__nvme__path", "relative/dir"),
+    # S1 (issue 49): ipaddress.ip_address takes any IPv6 scope id but '/' and '%', so these were hosts
+    ("ceph__rgw__address", "::1%x\n203.0.113.66 huggingface.co pypi.org"),
+    ("serving__host", "::1%x\nExecStartPre=/bin/touch /tmp/pwn"),
+    ("serving__host", "127.0.0.1\n"),
+    ("monitoring__metrics_address", "::1%$(id)"),
+    ("monitoring__metrics_address", "fe80::1%{{ x }}"),
+    ("ceph__rgw__address", "fe80::1%eth0 evil.example"),
+    ("ceph__rgw__address", "10.0.0.1%eth0"),
+    # every grammar matched with re's `$`, which also matches before a final line break
+    ("lmcache__nvme__path", "/var/lib/lmcache/nvme\n"),
+    ("serving__model_path", "meta-llama/Llama-3.1-8B\n"),
+    ("ceph__rgw__region", "default\n"),
+    ("ceph__options", {"osd_op_queue": "wpq\n"}),
 ])
 def test_a_template_or_line_break_in_a_deployed_field_is_refused_at_validate(field, value):
     data = with_changes(example_data("local"), **{field: value})
     found = refused(data)
-    assert field.replace("__", ".") in found, found
+    assert any(path.startswith(field.replace("__", ".")) for path in found), found
+
+
+def test_a_scope_id_is_taken_only_on_a_link_local_address_and_only_as_an_interface_name():
+    ok = from_mapping(with_changes(example_data("local"), serving__host="fe80::1%eth0",
+                                   monitoring__metrics_address="::1"), base_dir=REPO / "examples")
+    assert ok.serving.host == "fe80::1%eth0"
+    found = refused(with_changes(example_data("local"), serving__host="::1%lo"))
+    assert "only a link-local IPv6 address needs" in found["serving.host"], found
+    found = refused(with_changes(example_data("local"), serving__host="fe80::1%eth0'"))
+    assert "not an interface name" in found["serving.host"], found
 
 
 def test_an_osd_device_cannot_smuggle_yaml_or_ini_lines():
@@ -106,6 +130,11 @@ def test_an_inline_model_name_is_one_word():
     ("../../etc/cron.d/x", {}),
     ("localhost", {"ansible_host": "127.0.0.1 rgw.evil"}),
     ("localhost", {"ansible_host": TEMPLATE}),
+    # S1a (issue 49): a host Python's ipaddress takes, written raw into the router play's hosts:
+    ("::1%{{lookup('ansible.builtin.pipe','touch PWN')}}", {}),
+    ("localhost", {"ansible_host": "::1%x\n203.0.113.66 huggingface.co"}),
+    ("localhost\n", {}),
+    ("fe80::1%eth0", {}),                # a link-local address with its interface is an ansible_host, not a name
 ])
 def test_an_inventory_host_is_a_host_name_or_address(tmp_path, host, host_vars):
     inv = tmp_path / "hosts.yml"
@@ -115,8 +144,37 @@ def test_an_inventory_host_is_a_host_name_or_address(tmp_path, host, host_vars):
     assert exc.value.problems[0].path.startswith("inventory.gpu."), exc.value.problems
 
 
+def test_a_link_local_address_with_its_interface_is_an_ansible_host(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu": {"hosts": {"gpu-1": {"ansible_host": "fe80::1%eth0"}}}}}}))
+    assert inventory_mod.load(inv).hosts("gpu")[0].address == "fe80::1%eth0"
+
+
 # ----------------------------------------------------------------------------------------------
 # What reaches Ansible is data: the real ansible-playbook on the rendered project
+
+
+def test_a_host_name_forged_past_the_inventory_check_is_not_a_template_in_the_router_play(tmp_path):
+    # S1a (issue 49): `ansible-playbook site.yml --list-hosts` ran this host name's lookup on the controller.
+    mark = tmp_path / "ran-on-the-controller"
+    attack = "::1%" + payload(mark)
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local"}, "children": {
+        group: {"hosts": {attack: {}}} for group in ("gpu", "ceph", "monitoring")}}}))
+    host = inventory_mod.Host(name=attack, vars={"ansible_host": "127.0.0.1"})
+    forged = inventory_mod.Inventory(path=str(hosts), groups={g: [host] for g in ("gpu", "ceph", "monitoring")})
+    root = render(resolve(spec("local")), forged, tmp_path / "run", KEYS).root
+    project = root / "project"
+    for playbook in ("site.yml", "down.yml"):
+        plays = ansible_yaml.load((project / playbook).read_text())
+        assert any(play["hosts"] == attack for play in plays), "the router play names the forged host exactly"
+        listed = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(root / "inventory" / "hosts.yml"), playbook,
+                                 "--list-hosts"], cwd=project, capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "ANSIBLE_CONFIG": str(project / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        assert not mark.exists(), f"ansible-playbook {playbook} --list-hosts evaluated a host name as a template"
+
+
 
 
 @settings(max_examples=300, deadline=None)
@@ -200,6 +258,35 @@ def test_values_forged_past_validation_are_still_data_to_ansible(tmp_path):
 
     assert not mark.exists(), "ansible-playbook evaluated a template from the spec"
     assert sum(attack in m for m in messages) >= 2, messages
+
+
+def run_client_tasks(tmp_path: Path, address: str):
+    """The ceph role's client tasks (the GPU nodes' /etc/hosts line for RGW) on this machine, in check mode: a
+    check reads /etc/hosts and writes nothing, so the attack below is safe to run even where the role has no guard."""
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    play = [{"name": "RGW in /etc/hosts", "hosts": "localhost", "gather_facts": False, "tasks": [{
+        "name": "Client tasks", "ansible.builtin.include_role": {"name": "ceph", "tasks_from": "client"},
+        "vars": {"ceph_access": "s3", "ceph_rgw_address": address, "ceph_rgw_dns_name": "rgw.kvplan.internal",
+                 "ceph_rgw_bucket": "kvcache"}}]}]
+    (project / "play.yml").write_text(yaml.safe_dump(play))
+    return ansible_runner.run(
+        private_data_dir=str(tmp_path), project_dir=str(project), playbook="play.yml", quiet=True, suppress_env_files=True,
+        inventory={"all": {"hosts": {"localhost": {"ansible_connection": "local",
+                                                    "ansible_python_interpreter": sys.executable}}}},
+        cmdline="--check --diff", envvars={"ANSIBLE_ROLES_PATH": str(REPO / "templates" / "roles"), "ANSIBLE_NOCOLOR": "1",
+                                           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+
+
+def test_a_line_break_in_the_rgw_address_never_reaches_etc_hosts(tmp_path):
+    # S1b (issue 49), forged past the grammar (which now refuses it at validate): the second line would have sent
+    # every GPU node's pip and model downloads to 203.0.113.66.
+    r = run_client_tasks(tmp_path, "::1%x\n203.0.113.66 huggingface.co pypi.org")
+    out = r.stdout.read()
+    assert r.rc != 0 and "refusing to write" in out, out
+    assert changed(r) == [], "nothing reached lineinfile"
+    ok = run_client_tasks(tmp_path, "10.0.0.5")
+    assert ok.rc == 0, ok.stdout.read()
 
 
 # ----------------------------------------------------------------------------------------------

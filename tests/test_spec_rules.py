@@ -156,3 +156,48 @@ def test_unknown_catalog_names_get_a_did_you_mean():
     assert found["serving.gpu"].fix == "did you mean 'A100-80GB'?"
     assert found["lmcache.nvme.device"].fix == "did you mean 'gen4'?"
     assert found["ceph.network"].fix == "did you mean '25GbE'?"
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"workload__sessions": None, "workload__arrivals": {"rate": "0/s"}}, "workload.arrivals.rate"),
+    ({"workload__sessions": None, "workload__arrivals": {"rate": 0}}, "workload.arrivals.rate"),
+    ({"workload__arrivals": {"session_rate": "0sessions/s"}}, "workload.arrivals.session_rate"),
+    ({"workload__stages": [{"session_rate": "0/s", "duration": "1min"}]}, "workload.stages[0].session_rate"),
+    ({"workload__sessions": None, "workload__stages": [{"rate": "2/s", "duration": "1min"},
+                                                        {"rate": "0/min", "duration": "1min"}]},
+     "workload.stages[1].rate"),
+])
+def test_a_rate_of_zero_is_refused_with_the_range_allowed(changes, field):
+    # issue 49: `arrivals: {rate: 0/s}` validated and rendered, then simulate and size divided by it (exit 70)
+    p = problems(**changes)[field]
+    assert "must be more than 0" in p.message and p.allowed and p.fix.startswith("write it like"), p
+
+
+@pytest.mark.parametrize("interval", ["0s", "0.4s", "1.5s", "2h"])
+def test_a_scrape_interval_prometheus_would_not_deploy_as_written_is_refused(interval):
+    # issue 49: 0s was accepted; Prometheus reads 0 as unset and its 1-minute default was deployed
+    p = problems(monitoring__scrape_interval=interval)["monitoring.scrape_interval"]
+    assert "whole seconds from 1s to 1h" in p.message and p.fix == "e.g. 15s", p
+
+
+@pytest.mark.parametrize("field", ["serving__max_num_batched_tokens", "serving__max_num_seqs", "serving__max_model_len",
+                                   "lmcache__chunk_size"])
+def test_a_count_past_a_32_bit_integer_is_refused_with_the_range(field):
+    # issue 49: serving.max_num_batched_tokens: 99999999999999999999999 (past int64) was accepted and rendered
+    p = problems(**{field: 99999999999999999999999})[field.replace("__", ".")]
+    assert p.allowed == "from 1 to 2147483647" and p.fix == "use a value from 1 to 2147483647", p
+
+
+@pytest.mark.parametrize("options", [{"auth_client_required": "none"}, {"auth_cluster_required": "cephx, none"},
+                                     {"auth_service_required": "NONE"}, {"auth_supported": "none"}])
+def test_options_that_switch_cephx_off_are_refused_unless_the_spec_says_so(options):
+    # issue 49: `ceph.options: {auth_client_required: none}` was accepted without a word
+    [key] = options
+    p = problems("local", ceph__options=options)[f"ceph.options.{key}"]
+    assert "switches cephx authentication off" in p.message and "ceph.allow_no_auth: true" in p.fix, p
+    assert resolve(spec("local", ceph__options=options, ceph__allow_no_auth=True)).ceph is not None
+
+
+def test_allow_no_auth_left_at_its_default_keeps_the_spec_hash():
+    assert spec("local").spec_hash() == spec("local", ceph__allow_no_auth=False).spec_hash()
+    assert spec("local").spec_hash() != spec("local", ceph__allow_no_auth=True).spec_hash()

@@ -106,7 +106,9 @@ def test_an_unknown_path_names_the_key_and_suggests_the_right_one():
 
 @pytest.mark.parametrize("text, message", [("serving.instances", "not PATH=V1,V2"),
                                            ("serving.instances=2,,4", "empty value"),
-                                           ("serving..instances=2", "not a dotted spec path")])
+                                           ("serving..instances=2", "not a dotted spec path"),
+                                           # issue 49: the tag's ValueError escaped as a traceback
+                                           ("serving.max_num_seqs=!!int 0b102", "not a YAML scalar")])
 def test_a_vary_that_cannot_be_read_is_a_usage_error(text, message):
     with pytest.raises(VaryUsageError, match=message):
         parse_vary(text)

@@ -12,8 +12,10 @@ Groups (inventories/README.md):
 kvplan reads YAML inventories (a hosts.yml file, or a directory holding one) and checks the groups
 before Ansible starts, so a missing group is an error naming it rather than a play that silently
 matches no host. Host names and their `ansible_host` addresses reach rendered files (host_vars
-file names, Prometheus targets, RGW's address in /etc/hosts), so each must be a host name or an
-IP address (kvplan/spec/grammar.py).
+file names, Prometheus targets, RGW's address in /etc/hosts, the router play's `hosts:`), so each
+must be a host name or an IP address (kvplan/spec/grammar.py); a host's name carries no IPv6 scope
+id (Ansible's host patterns cannot name one: a link-local address with its interface goes in
+ansible_host).
 """
 
 from __future__ import annotations
@@ -99,8 +101,15 @@ def _walk(name: str, node: Any, inherited: dict, groups: dict[str, dict[str, Hos
         merged = {**group_vars, **mapping(host_vars, f"inventory.{name}.{host}", "a host's vars")}
         for field, value in (("", host), (".ansible_host", merged.get("ansible_host", host))):
             if not isinstance(value, str) or host_problem(value):
-                raise SpecError([Problem(f"inventory.{name}.{host}{field}", "must be a host name or IP address", value, HOST_FORMS,
+                why = host_problem(value) if isinstance(value, str) else "is not text"
+                raise SpecError([Problem(f"inventory.{name}.{host}{field}", f"must be a host name or IP address: it {why}",
+                                         value, HOST_FORMS,
                                          f"name the host in {path} by its DNS name or IP address (or set ansible_host)")])
+        if "%" in host:
+            raise SpecError([Problem(f"inventory.{name}.{host}", "a host name cannot carry a scope id: Ansible's host "
+                                     "patterns (a play's hosts:) cannot name it", host, "a DNS name or an IP address "
+                                     "without '%'", f"name the host in {path} without it and set its ansible_host "
+                                     f"to {host}")])
         members[host] = Host(name=host, vars=merged)
     for child, child_node in mapping(node.get("children"), f"inventory.{name}.children", "a group's children").items():
         members.update(_walk(child, child_node, group_vars, groups, path))

@@ -35,6 +35,7 @@ from .. import __version__
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from ..resources import data_root
+from ..spec.grammar import host_problem
 from . import ansible_yaml, inventory as inventory_mod, output as output_mod
 from .secrets import Secrets
 from .stack import Stack, build
@@ -85,6 +86,8 @@ def check_deployable(r: Resolved, inv: inventory_mod.Inventory) -> None:
         address = r.ceph.rgw_address or inv.hosts("ceph")[0].address
         try:
             ipaddress.ip_address(address)
+            if host_problem(address):             # ipaddress takes any scope id; the /etc/hosts line takes none of those
+                raise ValueError(address)
         except ValueError:
             problems.append(Problem("ceph.rgw.address", "GPU nodes map the bucket's virtual host name to RGW in /etc/hosts, "
                                     "which needs an IP address", address, "an IPv4 or IPv6 address",

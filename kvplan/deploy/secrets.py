@@ -26,6 +26,7 @@ import yaml
 from pydantic import Field
 
 from ..errors import Problem, SpecError
+from ..spec import bounds
 from ..spec.base import SpecModel
 
 
@@ -93,8 +94,8 @@ def _load(path: Path) -> Secrets:
                           fix)
         text = f.read()
     try:
-        return Secrets(**yaml.safe_load(text))
-    except (yaml.YAMLError, TypeError, pydantic.ValidationError):
+        return Secrets(**bounds.load(text))      # bounded: a tag that cannot build its value is a YAML error
+    except (yaml.YAMLError, TypeError, pydantic.ValidationError, SpecError):
         raise _refuse("secrets", path, "does not hold the two keys kvplan writes (ceph_rgw_access_key, "
                       "ceph_rgw_secret_key)", "remove it (kvplan then generates new keys; deploy again so Ceph "
                       "has them)") from None

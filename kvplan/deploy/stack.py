@@ -33,6 +33,7 @@ from typing import Any
 from .. import warmup as warm
 from ..resolve import GIB, Resolved, ResolvedTier, RouterThresholds
 from ..spec.base import SpecModel
+from ..spec.grammar import host_port
 
 LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
 """Where in-process LMCache's config lives on a GPU node (vLLM finds it through LMCACHE_CONFIG_FILE)."""
@@ -188,10 +189,11 @@ def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str], gpu_addresse
     """The stack for a resolved spec placed on these inventory hosts (addresses: where Prometheus reaches them)."""
     instances = _placement(r, gpu_hosts)
     address = dict(zip(gpu_hosts, gpu_addresses or gpu_hosts))
-    ports = [f"{address[host]}:{i['port']}" for host, items in instances.items() for i in items]
-    workers = [f"http://{p}" for p in ports]
+    placed = [(address[host], i["port"]) for host, items in instances.items() for i in items]
+    ports = [host_port(host, port) for host, port in placed]
+    workers = [f"http://{host_port(host, port, url=True)}" for host, port in placed]
     mp = r.lmcache is not None and r.lmcache.mode == "mp"
-    lmcache_targets = [f"{address[host]}:{r.lmcache.http_port}" for host in instances] if mp else []
+    lmcache_targets = [host_port(address[host], r.lmcache.http_port) for host in instances] if mp else []
     return Stack(ceph=_ceph(r, ceph_hosts) if r.ceph else None, lmcache=_lmcache(r) if r.lmcache else None, vllm=_vllm(r),
                  router=_router(r, workers, address[gpu_hosts[0]]), router_host=gpu_hosts[0], warmup=_warmup(r),
                  monitoring=_monitoring(r, ports, lmcache_targets, ceph_hosts), instances=instances)
@@ -396,7 +398,7 @@ def _router(r: Resolved, workers: list[str], address: str) -> RouterVars:
             *router_policy(r.router, r.router_thresholds),
             "--prometheus-host", r.monitoring.metrics_address, "--prometheus-port", str(r.router_metrics_port),
             "--worker-startup-check-interval", "1", "--health-check-interval-secs", "5"]
-    return RouterVars(router_args=args, router_url=f"http://{host}:{r.router_port}")
+    return RouterVars(router_args=args, router_url=f"http://{host_port(host, r.router_port, url=True)}")
 
 
 def _warmup(r: Resolved) -> WarmupVars | None:
@@ -449,7 +451,7 @@ def _monitoring(r: Resolved, vllm_targets: list[str], lmcache_targets: list[str]
              "annotations": {"summary": f"Ceph OSD op latency above {ms:g} ms (mean of one op, slowest OSD)",
                              "description": "The ceph tier's reads slow down TTFT on misses of the local tiers; "
                                             "compare with `kvplan simulate` (Ceph op latency)."}})
-    ceph_targets = [f"{ceph_hosts[0]}:9283"] if r.ceph is not None and r.ceph.deploy != "external" and ceph_hosts else []
+    ceph_targets = [host_port(ceph_hosts[0], 9283)] if r.ceph is not None and r.ceph.deploy != "external" and ceph_hosts else []
     return MonitoringVars(monitoring_port=m.prometheus_port, monitoring_listen_address=m.metrics_address,
                           monitoring_scrape_interval=f"{round(m.scrape_interval)}s",
                           monitoring_rules={"groups": [{"name": f"kvplan-{r.name}", "rules": rules}]},

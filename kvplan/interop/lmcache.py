@@ -5,6 +5,7 @@ chunk size, port and policies)."""
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from typing import Any
 
@@ -65,12 +66,28 @@ def _gib(gb: float) -> str:
     return f"{round(gb * 2 ** 30)}B"
 
 
-def _gb(value: Any) -> float:
+def _gb(value: Any, where: str = "--lmcache", fix: str = "write sizes as LMCache reads them, in GB "
+                                                             "(max_local_cpu_size: 5.0)") -> float:
     try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise SpecError([Problem("--lmcache", f"size {value!r} is not a number of GB", value,
-                                 fix="write sizes as LMCache reads them, in GB (max_local_cpu_size: 5.0)")]) from None
+        gb = float(value)
+    except (TypeError, ValueError, OverflowError):
+        gb = math.nan
+    if isinstance(value, bool) or not math.isfinite(gb) or gb < 0:
+        raise SpecError([Problem(where, f"size {value!r} is not a number of GB", value, "a finite number, 0 or more",
+                                 fix=fix)]) from None
+    return gb
+
+
+def _server_int(flag: str, value: str, low: int, high: int, example: str) -> int:
+    """An integer flag of `lmcache server`, within what the spec field it maps to allows."""
+    try:
+        number = read_int(value)
+    except (ValueError, OverflowError):
+        number = None
+    if number is None or not low <= number <= high:
+        raise SpecError([Problem("--lmcache-server", f"{flag} {value!r} is not a whole number from {low} to {high}",
+                                 value, f"{low} to {high}", fix=f"write it as LMCache reads it, e.g. {flag} {example}")])
+    return number
 
 
 SERVER_SET_BY_KVPLAN = {"--host", "--http-host", "--http-port", "--disable-metrics", "--supported-transfer-mode",
@@ -109,13 +126,14 @@ def add_lmcache_server(imported: Imported, command: str) -> None:
         k += 1
         shown = flag if value is None else f"{flag} {value}"
         if flag == "--l1-size-gb" and value is not None:
-            ddr["size"] = _gib(_gb(value))
+            ddr["size"] = _gib(_gb(value, "--lmcache-server", "write --l1-size-gb as LMCache reads it, in GB: "
+                                                              "--l1-size-gb 64"))
         elif flag == "--eviction-policy" and value is not None:
             ddr["eviction"] = MP_POLICIES.get(value, value)
         elif flag == "--chunk-size" and value is not None:
-            section["chunk_size"] = read_int(value)
+            section["chunk_size"] = _server_int(flag, value, 1, 2 ** 31 - 1, "256")
         elif flag == "--port" and value is not None:
-            section["port"] = int(value)
+            section["port"] = _server_int(flag, value, 1, 65535, "5555")
         elif flag == "--l2-adapter" and value is not None:
             _adapter(section, value, imported.unmapped)
         elif flag in SERVER_SET_BY_KVPLAN:
@@ -147,9 +165,11 @@ def _adapter(section: dict[str, Any], text: str, unmapped: list[tuple[str, str]]
         return
     kind = adapter.get("type") if isinstance(adapter, dict) else None
     if kind == "fs_native" and "max_capacity_gb" in adapter and "base_path" in adapter:
-        policy = (adapter.get("eviction") or {}).get("eviction_policy", "LRU")
-        section["nvme"] = {"size": _gib(_gb(adapter["max_capacity_gb"])), "path": str(adapter["base_path"]),
-                           "eviction": MP_POLICIES.get(policy, policy)}
+        eviction = adapter.get("eviction") or {}
+        policy = eviction.get("eviction_policy", "LRU") if isinstance(eviction, dict) else eviction
+        size = _gb(adapter["max_capacity_gb"], "--lmcache-server", "write the adapter's max_capacity_gb in GB, e.g. 100")
+        section["nvme"] = {"size": _gib(size), "path": str(adapter["base_path"]),
+                           "eviction": MP_POLICIES.get(policy, policy) if isinstance(policy, str) else policy}
     elif kind == "s3":
         unmapped.append((f"--l2-adapter {text}", "an S3 tier is a Ceph cluster kvplan deploys or adopts: add "
                                                  "lmcache.ceph and a ceph: section by hand"))

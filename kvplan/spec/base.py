@@ -18,6 +18,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationInfo
 
 
+MAX_INT32 = 2**31 - 1
+"""The largest count kvplan writes into a deployed command line or config (token counts, sequences, block and chunk
+sizes): a 32-bit signed integer, far beyond any real setting, so no C, torch or Go integer the value reaches wraps
+(99999999999999999999999 tokens, past int64, was accepted and rendered)."""
+
 def field_doc(model: type[BaseModel], name: str) -> str | None:
     """The description of `model`'s field `name`: its `Field(description=...)`, else the docstring under
     it in the class that declares it (as pydantic's `use_attribute_docstrings` reads it)."""

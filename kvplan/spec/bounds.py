@@ -11,6 +11,9 @@ below are far beyond that and far below what would make parsing slow or large:
   million values in 300 bytes), the length of one string, and the digits of one number (Python
   refuses to convert integers of more than 4,300 digits, and big ones are slow).
 
+A value that its explicit tag cannot build (`!!int 0b102`, `!!float 'x'`) is a YAML error at its
+line, like a syntax error, rather than the constructor's own ValueError.
+
 Each violation is a SpecError that names the limit, the line and the fix.
 """
 
@@ -76,6 +79,19 @@ class _Bounded:
         if event.anchor is not None:
             self._anchored[event.anchor] = self._values - before
         return node
+
+    def construct_object(self, node, deep=False):
+        """A value its tag cannot build (`!!int 0b102`, `!!float 'x'`, `!!bool x`, `!!timestamp x`: PyYAML's
+        constructors raise ValueError, KeyError and the like for them) is a YAML error at the node's line."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError, OverflowError):
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{tag} cannot be read from {str(node.value)[:60]!r}: write the value without the tag, "
+                f"or as that type writes it", node.start_mark) from None
 
     def _count(self, n: int, line: int) -> None:
         self._values += n

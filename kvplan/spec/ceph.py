@@ -101,3 +101,8 @@ class Ceph(SpecModel):
     options: dict[OptionKey, OptionValue] = {}
     """Extra `ceph config set` options, e.g. {osd_memory_target: 8589934592}: names are [a-z0-9_]+, values one
     line of printable text each."""
+
+    allow_no_auth: bool = False
+    """Let ceph.options switch cephx authentication off (auth_cluster_required, auth_service_required,
+    auth_client_required or auth_supported naming `none`): then anyone who reaches the cluster's network reads and
+    writes every pool, the KV cache's prompts included. Off: such options are refused at validate."""

@@ -157,6 +157,8 @@ LEDGER: dict[str, tuple[Kind, str]] = {
     "ceph.rgw.user": (DEPLOYED, "the RGW user whose keys LMCache uses"),
     "ceph.cephfs_mount": (SIMULATION_ONLY, "used only with ceph.access: cephfs, which kvplan does not deploy"),
     "ceph.options": (DEPLOYED, "`ceph config set`, and a rolling OSD restart for the options read at start-up"),
+    "ceph.allow_no_auth": (NOT_DEPLOYED, "a switch: validate refuses ceph.options that turn cephx off unless it is "
+                                         "set; the options themselves are deployed"),
 
     "workload": (NOT_DEPLOYED, "the traffic (its kind, arrivals, load stages and closed-loop users), which kvplan "
                                "bench sends to the stack, and whether a simulation starts with its tiers warm "

@@ -4,7 +4,10 @@ A string that kvplan writes into the Ansible it renders ends up in command lines
 and `/etc/hosts`. Each such field accepts only what its meaning allows, so a value can never
 carry a line break, a shell word or a template into the deployment (docs/deploy.md, "Security"):
 
-- a host is a DNS name (RFC 1123 labels) or an IPv4/IPv6 address;
+- a host is a DNS name (RFC 1123 labels) or an IPv4/IPv6 address; an IPv6 address carries a scope id
+  (`fe80::1%eth0`) only where one is needed, on a link-local address, and then the scope id is an
+  interface name (Python's `ipaddress` accepts any text after the `%`: spaces, line breaks, quotes,
+  `$()` and `{{ }}` included, so its answer alone is not the grammar);
 - a path is absolute, normalised (no `.`/`..` components, no `//`) and printable, without
   whitespace or characters a shell or config file would read specially;
 - a block device is such a path under `/dev/`;
@@ -31,8 +34,11 @@ _OPTION_KEY = re.compile(r"^[a-z0-9_]{1,128}$")
 _HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
 _WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=,-]{0,127}$")
 _PRINTABLE = re.compile(r"^[\x20-\x7e]*$")
+_INTERFACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
+"""A network interface name as Linux allows one (at most 15 characters), in the plain characters real names use."""
 
-HOST_FORMS = "a DNS name (letters, digits, '-', labels joined by '.') or an IPv4/IPv6 address"
+HOST_FORMS = ("a DNS name (letters, digits, '-', labels joined by '.') or an IPv4/IPv6 address "
+              "(a scope id only on a link-local IPv6 address, and then an interface name: fe80::1%eth0)")
 PATH_FORMS = ("an absolute path such as /var/lib/lmcache/nvme: no '.' or '..' components, no '//', "
               "only letters, digits and . _ @ + = : , % / -")
 
@@ -41,14 +47,40 @@ PATH_FORMS = ("an absolute path such as /var/lib/lmcache/nvme: no '.' or '..' co
 def host_problem(value: str) -> str | None:
     """Why `value` is not a host name or address, or None (remembered: a planner validates the same hosts in
     thousands of candidate specs)."""
+    if "%" in value:
+        return _scoped_problem(value)
     try:
         ipaddress.ip_address(value)
         return None
     except ValueError:
         pass
-    if len(value) > 253 or not _HOSTNAME.match(value):
+    if len(value) > 253 or not _HOSTNAME.fullmatch(value):
         return f"is not {HOST_FORMS}"
     return None
+
+
+def _scoped_problem(value: str) -> str | None:
+    """Why `address%scope` is not a link-local IPv6 address with an interface name, or None."""
+    address, _, scope = value.partition("%")
+    try:
+        ip = ipaddress.IPv6Address(address)
+    except ValueError:
+        return f"is not {HOST_FORMS}"
+    if not (ip.is_link_local or (ip.is_multicast and (ip.packed[1] & 0x0F) <= 2)):
+        return ("carries a scope id ('%' and what follows), which only a link-local IPv6 address needs; "
+                f"write the address without it ({address})")
+    if not _INTERFACE.fullmatch(scope):
+        return ("has a scope id that is not an interface name (at most 15 letters, digits, '_', '.' or '-', "
+                "e.g. fe80::1%eth0)")
+    return None
+
+
+def host_port(host: str, port: int, url: bool = False) -> str:
+    """`host:port` as a Prometheus target or (url=True) a URL's authority writes it: an IPv6 address in brackets
+    (`[::1]:8000`), and in a URL its scope id's '%' escaped as '%25' (RFC 6874: `[fe80::1%25eth0]:8000`)."""
+    if ":" not in host:
+        return f"{host}:{port}"
+    return f"[{host.replace('%', '%25') if url else host}]:{port}"
 
 
 def path_problem(value: str) -> str | None:
@@ -57,7 +89,7 @@ def path_problem(value: str) -> str | None:
         return "must be an absolute path (start with /)"
     if len(value) > 1024:
         return "is longer than 1024 characters"
-    if not _PATH_CHARS.match(value):
+    if not _PATH_CHARS.fullmatch(value):
         return "holds a character a path of kvplan's may not: whitespace, control characters, quotes, $, ` and the like"
     parts = value.split("/")[1:]
     if value != "/" and (any(p in ("", ".", "..") for p in parts[:-1]) or parts[-1] in (".", "..")):
@@ -108,7 +140,7 @@ def _check(problem, fix: str) -> AfterValidator:
 
 
 def _option_key(value: str) -> str:
-    if not _OPTION_KEY.match(value):
+    if not _OPTION_KEY.fullmatch(value):
         raise ValueError("a Ceph option name is lowercase letters, digits and '_'; "
                          "fix: use the name `ceph config help <option>` knows, e.g. osd_memory_target")
     return value
@@ -119,7 +151,7 @@ def option_value_problem(value: object) -> str | None:
     if isinstance(value, bool) or isinstance(value, (int, float)):
         return None
     text = str(value)
-    if not text or not _PRINTABLE.match(text):
+    if not text or not _PRINTABLE.fullmatch(text):
         return "must be non-empty printable text without line breaks or control characters"
     if text.startswith("-"):
         try:
@@ -142,14 +174,14 @@ def _model_id(value: str) -> str:
         if why:
             raise ValueError(f"a local model directory {why}; fix: e.g. /var/lib/kvplan/models/tiny-llama")
         return value
-    if not _HF_ID.match(value) or ".." in value:
+    if not _HF_ID.fullmatch(value) or ".." in value:
         raise ValueError("must be a Hugging Face id (org/name: letters, digits, '.', '_', '-') "
                          "or an absolute local directory; fix: e.g. meta-llama/Llama-3.1-8B or /var/lib/models/llama")
     return value
 
 
 def _word(value: str) -> str:
-    if not _WORD.match(value):
+    if not _WORD.fullmatch(value):
         raise ValueError("must be one word of letters, digits and . _ : / @ + = , - (starting with a letter or digit); "
                          "fix: e.g. default")
     return value

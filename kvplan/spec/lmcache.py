@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BeforeValidator, Discriminator, Field, Tag, model_validator
 
 from ..units import Bandwidth, Duration, Size
-from .base import SpecModel
+from .base import MAX_INT32, SpecModel
 from .grammar import DataDir
 
 POLICIES = ("LRU", "LFU", "FIFO", "MRU", "ARC", "IsolatedLRU", "none")
@@ -157,7 +157,7 @@ class Merging(SpecModel):
     window: Duration = "50ms"
     """How long to hold a request waiting for others to merge with."""
 
-    max_tokens: int = Field(512, ge=1)
+    max_tokens: int = Field(512, ge=1, le=MAX_INT32)
     """Largest merged batch, in prompt tokens."""
 
 
@@ -183,7 +183,7 @@ class LMCache(SpecModel):
     mode: Literal["mp", "inprocess"] = "mp"
     """mp: one `lmcache server` per node (LMCacheMPConnector); inprocess: LMCache inside each vLLM worker (LMCacheConnectorV1)."""
 
-    chunk_size: int = Field(256, ge=1)
+    chunk_size: int = Field(256, ge=1, le=MAX_INT32)
     """Tokens per LMCache chunk, the unit of storing and hitting; a multiple of serving.block_size."""
 
     ddr: DdrTier | None = None
@@ -203,7 +203,7 @@ class LMCache(SpecModel):
     save_unfull_chunk: bool = False
     """Also store the trailing partial chunk of a prompt (LMCache default: off, so the tail always misses)."""
 
-    min_retrieve_tokens: int = Field(0, ge=0)
+    min_retrieve_tokens: int = Field(0, ge=0, le=MAX_INT32)
     """Skip a retrieve when fewer tokens than this would be hit."""
 
     merging: Merging | None = None

@@ -96,7 +96,8 @@ def read_yaml(path: str | Path, bounded: bool = True) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         what = getattr(exc, "problem", None) or str(exc)
-        raise SpecError([Problem("", f"YAML syntax error{where}: {what}",
+        kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
+        raise SpecError([Problem("", f"{kind}{where}: {what}",
                                  fix="check indentation, colons and quoting on that line")], source) from None
 
 
@@ -198,6 +199,25 @@ def _field_help(root: type[BaseModel], loc: list) -> str | None:
     return field_doc(parent, loc[-1])
 
 
+def _range(root: type[BaseModel], loc: list) -> str | None:
+    """A number field's bounds in words ('from 1 to 2147483647'), or None where `loc` is not a model's field."""
+    parent = _model_at(root, loc[:-1])
+    field = parent.model_fields.get(str(loc[-1])) if parent else None
+    if field is None:
+        return None
+    low = high = None
+    for bound in field.metadata:
+        for attr, words in (("ge", "from {}"), ("gt", "more than {}")):
+            if getattr(bound, attr, None) is not None:
+                low = words.format(getattr(bound, attr))
+        for attr, words in (("le", "to {}"), ("lt", "below {}")):
+            if getattr(bound, attr, None) is not None:
+                high = words.format(getattr(bound, attr))
+    if low and high and low.startswith("from") and high.startswith("to"):
+        return f"{low} {high}"
+    return " and ".join(w for w in (low, high and high.replace("to ", "at most ")) if w) or None
+
+
 def _problem(err: dict, loc: list, root: type[BaseModel]) -> Problem:
     kind, path, value = err["type"], _path(loc), err.get("input")
     message = err["msg"].removeprefix("Value error, ")
@@ -223,6 +243,10 @@ def _problem(err: dict, loc: list, root: type[BaseModel]) -> Problem:
     if kind == "unit":
         ctx = err.get("ctx", {})
         return Problem(path, message, value, ctx.get("help"), f"write it like '{ctx.get('example')}'")
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        span = _range(root, loc)
+        return Problem(path, message, value, span or _field_help(root, loc),
+                       f"use a value {span}" if span else "change the value to what is allowed")
     if kind in ("value_error", "assertion_error"):
         message, _, fix = message.partition("; fix: ")
         # a whole-section check: the section's own text says nothing the message does not

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 from ..units import Size
-from .base import SpecModel
+from .base import MAX_INT32, SpecModel
 
 NATIVE_POLICIES = ("LRU", "ARC")
 """vLLM 0.32's built-in CPU cache policies (vllm/v1/kv_offload/cpu/policies/factory.py: "lru", "arc")."""
@@ -52,6 +52,6 @@ class KvOffloading(SpecModel):
     eviction: NativePolicy = "LRU"
     """How the CPU tier evicts when full: LRU (vLLM's default) or ARC (the connector's eviction_policy)."""
 
-    block_size: int | None = Field(None, ge=1)
+    block_size: int | None = Field(None, ge=1, le=MAX_INT32)
     """Tokens per offloaded chunk, the unit vLLM stores, looks up and loads (the connector's block_size): a multiple
     of serving.block_size. Default: serving.block_size (one vLLM block per chunk, vLLM's default)."""

@@ -13,6 +13,7 @@ rule. Anything else only the simulator can do, so it needs `simulate_only: true`
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Iterator, cast
 
 from ..errors import Problem
@@ -31,6 +32,8 @@ REAL_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {
                   "nvme": ("LRU", "LFU", "FIFO", "MRU"),
                   "ceph": ("none",)},
 }
+AUTH_OPTIONS = frozenset({"auth_cluster_required", "auth_service_required", "auth_client_required", "auth_supported"})
+"""The Ceph options that choose how daemons and clients authenticate; `none` among their methods switches cephx off."""
 TTL_TIERS = ("ceph",)
 DAY = 86400.0
 SIMULATE_ONLY_FIX = "or set simulate_only: true to study it in simulation only (kvplan render then refuses the spec)"
@@ -217,6 +220,13 @@ def _ceph(topo: "Topology") -> Iterator[Problem]:
     elif c.cephfs_mount != type(c).model_fields["cephfs_mount"].default and not topo.simulate_only:
         yield Problem("ceph.cephfs_mount", simulation_only("ceph.cephfs_mount"), c.cephfs_mount,
                       fix=f"remove it, {SIMULATE_ONLY_FIX}")
+    for key in sorted(AUTH_OPTIONS & set(c.options)):
+        methods = re.split(r"[;,= \t]+", str(c.options[key]).lower())      # Ceph's list separators
+        if "none" in methods and not c.allow_no_auth:
+            yield Problem(f"ceph.options.{key}", "switches cephx authentication off: anyone who reaches the cluster's "
+                          "network could read and write every pool, the KV cache's prompts included", c.options[key],
+                          "cephx", f"remove ceph.options.{key}, or set ceph.allow_no_auth: true if the cluster is "
+                          "meant to run without authentication")
     if c.osd_devices and len(c.osd_devices) != c.osds_per_host:
         yield Problem("ceph.osd_devices", f"lists {len(c.osd_devices)} devices but osds_per_host is {c.osds_per_host}",
                       c.osd_devices, f"{c.osds_per_host} device paths", f"list one device per OSD, or set osds_per_host: {len(c.osd_devices)}")

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..units import Duration, Size
-from .base import SpecModel, spec_file
+from .base import MAX_INT32, SpecModel, spec_file
 from .grammar import HostName, ModelId
 from .offload import KvOffloading
 
@@ -130,7 +130,7 @@ class Serving(SpecModel):
     tensor_parallel: int = Field(1, ge=1, le=64)
     """vLLM --tensor-parallel-size."""
 
-    block_size: int = Field(16, ge=1)
+    block_size: int = Field(16, ge=1, le=MAX_INT32)
     """vLLM --block-size: tokens per PagedAttention block (a positive multiple of 16)."""
 
     gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
@@ -146,13 +146,13 @@ class Serving(SpecModel):
     max_num_batched_tokens, max_num_seqs and tensor_parallel (docs/kv-capacity.md). vLLM logs what it measured;
     set this from that log line to override the model."""
 
-    max_model_len: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=1, le=MAX_INT32)
     """vLLM --max-model-len. Default: the model's maximum context."""
 
-    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1, le=MAX_INT32)
     """vLLM --max-num-seqs. Default: vLLM's per-GPU default (256, or 1024 on >= 70 GiB non-A100 GPUs)."""
 
-    max_num_batched_tokens: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     """vLLM --max-num-batched-tokens. Default: vLLM's per-GPU default (2048, 8192 or 16384)."""
 
     weights_dtype: WeightsDtype = "auto"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..errors import Problem, SpecError, did_you_mean
 from ..units import Duration, is_bare_number, parse_duration
@@ -42,6 +42,10 @@ class Slo(SpecModel):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+SCRAPE_INTERVAL_MAX_S = 3600
+"""The longest scrape interval kvplan deploys (an hour; Prometheus's staleness window is 5 minutes)."""
+
+
 class Monitoring(SpecModel):
     min_lmcache_hit_ratio: float = Field(0.8, ge=0, le=1)
     """Alert when the cache hit ratio (prompt tokens whose KV came from vLLM's prefix cache or LMCache, vLLM's
@@ -62,7 +66,16 @@ class Monitoring(SpecModel):
     """Port of the Prometheus server on the monitoring host."""
 
     scrape_interval: Duration = "15s"
-    """How often Prometheus scrapes vLLM, LMCache and Ceph."""
+    """How often Prometheus scrapes vLLM, LMCache and Ceph: whole seconds, from 1s to 1h."""
+
+    @field_validator("scrape_interval")
+    @classmethod
+    def _whole_seconds(cls, value: float) -> float:
+        """Prometheus reads 0 as unset (its 1-minute default would be deployed), and kvplan writes whole seconds."""
+        if not (1 <= value <= SCRAPE_INTERVAL_MAX_S and float(value).is_integer()):
+            raise ValueError("a scrape interval is whole seconds from 1s to 1h "
+                             "(Prometheus reads 0 as unset and deploys its 1-minute default); fix: e.g. 15s")
+        return value
 
 
 def bare_fix(prefix: str, value: object) -> str:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Iterator, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from ..errors import Problem
-from ..units import Duration, Rate, SessionRate, fmt_duration
+from ..units import ArrivalRate, Duration, SessionArrivalRate, fmt_duration
 from .base import SpecModel
 
 if TYPE_CHECKING:
@@ -68,10 +68,10 @@ class Stage(SpecModel):
     """One load stage: an open loop at `rate` or a closed loop of `concurrency` users, until its `duration` has
     passed or it has sent `requests` requests (an open loop may have both: whichever comes first)."""
 
-    rate: Rate | None = None
+    rate: ArrivalRate | None = None
     """Requests per second: an open loop (a workload without sessions). Exclusive with concurrency."""
 
-    session_rate: SessionRate | None = None
+    session_rate: SessionArrivalRate | None = None
     """New sessions per second: an open loop of a workload with sessions, each session bringing several requests.
     Exclusive with concurrency."""
 

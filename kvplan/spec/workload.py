@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import (Field, SerializerFunctionWrapHandler, ValidationInfo, field_validator, model_serializer,
                       model_validator)
 
-from ..units import Duration, Rate, SessionRate
+from ..units import ArrivalRate, Duration, SessionArrivalRate
 from .base import SpecModel, spec_file
 from .stages import MAX_USERS, Process, Stage, without_unset
 
@@ -69,10 +69,10 @@ class Arrivals(SpecModel):
     rescaled_poisson (inference-perf's constant: int(rate x duration) arrivals, exponential gaps rescaled to fill
     the duration)."""
 
-    rate: Rate = "1/s"
+    rate: ArrivalRate = "1/s"
     """Mean arrival rate of requests, in requests per second (a workload without sessions)."""
 
-    session_rate: SessionRate | None = None
+    session_rate: SessionArrivalRate | None = None
     """Mean rate of new sessions, in sessions per second (a workload with sessions, whose every session brings
     several requests; 1 session/s unless given). `kvplan plan --rate` takes requests per second and finds it."""
 

@@ -34,7 +34,7 @@ from pydantic import BaseModel
 
 from ..errors import Problem, SpecError, did_you_mean
 from ..resolve import resolve
-from ..spec import from_mapping
+from ..spec import bounds, from_mapping
 from ..spec.topology import Topology
 from .engines import PATH as ENGINE_PATH, apply_engine
 
@@ -81,8 +81,8 @@ def parse_vary(text: str) -> Vary:
     values = []
     for t in texts:
         try:
-            value = yaml.safe_load(t)
-        except yaml.YAMLError:
+            value = bounds.load(t)          # a tag that cannot build its value (!!int 0b102) is a YAML error too
+        except (yaml.YAMLError, SpecError):
             raise VaryUsageError(f"'{t}' in --vary {path} is not a YAML scalar; quote it or write it as in the spec") from None
         if isinstance(value, (dict, list)):
             raise VaryUsageError(f"'{t}' in --vary {path} is a YAML {type(value).__name__}; "
