@@ -14,9 +14,12 @@ start, each closed loop's users sending the next turn once the reply to the last
 its think time has passed), a draining stage's successor only after its replies. Ids then count
 the requests in the order they were sent.
 
-Nothing waits forever: each request has a timeout (connect, and every read of the stream), and a
-request still running `timeout` after the last arrival is recorded as timed out. A target that
-does not answer before the run starts is a BenchError naming the URL.
+Nothing waits forever, and nothing a server sends is held whole or used unchecked (kvplan.live.http):
+each request has a timeout (connect, and every read of the stream), a warm-up prefill must end
+within it in all, a request still running `timeout` after the last arrival is recorded as timed
+out, a line of a stream is at most http.MAX_LINE bytes and its token ids are checked. A target
+that does not answer GET /v1/models within CHECK_TIMEOUT seconds in all (however slowly it sends),
+or answers more than http.MAX_BODY bytes or anything but a model list, is a BenchError naming the URL.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from ..sim import workload as wl
 from ..sim.load import MAX_REJECTED_IN_A_ROW
 from ..sim.stages import ClosedStage, OpenStage, Staged
 from ..spec.stages import stages_of
+from .http import MAX_LINE, BodyTooLarge, Deadline, DeadlineExceeded, connect, fetch, json_body
 from .tokens import output_identity, prompt_tokens
 
 
@@ -133,14 +137,31 @@ Progress = Callable[[int, int, int, int], None]
 """progress(done, failed, in_flight, total)."""
 
 
-def check_target(target: Target, model: str, timeout: float = 10.0) -> None:
-    """Raise BenchError unless `target` answers GET /v1/models and serves `model`."""
+CHECK_TIMEOUT = 10.0
+"""Seconds bench's check of a target (GET /v1/models) and each read of the stack's counters may take in all, from
+connect to the last byte of the answer."""
+
+
+def served_models(body: bytes) -> list[str]:
+    """The model names of an OpenAI model list (`{"data": [{"id": NAME}, ...]}`); ValueError naming what is wrong."""
+    listing = json_body(body)
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        raise ValueError("it has no data list")
+    for i, m in enumerate(data):
+        if not isinstance(m, dict) or not isinstance(m.get("id"), str):
+            raise ValueError(f"data[{i}] is not a model with a name (an object whose id is a string)")
+    return [m["id"] for m in data]
+
+
+def check_target(target: Target, model: str, timeout: float = CHECK_TIMEOUT) -> None:
+    """Raise BenchError unless `target` answers GET /v1/models (within `timeout` seconds in all, in at most
+    http.MAX_BODY bytes) and serves `model`."""
     try:
-        conn = target.connect(timeout)
-        conn.request("GET", f"{target.base}/v1/models", headers=target.headers())
-        resp = conn.getresponse()
-        body = resp.read()
-        conn.close()
+        status, body = fetch(target, "/v1/models", timeout)
+    except BodyTooLarge as exc:
+        raise BenchError([Problem("--target", f"{target.url}/v1/models is refused: {exc}",
+                                  fix="point --target at vLLM's OpenAI-compatible server")]) from None
     except ssl.SSLCertVerificationError as exc:
         raise BenchError([Problem("--target", f"{target.url}'s TLS certificate is not trusted: {exc.verify_message}",
                                   fix="trust the CA that signed it: SSL_CERT_FILE=/path/to/ca.pem kvplan ...")]) from None
@@ -148,32 +169,46 @@ def check_target(target: Target, model: str, timeout: float = 10.0) -> None:
         raise BenchError([Problem("--target", f"{target.url} does not answer: {exc or type(exc).__name__}",
                                   fix="start the stack (kvplan deploy SPEC -i INVENTORY) or point --target at "
                                       "a running vLLM (curl URL/health should print nothing and exit 0)")]) from None
-    if resp.status == 401:
+    if status == 401:
         raise BenchError([Problem("--api-key", f"{target.url}/v1/models answered HTTP 401: the server wants an API key"
                                   + (" and refused this one" if target.api_key else ""),
                                   fix=f"pass the key vLLM was started with: --api-key KEY, or set {API_KEY_ENV}")])
-    if resp.status != 200:
-        raise BenchError([Problem("--target", f"{target.url}/v1/models answered HTTP {resp.status}",
+    if status != 200:
+        raise BenchError([Problem("--target", f"{target.url}/v1/models answered HTTP {status}",
                                   fix="point --target at vLLM's OpenAI-compatible server")])
     try:
-        served = [m["id"] for m in json.loads(body)["data"]]
-    except (ValueError, KeyError, TypeError, RecursionError):
-        raise BenchError([Problem("--target", f"{target.url}/v1/models is not an OpenAI model list",
+        served = served_models(body)
+    except ValueError as exc:
+        raise BenchError([Problem("--target", f"{target.url}/v1/models is not an OpenAI model list: {exc}",
                                   fix="point --target at vLLM's OpenAI-compatible server")]) from None
     if model not in served:
-        raise BenchError([Problem("--target", f"{target.url} serves {', '.join(served) or 'no model'}, not {model}",
+        names = ", ".join(n[:80] for n in served[:10]) + (f" and {len(served) - 10} more" if len(served) > 10 else "")
+        raise BenchError([Problem("--target", f"{target.url} serves {names or 'no model'}, not {model}",
                                   fix="deploy this spec there (vLLM's --served-model-name is the spec's model)")])
 
 
 def stream_completion(target: Target, body: dict, timeout: float, clock: Callable[[], float], out: Outcome,
-                      session: int = -1) -> None:
+                      session: int = -1, deadline: Deadline | None = None) -> None:
     """Send one streaming completion and fill `out` (first/last token times, tokens, error). A request of a
-    session names it in an X-Session-ID header, which the router's session_affinity policy routes by."""
+    session names it in an X-Session-ID header, which the router's session_affinity policy routes by. Each read
+    waits at most `timeout`, the whole request ends by `deadline` when one is given, a line of the stream is at
+    most http.MAX_LINE bytes, and a stream that sends more tokens than the request asked for is an error."""
     payload = json.dumps(body).encode()
     headers = {"Content-Type": "application/json", **target.headers()}
     if session >= 0:
         headers["X-Session-ID"] = str(session)
-    conn = target.connect(timeout)
+    asked = body.get("max_tokens")
+    try:
+        conn = connect(target, timeout, deadline, whole=False)
+    except DeadlineExceeded as exc:
+        out.error = str(exc)
+        return
+    except socket.timeout:
+        out.error = f"timed out after {timeout:g} s without data"
+        return
+    except (OSError, http.client.HTTPException) as exc:
+        out.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return
     try:
         out.sent = clock()
         conn.request("POST", f"{target.base}/v1/completions", payload, headers)
@@ -182,19 +217,24 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
             out.error = f"HTTP {resp.status}: {resp.read(300).decode(errors='replace').strip()}"
             return
         finished = False
-        for line in resp:
+        while line := resp.readline(MAX_LINE + 1):
+            if len(line) > MAX_LINE:
+                out.error = f"a line of the stream is longer than {MAX_LINE:,} bytes: not an OpenAI completion stream"
+                return
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
                 finished = True
                 break
-            chunk = json.loads(data)
+            chunk = json_body(data)
             if "error" in chunk:
-                out.error = f"stream error: {chunk['error']}"
+                out.error = f"stream error: {str(chunk['error'])[:300]}"
                 return
             for choice in chunk.get("choices", ()):
                 ids = choice.get("token_ids") or []
+                if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                    raise TypeError("token_ids is not a list of token ids")
                 if ids:
                     now = clock()
                     if out.first_token < 0:
@@ -202,10 +242,15 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
                     out.last_token = now
                     out.received_tokens += len(ids)
                     out.output += ids
+                    if isinstance(asked, int) and out.received_tokens > asked:
+                        out.error = f"the stream sent {out.received_tokens} tokens or more, the request asked for {asked}"
+                        return
         if out.received_tokens == 0:
             out.error = "the stream ended without a token"
         elif not finished:     # http.client reads a cut-off stream (chunked or not) as a clean end: only [DONE] tells
             out.error = f"the stream was cut off after {out.received_tokens} tokens (no data: [DONE])"
+    except DeadlineExceeded as exc:
+        out.error = str(exc)
     except socket.timeout:
         out.error = f"timed out after {timeout:g} s without data"
     except (OSError, http.client.HTTPException, ValueError) as exc:
@@ -257,7 +302,7 @@ class Bench:
             body = self._body(warm.token_ids(prefill, self.resolved.model.vocab_size), 0)
             for t, target in enumerate(self.targets):
                 out = Outcome(-i - 1, -1, 0, t, 0.0, prefill.tokens, 0)
-                stream_completion(target, body, self.timeout, time.monotonic, out)
+                stream_completion(target, body, self.timeout, time.monotonic, out, deadline=Deadline.after(self.timeout))
                 outs.append(out)
         return outs
 
