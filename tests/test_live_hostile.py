@@ -1,7 +1,7 @@
 """A hostile server cannot hold kvplan's live commands, fill its memory or crash them (issue 49).
 
 `kvplan observe`, `kvplan bench` and `kvplan doctor --target` read servers through one bounded read
-(kvplan/live/http.py): a deadline for the whole request that a server dripping its answer cannot
+(kvplan/live/bounded.py): a deadline for the whole request that a server dripping its answer cannot
 stretch, a 16 MiB cap on a body, and JSON checked for type and shape before it is used. A counter that
 is NaN, infinite or negative is a misbehaving component, not health. Each attack below is one an earlier
 round found.
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvplan.live.bench import BenchError, Outcome, Target, check_target, stream_completion
-from kvplan.live.http import MAX_BODY, Deadline, DeadlineExceeded, fetch
+from kvplan.live.bounded import MAX_BODY, Deadline, DeadlineExceeded, fetch
 from kvplan.live.observe import snapshot
 
 from hostile_server import HostileServer, canned, drip, endless_line, huge

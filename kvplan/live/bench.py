@@ -14,12 +14,12 @@ start, each closed loop's users sending the next turn once the reply to the last
 its think time has passed), a draining stage's successor only after its replies. Ids then count
 the requests in the order they were sent.
 
-Nothing waits forever, and nothing a server sends is held whole or used unchecked (kvplan.live.http):
+Nothing waits forever, and nothing a server sends is held whole or used unchecked (kvplan.live.bounded):
 each request has a timeout (connect, and every read of the stream), a warm-up prefill must end
 within it in all, a request still running `timeout` after the last arrival is recorded as timed
-out, a line of a stream is at most http.MAX_LINE bytes and its token ids are checked. A target
+out, a line of a stream is at most bounded.MAX_LINE bytes and its token ids are checked. A target
 that does not answer GET /v1/models within CHECK_TIMEOUT seconds in all (however slowly it sends),
-or answers more than http.MAX_BODY bytes or anything but a model list, is a BenchError naming the URL.
+or answers more than bounded.MAX_BODY bytes or anything but a model list, is a BenchError naming the URL.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from ..sim import workload as wl
 from ..sim.load import MAX_REJECTED_IN_A_ROW
 from ..sim.stages import ClosedStage, OpenStage, Staged
 from ..spec.stages import stages_of
-from .http import MAX_LINE, BodyTooLarge, Deadline, DeadlineExceeded, connect, fetch, json_body
+from .bounded import MAX_LINE, BodyTooLarge, Deadline, DeadlineExceeded, connect, fetch, json_body
 from .tokens import output_identity, prompt_tokens
 
 
@@ -156,7 +156,7 @@ def served_models(body: bytes) -> list[str]:
 
 def check_target(target: Target, model: str, timeout: float = CHECK_TIMEOUT) -> None:
     """Raise BenchError unless `target` answers GET /v1/models (within `timeout` seconds in all, in at most
-    http.MAX_BODY bytes) and serves `model`."""
+    bounded.MAX_BODY bytes) and serves `model`."""
     try:
         status, body = fetch(target, "/v1/models", timeout)
     except BodyTooLarge as exc:
@@ -192,7 +192,7 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
     """Send one streaming completion and fill `out` (first/last token times, tokens, error). A request of a
     session names it in an X-Session-ID header, which the router's session_affinity policy routes by. Each read
     waits at most `timeout`, the whole request ends by `deadline` when one is given, a line of the stream is at
-    most http.MAX_LINE bytes, and a stream that sends more tokens than the request asked for is an error."""
+    most bounded.MAX_LINE bytes, and a stream that sends more tokens than the request asked for is an error."""
     payload = json.dumps(body).encode()
     headers = {"Content-Type": "application/json", **target.headers()}
     if session >= 0:

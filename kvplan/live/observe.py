@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..resolve import Resolved
 from .bench import Target
-from .http import Deadline, fetch, json_body
+from .bounded import Deadline, fetch, json_body
 
 VLLM_COUNTERS = {
     "vllm:prompt_tokens_total": "prompt_tokens",

@@ -1,4 +1,5 @@
-"""A bounded HTTP read: how kvplan asks a live server anything (observe, bench, doctor).
+"""A bounded HTTP read: how kvplan asks a live server anything (observe, bench, doctor). (Not named http.py: a
+script run from this folder, tinymodel.py, would find it in place of the standard library's http.)
 
 A server kvplan reads is not trusted to be well-behaved. Three rules hold for every request:
 
