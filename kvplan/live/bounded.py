@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .bench import Target
+    from .target import Target
 
 MAX_BODY = 16 * 2**20
 """Bytes a server's answer (a model list, /metrics, LMCache's /status) may have: vLLM's /metrics is some hundred KiB

@@ -32,7 +32,7 @@ import time
 from pydantic import BaseModel, ConfigDict
 
 from ..resolve import Resolved
-from .bench import Target
+from .target import Target
 from .bounded import Deadline, fetch, json_body
 
 VLLM_COUNTERS = {

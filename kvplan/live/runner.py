@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from ..resolve import Resolved
-from .bench import CHECK_TIMEOUT, Bench, Progress, Target, check_target
+from .bench import Bench, Progress
+from .target import CHECK_TIMEOUT, Target, check_target
 from .observe import lmcache_idle, lmcache_servers, observe_ceph, snapshot
 from .observed import BenchRun, columns, derive, write_run
 
