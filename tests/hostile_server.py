@@ -8,6 +8,7 @@ Each path gets one behaviour (`answers`, else `default`):
 - `huge(size, chunked)`: a 200 whose body is `size` bytes, made as it is sent (64 KiB at a time: neither
   side of the test holds it), announced by Content-Length or sent chunked without one.
 - `endless_line()`: a 200 event stream whose first line never ends.
+- `heartbeat(interval)`: a 200 event stream of empty lines, each on time, never a token.
 
 `benchmarks/hostile_endpoints.py` serves its 2 GB body with it too.
 """
@@ -59,6 +60,15 @@ def huge(size: int = 2 * 2**30, chunked: bool = False, start: bytes = b'{"data":
             server.sent += len(block)
         if chunked:
             conn.sendall(b"0\r\n\r\n")
+    return send
+
+
+def heartbeat(interval: float = 0.05) -> Behaviour:
+    """A 200 event stream of empty lines, one every `interval` seconds, without end and without a token."""
+    def send(conn: socket.socket, server: "HostileServer") -> None:
+        conn.sendall(_head(200, {"Content-Type": "text/event-stream", "Connection": "close"}))
+        while not server.stopped.wait(interval):
+            conn.sendall(b"\n")
     return send
 
 

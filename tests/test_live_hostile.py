@@ -23,7 +23,7 @@ from kvplan.live.bench import BenchError, Outcome, Target, check_target, stream_
 from kvplan.live.bounded import MAX_BODY, Deadline, DeadlineExceeded, fetch
 from kvplan.live.observe import snapshot
 
-from hostile_server import HostileServer, canned, drip, endless_line, huge
+from hostile_server import HostileServer, canned, drip, endless_line, heartbeat, huge
 from live_fakes import LOCAL, MODEL, PLAIN_BENCH, local
 from test_live_cli import cli
 
@@ -91,6 +91,27 @@ def test_a_live_command_against_a_drip_server_ends_near_its_deadline(tmp_path, c
     assert "Traceback" not in result.stdout + result.stderr
     assert "within 1 s" in result.stdout + result.stderr
     assert took < 3 + 20            # one request's drip lasts 37 s, and observe makes several
+
+
+def test_a_completion_stream_that_drips_is_cut_when_a_line_takes_longer_than_the_timeout():
+    """Each line of a stream must come whole within --timeout: a byte every 50 ms does not keep the request."""
+    with HostileServer(default=drip(_stream(b'{"choices": [{"token_ids": [7]}]}', b"[DONE]"))) as server:
+        out = Outcome(0, -1, 0, 0, 0.0, 4, 4)
+        begun = time.monotonic()
+        stream_completion(Target.parse(server.url), {"prompt": [1], "max_tokens": 4}, 0.5, time.monotonic, out)
+        assert time.monotonic() - begun < 3.0
+    assert out.error == "timed out after 0.5 s without data"
+
+
+def test_a_stream_of_empty_lines_on_time_is_cut_at_the_request_deadline():
+    """A server that sends an empty line every 50 ms never lets a 0.2 s timeout fire; the request still ends at its
+    deadline, (max_tokens + 2) x timeout."""
+    with HostileServer(default=heartbeat()) as server:
+        out = Outcome(0, -1, 0, 0, 0.0, 4, 1)
+        begun = time.monotonic()
+        stream_completion(Target.parse(server.url), {"prompt": [1], "max_tokens": 1}, 0.2, time.monotonic, out)
+        assert time.monotonic() - begun < 0.6 + 2.5
+    assert out.error == "not answered before the request's deadline (0.6 s)"
 
 
 # ---- a huge body is refused, never held

@@ -71,9 +71,10 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
           seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed (default: workload.seed)."),
           salt: Optional[int] = typer.Option(None, "--salt", help="Token salt (default: a fresh one, so caches start cold "
                                                                   "for this run; reuse one to replay the same tokens)."),
-          timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds a request may go without data; "
-                                        "a warm-up prefill, the check of a target and each read of its counters "
-                                        "(at most 10 s) must end within it in all, however slowly a server sends."),
+          timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds a request may go without data: "
+                                        "each line of its stream must come whole within it, and the whole request "
+                                        "within (output tokens + 2) x this; checking a target and each read of its "
+                                        "counters end within it (at most 10 s) in all, however slowly a server sends."),
           api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
                                                 help=API_KEY_HELP)) -> None:
     """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""

@@ -42,7 +42,7 @@ from ..sim import workload as wl
 from ..sim.load import MAX_REJECTED_IN_A_ROW
 from ..sim.stages import ClosedStage, OpenStage, Staged
 from ..spec.stages import stages_of
-from .bounded import MAX_LINE, Deadline, DeadlineExceeded, connect, json_body
+from .bounded import MAX_LINE, Deadline, DeadlineExceeded, connect, json_body, restart
 from .target import API_KEY_ENV, CHECK_TIMEOUT, BenchError, Target, check_target  # noqa: F401 - callers import them from here too
 from .tokens import output_identity, prompt_tokens
 
@@ -96,18 +96,25 @@ Progress = Callable[[int, int, int, int], None]
 def stream_completion(target: Target, body: dict, timeout: float, clock: Callable[[], float], out: Outcome,
                       session: int = -1, deadline: Deadline | None = None) -> None:
     """Send one streaming completion and fill `out` (first/last token times, tokens, error). A request of a
-    session names it in an X-Session-ID header, which the router's session_affinity policy routes by. Each read
-    waits at most `timeout`, the whole request ends by `deadline` when one is given, a line of the stream is at
-    most bounded.MAX_LINE bytes, and a stream that sends more tokens than the request asked for is an error."""
+    session names it in an X-Session-ID header, which the router's session_affinity policy routes by.
+
+    However slowly the server sends: the answer's headers, and then each line of the stream, must come whole
+    within `timeout`; the whole request ends within (max_tokens + 2) x `timeout` (and by `deadline` when one is
+    given); a line is at most bounded.MAX_LINE bytes, and a stream that sends more tokens than the request asked
+    for is an error."""
     payload = json.dumps(body).encode()
     headers = {"Content-Type": "application/json", **target.headers()}
     if session >= 0:
         headers["X-Session-ID"] = str(session)
     asked = body.get("max_tokens")
+    if isinstance(asked, int) and asked >= 0:
+        mine = Deadline.after(timeout * (asked + 2), "the request's deadline")
+        deadline = mine if deadline is None or mine.at < deadline.at else deadline
+    out.sent = clock()
     try:
-        conn = connect(target, timeout, deadline, whole=False)
+        conn = connect(target, timeout, deadline)
     except DeadlineExceeded as exc:
-        out.error = str(exc)
+        out.error = str(exc) if exc.overall else f"timed out after {timeout:g} s without data"
         return
     except socket.timeout:
         out.error = f"timed out after {timeout:g} s without data"
@@ -116,14 +123,17 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
         out.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return
     try:
-        out.sent = clock()
         conn.request("POST", f"{target.base}/v1/completions", payload, headers)
         resp = conn.getresponse()
         if resp.status != 200:
             out.error = f"HTTP {resp.status}: {resp.read(300).decode(errors='replace').strip()}"
             return
         finished = False
-        while line := resp.readline(MAX_LINE + 1):
+        while True:
+            restart(conn, timeout)                 # each line of the stream comes whole within `timeout`
+            line = resp.readline(MAX_LINE + 1)
+            if not line:
+                break
             if len(line) > MAX_LINE:
                 out.error = f"a line of the stream is longer than {MAX_LINE:,} bytes: not an OpenAI completion stream"
                 return
@@ -156,7 +166,7 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
         elif not finished:     # http.client reads a cut-off stream (chunked or not) as a clean end: only [DONE] tells
             out.error = f"the stream was cut off after {out.received_tokens} tokens (no data: [DONE])"
     except DeadlineExceeded as exc:
-        out.error = str(exc)
+        out.error = str(exc) if exc.overall else f"timed out after {timeout:g} s without data"
     except socket.timeout:
         out.error = f"timed out after {timeout:g} s without data"
     except (OSError, http.client.HTTPException, ValueError) as exc:
@@ -208,7 +218,7 @@ class Bench:
             body = self._body(warm.token_ids(prefill, self.resolved.model.vocab_size), 0)
             for t, target in enumerate(self.targets):
                 out = Outcome(-i - 1, -1, 0, t, 0.0, prefill.tokens, 0)
-                stream_completion(target, body, self.timeout, time.monotonic, out, deadline=Deadline.after(self.timeout))
+                stream_completion(target, body, self.timeout, time.monotonic, out)
                 outs.append(out)
         return outs
 

@@ -39,7 +39,12 @@ MAX_LINE = 2**20
 
 
 class DeadlineExceeded(TimeoutError):
-    """A request did not end within its deadline (the request's, or the command's overall one)."""
+    """A request did not end within its deadline: `overall` when it is a Deadline's (the command's, or a stream's
+    in all), else its `timeout` (for a stream, that of its part under way)."""
+
+    def __init__(self, message: str, overall: bool = False):
+        super().__init__(message)
+        self.overall = overall
 
 
 class BodyTooLarge(http.client.HTTPException):
@@ -48,41 +53,47 @@ class BodyTooLarge(http.client.HTTPException):
 
 @dataclass(frozen=True)
 class Deadline:
-    """A point in time (time.monotonic) that a command's reads of live servers end by, and how it was set."""
+    """A point in time (time.monotonic) that reads of live servers end by, how it was set and whose it is."""
 
     at: float
     seconds: float
+    what: str = "the command's deadline"
 
     @classmethod
-    def after(cls, seconds: float) -> "Deadline":
-        return cls(time.monotonic() + seconds, seconds)
+    def after(cls, seconds: float, what: str = "the command's deadline") -> "Deadline":
+        return cls(time.monotonic() + seconds, seconds, what)
 
     def left(self) -> float:
         return self.at - time.monotonic()
 
 
 class _Guard:
-    """The end of one request and what crossing it says; every socket operation waits at most until then (and at
-    most `timeout` when the timeout is per read, not for the whole request)."""
+    """The end of one request (or of its part under way: `restart`) and what crossing it says; every socket
+    operation waits at most until then."""
 
-    def __init__(self, timeout: float, deadline: Deadline | None, whole: bool = True):
-        end = time.monotonic() + timeout if whole else float("inf")
-        self.overall = deadline is not None and deadline.at < end
-        self.end = deadline.at if self.overall else end
-        self.timeout, self.whole = timeout, whole
+    def __init__(self, timeout: float, deadline: Deadline | None):
         self.deadline = deadline
+        self.restart(timeout)
+
+    def restart(self, timeout: float) -> None:
+        """The next part of the answer (a streamed event) must come whole within `timeout` seconds from now, and
+        before the deadline."""
+        end = time.monotonic() + timeout
+        self.overall = self.deadline is not None and self.deadline.at < end
+        self.end = self.deadline.at if self.overall else end
+        self.timeout = timeout
 
     def left(self) -> float:
         left = self.end - time.monotonic()
         if left <= 0:
             raise self.exceeded()
-        return left if self.whole else min(left, self.timeout)
+        return left
 
     def exceeded(self) -> DeadlineExceeded:
         if self.overall:
-            return DeadlineExceeded(f"not answered before the command's deadline ({self.deadline.seconds:g} s)")
-        return DeadlineExceeded(f"no complete answer within {self.timeout:g} s (a request's deadline, however "
-                                "slowly the server sends)")
+            return DeadlineExceeded(f"not answered before {self.deadline.what} ({self.deadline.seconds:g} s)", True)
+        return DeadlineExceeded(f"no complete answer within {self.timeout:g} s (a deadline for the whole answer, "
+                                "however slowly the server sends)")
 
 
 class _GuardedSocket:
@@ -133,11 +144,10 @@ class _Reader(io.RawIOBase):
         super().close()
 
 
-def connect(target: "Target", timeout: float, deadline: Deadline | None = None, *,
-            whole: bool = True) -> http.client.HTTPConnection:
-    """A connection to `target` (TLS for https://) whose request must end within `timeout` seconds from now (with
-    `whole` False: may wait at most `timeout` for each read), and before `deadline`."""
-    guard = _Guard(timeout, deadline, whole)
+def connect(target: "Target", timeout: float, deadline: Deadline | None = None) -> http.client.HTTPConnection:
+    """A connection to `target` (TLS for https://) whose request must end within `timeout` seconds from now, and
+    before `deadline`. `restart(conn, timeout)` gives a streamed answer's next event its own `timeout`."""
+    guard = _Guard(timeout, deadline)
     conn = target.connect(min(timeout, guard.left()))
     try:
         conn.connect()
@@ -148,7 +158,14 @@ def connect(target: "Target", timeout: float, deadline: Deadline | None = None, 
         conn.close()
         raise
     conn.sock = _GuardedSocket(conn.sock, guard)
+    conn.kvplan_guard = guard              # the response may outlive conn.sock (http.client drops it on Connection: close)
     return conn
+
+
+def restart(conn: http.client.HTTPConnection, timeout: float) -> None:
+    """The next part of `conn`'s answer must come whole within `timeout` seconds from now (never past the deadline
+    it was opened with)."""
+    conn.kvplan_guard.restart(timeout)
 
 
 def read_body(resp: http.client.HTTPResponse, limit: int = MAX_BODY) -> bytes:

@@ -281,7 +281,7 @@ def _server_idle(server: Target, timeout: float) -> bool:
 def _ceph_json(args: list[str], timeout: float, deadline: Deadline | None = None):
     if deadline is not None:
         if deadline.left() <= 0:
-            raise RuntimeError(f"not read before the command's deadline ({deadline.seconds:g} s)")
+            raise RuntimeError(f"not read before {deadline.what} ({deadline.seconds:g} s)")
         timeout = min(timeout, deadline.left())
     done = subprocess.run(args + ["--format", "json"], capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
