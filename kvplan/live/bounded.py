@@ -7,7 +7,9 @@ A server kvplan reads is not trusted to be well-behaved. Three rules hold for ev
   command's overall `Deadline` when one is given. A server that drips its answer one byte at a time
   cannot stretch it, since every socket read waits at most for what is left of the deadline (a
   per-read timeout alone is reset by each byte). Crossing it raises `DeadlineExceeded`, a
-  TimeoutError.
+  TimeoutError. A streamed answer gives each of its events a `timeout` of its own (`restart`) and
+  ends by its overall `Deadline`. (A TLS handshake is bounded per read only: the ssl module does it
+  before the guard can take the socket.)
 - A size cap: a body longer than `limit` (MAX_BODY unless given) is refused with `BodyTooLarge` as
   soon as its Content-Length says so, or once `limit` bytes have come, and never held whole.
 - JSON is parsed by `json_body`: nesting too deep for Python's parser is a ValueError like any other
