@@ -263,3 +263,27 @@ def test_any_hostile_server_is_read_or_reported_within_the_deadline(paths):
             assert "Traceback" not in exc.render()
         assert time.monotonic() - begun < 0.9 + 0.3 + 3.0
     assert all(c.up or c.detail for c in snap.components)
+
+
+# ---- the Ceph CLI's JSON is checked as well
+
+@pytest.mark.parametrize("rados_df, why", [
+    ('{"pools": 5}', "the ceph CLI's JSON is not as expected"),
+    ('[]', "the ceph CLI's JSON is not as expected"),
+    ('{"pools": [{"name": "kvcache", "num_objects": NaN, "size_bytes": 1, "read_bytes": 1, "write_bytes": 1}]}',
+     "pool_objects nan: not a count"),
+], ids=["pools-a-number", "a-list", "nan"])
+def test_ceph_json_of_the_wrong_shape_marks_the_pool_down(tmp_path, monkeypatch, rados_df, why):
+    from kvplan.live.observe import observe_ceph
+
+    r = local(PLAIN_BENCH)
+    pool = r.ceph.pool_name
+    rados_df = rados_df.replace("kvcache", pool)
+    osd = '{"osd_perf_infos": [], "num_osds": 1, "num_up_osds": 1}'
+    for name, printed in (("rados", rados_df), ("ceph", osd), ("radosgw-admin", "{}")):
+        script = tmp_path / name
+        script.write_text(f"#!/bin/sh\ncat <<'EOF'\n{printed}\nEOF\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    component, values = observe_ceph(r, 5.0)
+    assert not component.up and why in component.detail and values is None

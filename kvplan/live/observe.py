@@ -313,6 +313,10 @@ def observe_ceph(r: Resolved, timeout: float, deadline: Deadline | None = None) 
             values["rgw_objects"] = float(stats.get("usage", {}).get("rgw.main", {}).get("num_objects", 0))
     except (OSError, RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
         return Component(name=name, up=False, detail=_reason(exc)), None
+    except (TypeError, AttributeError) as exc:          # JSON, but not of the shape these commands print
+        return Component(name=name, up=False, detail=f"the ceph CLI's JSON is not as expected ({_reason(exc)})"), None
+    if wrong := misbehaving(values):
+        return Component(name=name, up=False, detail=wrong), None
     return Component(name=name, up=True), values
 
 
