@@ -201,6 +201,20 @@ def test_an_lmcache_status_of_the_wrong_shape_marks_it_down_with_what_is_wrong(s
     assert not lm.up and why in lm.detail and snap.lmcache is None
 
 
+@pytest.mark.parametrize("command", ["observe", "doctor"])
+@pytest.mark.parametrize("status", [b"[" * 100_000, b"null"], ids=["deep", "null"])
+def test_observe_and_doctor_report_a_hostile_lmcache_status_as_lmcache_down(tmp_path, command, status):
+    """The same reproducer through the real commands: exit 5 (observe) or 6 (doctor), the reason, no traceback."""
+    with HostileServer({**_vllm(), **_lmcache(**{"/status": canned(200, status)})}) as server:
+        extra = ("--no-prove",) if command == "doctor" else ()
+        result = cli(command, str(LOCAL), "--target", server.url, "--lmcache-url", server.url, "--no-ceph",
+                     "--timeout", "5", *extra, cwd=tmp_path)
+    said = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == {"observe": 5, "doctor": 6}[command], said
+    assert "Traceback" not in said and "internal error" not in said
+    assert ("its JSON nests too deep" if status != b"null" else "not LMCache's status object") in said
+
+
 @pytest.mark.parametrize("hits, queries", [("+Inf", "NaN"), ("-5", "10")])
 def test_nan_inf_or_negative_counters_are_a_misbehaving_vllm_not_health(hits, queries):
     """The reproducer: "prefix_cache_hits inf, prefix_cache_queries nan" was printed as a healthy stack, exit 0."""
