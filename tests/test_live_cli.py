@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,65 @@ def test_cli_calibrate_writes_a_profile_that_simulate_and_compare_apply(tmp_path
     assert abs(ttft["error"]) < 0.01, ttft
     simulated = cli("simulate", str(recorded / "rag.yaml"), "--profile", str(profile), cwd=tmp_path)
     assert simulated.returncode == 0 and "Simulation of local-rag" in simulated.stdout, simulated.stderr
+
+
+# ---- a crash report keeps no secret (issue 49, S8)
+
+CRASHING_OBSERVE = """\
+import sys
+import kvplan.live.observe as observe
+
+def crash(*args, **kwargs):
+    raise RuntimeError("the server said: Authorization: Bearer " + sys.argv[sys.argv.index("--api-key") + 1]
+                       + " with " + __import__("os").environ["HF_TOKEN"])
+
+observe.snapshot = crash
+sys.argv[0] = "kvplan"
+from kvplan.cli.app import main
+main()
+"""
+"""`kvplan observe` with a bug that quotes the key it was given (and a token from the environment) in its message."""
+
+
+@pytest.mark.parametrize("key_args", [("--api-key", "sk-live-0123456789"), ("--api-key=sk-live-0123456789",)],
+                         ids=["separate", "equals"])
+def test_a_crash_report_redacts_the_api_key_and_secret_environment_and_is_owner_only(tmp_path, key_args):
+    """The reproducer: a hostile endpoint that crashed observe, bench or doctor left the full argv, --api-key
+    included, in a 0644 report in a 0755 folder, though the help says the key is never saved."""
+    state = tmp_path / "state"
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "PYTHONPATH": str(REPO), "KVPLAN_STATE_DIR": str(state),
+           "HF_TOKEN": "hf_environment_secret"}
+    argv = ["observe", str(LOCAL), "--target", f"http://127.0.0.1:{unused_port()}", *key_args]
+    if key_args[0] == "--api-key=sk-live-0123456789":
+        script = CRASHING_OBSERVE.replace('sys.argv[sys.argv.index("--api-key") + 1]', '"sk-live-0123456789"')
+    else:
+        script = CRASHING_OBSERVE
+    result = subprocess.run([sys.executable, "-c", script, *argv], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 70, result.stderr
+    (report,) = (state / "crash").iterdir()
+    text = report.read_text()
+    assert "RuntimeError" in text and "observe" in text and "--target" in text
+    for secret in ("sk-live-0123456789", "hf_environment_secret"):
+        assert secret not in text and secret not in result.stderr + result.stdout
+    assert "--api-key <redacted>" in text or "--api-key=<redacted>" in text
+    assert "Bearer <redacted> with <redacted>" in text
+    assert stat.S_IMODE(report.stat().st_mode) == 0o600 and stat.S_IMODE(report.parent.stat().st_mode) == 0o700
+    assert f"the details are in {report} (readable by you only, secrets removed)" in " ".join(result.stderr.split())
+
+
+def test_a_crash_folder_an_older_kvplan_left_open_is_closed_to_others(tmp_path):
+    from kvplan.cli.crash import save_report
+
+    (tmp_path / "crash").mkdir(mode=0o755)
+    os.chmod(tmp_path / "crash", 0o755)
+    path = save_report(ValueError("x"), ["kvplan", "bench", "--api-key", "k"], tmp_path, environ={})
+    assert stat.S_IMODE((tmp_path / "crash").stat().st_mode) == 0o700
+    assert "command: kvplan bench --api-key <redacted>\n" in path.read_text()
+
+
+def test_only_secret_named_variables_are_redacted_from_a_report():
+    from kvplan.cli.crash import environment_secrets
+
+    assert environment_secrets({"OPENAI_API_KEY": "a", "AWS_SECRET_ACCESS_KEY": "b", "HF_TOKEN": "c",
+                                "TOKENIZERS_PARALLELISM": "false", "HOME": "/home/x", "KEYBOARD": "us"}) == ["a", "b", "c"]

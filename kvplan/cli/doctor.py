@@ -17,6 +17,7 @@ from ..errors import Problem, SpecError
 from ..units import fmt_duration
 from .common import CACHE_HELP, JSON_HELP, ProgressBar, run_cache
 from .console import err, fail as _fail, out, styled
+from .live import LIVE_TIMEOUT_HELP
 
 EXIT_FINDINGS = 6
 
@@ -38,7 +39,7 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                     "this file: the cheapest that meets the SLO first, and "
                                                                     "several only when simulated together."),
            as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-           timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds each live component may take to answer."),
+           timeout: float = typer.Option(10.0, "--timeout", min=0.1, help=LIVE_TIMEOUT_HELP),
            workers: int = typer.Option(1, "--workers", min=1, max=256, help="Simulations run in parallel."),
            cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
            no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:

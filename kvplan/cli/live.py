@@ -40,6 +40,10 @@ API_KEY_HELP = ("The key vLLM was started with (--api-key), sent as a bearer tok
                 "It is never printed or saved.")
 
 
+LIVE_TIMEOUT_HELP = ("Seconds each request to a live component may take in all, from connect to the last byte, "
+                     "however slowly a server sends; reading the whole stack ends within 3 x this.")
+
+
 def _targets(urls: list[str], api_key: str | None = None):
     from ..live.bench import Target
 
@@ -67,7 +71,10 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
           seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed (default: workload.seed)."),
           salt: Optional[int] = typer.Option(None, "--salt", help="Token salt (default: a fresh one, so caches start cold "
                                                                   "for this run; reuse one to replay the same tokens)."),
-          timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds a request may go without data."),
+          timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds a request may go without data: "
+                                        "each line of its stream must come whole within it, and the whole request "
+                                        "within (output tokens + 2) x this; checking a target and each read of its "
+                                        "counters end within it (at most 10 s) in all, however slowly a server sends."),
           api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
                                                 help=API_KEY_HELP)) -> None:
     """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""
@@ -135,7 +142,7 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
                                                             "(default: port lmcache.port + 1 on the spec's monitoring.metrics_address, "
                                                             "or with 0.0.0.0 on each target's host)."),
             no_ceph: bool = typer.Option(False, "--no-ceph", help="Do not read Ceph (this host is not a Ceph admin host)."),
-            timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds each component may take to answer."),
+            timeout: float = typer.Option(10.0, "--timeout", min=0.1, help=LIVE_TIMEOUT_HELP),
             api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
                                                   help=API_KEY_HELP),
             as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:

@@ -14,9 +14,13 @@ start, each closed loop's users sending the next turn once the reply to the last
 its think time has passed), a draining stage's successor only after its replies. Ids then count
 the requests in the order they were sent.
 
-Nothing waits forever: each request has a timeout (connect, and every read of the stream), and a
-request still running `timeout` after the last arrival is recorded as timed out. A target that
-does not answer before the run starts is a BenchError naming the URL.
+Nothing waits forever, and nothing a server sends is held whole or used unchecked (kvplan.live.bounded):
+each request has a timeout (connect, and every read of the stream), a warm-up prefill must end
+within it in all, a request still running `timeout` after the last arrival is recorded as timed
+out, a line of a stream is at most bounded.MAX_LINE bytes and its token ids are checked. A target
+that does not answer GET /v1/models within CHECK_TIMEOUT seconds in all (however slowly it sends),
+or answers more than bounded.MAX_BODY bytes or anything but a model list, is a BenchError naming the URL
+(target.py).
 """
 
 from __future__ import annotations
@@ -25,26 +29,22 @@ import http.client
 import json
 import os
 import socket
-import ssl
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
-from urllib.parse import urlsplit
 
 from .. import warmup as warm
-from ..errors import Problem, SpecError
+from ..errors import Problem
 from ..resolve import Resolved
 from ..sim import stages
 from ..sim import workload as wl
 from ..sim.load import MAX_REJECTED_IN_A_ROW
 from ..sim.stages import ClosedStage, OpenStage, Staged
 from ..spec.stages import stages_of
+from .bounded import MAX_LINE, Deadline, DeadlineExceeded, connect, json_body, restart
+from .target import API_KEY_ENV, CHECK_TIMEOUT, BenchError, Target, check_target  # noqa: F401 - callers import them from here too
 from .tokens import output_identity, prompt_tokens
-
-
-class BenchError(SpecError):
-    """The run cannot start (a target that does not answer, a model it does not serve)."""
 
 
 @dataclass
@@ -86,46 +86,6 @@ class Outcome:
         return (self.last_token - self.first_token) / (n - 1) if n > 1 else 0.0
 
 
-API_KEY_ENV = "OPENAI_API_KEY"
-"""The variable `--api-key` defaults to, as OpenAI clients and `vllm bench serve` read it."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """An OpenAI-compatible endpoint: http:// or https:// (certificates verified against the system's CAs, or
-    SSL_CERT_FILE), with a path prefix, and the bearer token vLLM's --api-key asks for. The token is never
-    part of the URL, the repr or a saved run."""
-
-    url: str
-    host: str
-    port: int
-    base: str
-    """Path prefix before /v1 (usually empty)."""
-    tls: bool = False
-    api_key: str | None = field(default=None, repr=False, compare=False)
-
-    @classmethod
-    def parse(cls, url: str, api_key: str | None = None) -> "Target":
-        parts = urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BenchError([Problem("--target", f"'{url}' is not an http:// or https:// URL",
-                                      fix="give the vLLM endpoint, e.g. --target http://127.0.0.1:8000")])
-        base = parts.path.rstrip("/")
-        tls = parts.scheme == "https"
-        return cls(f"{parts.scheme}://{parts.netloc}{base}", parts.hostname, parts.port or (443 if tls else 80), base,
-                   tls, api_key or None)
-
-    def connect(self, timeout: float) -> http.client.HTTPConnection:
-        """A connection to the endpoint (TLS for https://)."""
-        if self.tls:
-            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout)
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-
-    def headers(self) -> dict[str, str]:
-        """The Authorization header vLLM's --api-key checks, when a key is given."""
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-
 LATE = 0.05
 """Seconds after its arrival time a chat turn may leave before it counts as `waited`."""
 
@@ -133,68 +93,64 @@ Progress = Callable[[int, int, int, int], None]
 """progress(done, failed, in_flight, total)."""
 
 
-def check_target(target: Target, model: str, timeout: float = 10.0) -> None:
-    """Raise BenchError unless `target` answers GET /v1/models and serves `model`."""
-    try:
-        conn = target.connect(timeout)
-        conn.request("GET", f"{target.base}/v1/models", headers=target.headers())
-        resp = conn.getresponse()
-        body = resp.read()
-        conn.close()
-    except ssl.SSLCertVerificationError as exc:
-        raise BenchError([Problem("--target", f"{target.url}'s TLS certificate is not trusted: {exc.verify_message}",
-                                  fix="trust the CA that signed it: SSL_CERT_FILE=/path/to/ca.pem kvplan ...")]) from None
-    except (OSError, http.client.HTTPException) as exc:
-        raise BenchError([Problem("--target", f"{target.url} does not answer: {exc or type(exc).__name__}",
-                                  fix="start the stack (kvplan deploy SPEC -i INVENTORY) or point --target at "
-                                      "a running vLLM (curl URL/health should print nothing and exit 0)")]) from None
-    if resp.status == 401:
-        raise BenchError([Problem("--api-key", f"{target.url}/v1/models answered HTTP 401: the server wants an API key"
-                                  + (" and refused this one" if target.api_key else ""),
-                                  fix=f"pass the key vLLM was started with: --api-key KEY, or set {API_KEY_ENV}")])
-    if resp.status != 200:
-        raise BenchError([Problem("--target", f"{target.url}/v1/models answered HTTP {resp.status}",
-                                  fix="point --target at vLLM's OpenAI-compatible server")])
-    try:
-        served = [m["id"] for m in json.loads(body)["data"]]
-    except (ValueError, KeyError, TypeError, RecursionError):
-        raise BenchError([Problem("--target", f"{target.url}/v1/models is not an OpenAI model list",
-                                  fix="point --target at vLLM's OpenAI-compatible server")]) from None
-    if model not in served:
-        raise BenchError([Problem("--target", f"{target.url} serves {', '.join(served) or 'no model'}, not {model}",
-                                  fix="deploy this spec there (vLLM's --served-model-name is the spec's model)")])
-
-
 def stream_completion(target: Target, body: dict, timeout: float, clock: Callable[[], float], out: Outcome,
-                      session: int = -1) -> None:
+                      session: int = -1, deadline: Deadline | None = None) -> None:
     """Send one streaming completion and fill `out` (first/last token times, tokens, error). A request of a
-    session names it in an X-Session-ID header, which the router's session_affinity policy routes by."""
+    session names it in an X-Session-ID header, which the router's session_affinity policy routes by.
+
+    However slowly the server sends: the answer's headers, and then each line of the stream, must come whole
+    within `timeout`; the whole request ends within (max_tokens + 2) x `timeout` (and by `deadline` when one is
+    given); a line is at most bounded.MAX_LINE bytes, and a stream that sends more tokens than the request asked
+    for is an error."""
     payload = json.dumps(body).encode()
     headers = {"Content-Type": "application/json", **target.headers()}
     if session >= 0:
         headers["X-Session-ID"] = str(session)
-    conn = target.connect(timeout)
+    asked = body.get("max_tokens")
+    if isinstance(asked, int) and asked >= 0:
+        mine = Deadline.after(timeout * (asked + 2), "the request's deadline")
+        deadline = mine if deadline is None or mine.at < deadline.at else deadline
+    out.sent = clock()
     try:
-        out.sent = clock()
+        conn = connect(target, timeout, deadline)
+    except DeadlineExceeded as exc:
+        out.error = str(exc) if exc.overall else f"timed out after {timeout:g} s without data"
+        return
+    except socket.timeout:
+        out.error = f"timed out after {timeout:g} s without data"
+        return
+    except (OSError, http.client.HTTPException) as exc:
+        out.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return
+    try:
         conn.request("POST", f"{target.base}/v1/completions", payload, headers)
         resp = conn.getresponse()
         if resp.status != 200:
             out.error = f"HTTP {resp.status}: {resp.read(300).decode(errors='replace').strip()}"
             return
         finished = False
-        for line in resp:
+        while True:
+            restart(conn, timeout)                 # each line of the stream comes whole within `timeout`
+            line = resp.readline(MAX_LINE + 1)
+            if not line:
+                break
+            if len(line) > MAX_LINE:
+                out.error = f"a line of the stream is longer than {MAX_LINE:,} bytes: not an OpenAI completion stream"
+                return
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
                 finished = True
                 break
-            chunk = json.loads(data)
+            chunk = json_body(data)
             if "error" in chunk:
-                out.error = f"stream error: {chunk['error']}"
+                out.error = f"stream error: {str(chunk['error'])[:300]}"
                 return
             for choice in chunk.get("choices", ()):
                 ids = choice.get("token_ids") or []
+                if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                    raise TypeError("token_ids is not a list of token ids")
                 if ids:
                     now = clock()
                     if out.first_token < 0:
@@ -202,10 +158,15 @@ def stream_completion(target: Target, body: dict, timeout: float, clock: Callabl
                     out.last_token = now
                     out.received_tokens += len(ids)
                     out.output += ids
+                    if isinstance(asked, int) and out.received_tokens > asked:
+                        out.error = f"the stream sent {out.received_tokens} tokens or more, the request asked for {asked}"
+                        return
         if out.received_tokens == 0:
             out.error = "the stream ended without a token"
         elif not finished:     # http.client reads a cut-off stream (chunked or not) as a clean end: only [DONE] tells
             out.error = f"the stream was cut off after {out.received_tokens} tokens (no data: [DONE])"
+    except DeadlineExceeded as exc:
+        out.error = str(exc) if exc.overall else f"timed out after {timeout:g} s without data"
     except socket.timeout:
         out.error = f"timed out after {timeout:g} s without data"
     except (OSError, http.client.HTTPException, ValueError) as exc:

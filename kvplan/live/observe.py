@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import shutil
 import subprocess
 import time
@@ -31,7 +32,8 @@ import time
 from pydantic import BaseModel, ConfigDict
 
 from ..resolve import Resolved
-from .bench import Target
+from .target import Target
+from .bounded import Deadline, fetch, json_body
 
 VLLM_COUNTERS = {
     "vllm:prompt_tokens_total": "prompt_tokens",
@@ -120,35 +122,44 @@ def parse_metrics(text: str) -> dict[str, float]:
     return {**sums, **{key: sum(v) / len(v) for key, v in gauges.items()}}
 
 
-def _get(target: Target, path: str, timeout: float) -> tuple[int, bytes]:
-    conn = target.connect(timeout)
-    try:
-        conn.request("GET", f"{target.base}{path}", headers=target.headers())
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+DEADLINE_FACTOR = 3
+"""A snapshot's reads of the stack end within this many times the per-request timeout (observe and doctor:
+3 x --timeout); a component not read by then is down, with the deadline as the reason."""
+
+
+def _get(target: Target, path: str, timeout: float, deadline: Deadline | None = None) -> tuple[int, bytes]:
+    return fetch(target, path, timeout, deadline)
+
+
+def misbehaving(values: dict[str, float]) -> str:
+    """What is wrong with counters read from a component ("" when nothing): a count that is NaN, infinite or
+    negative is a misbehaving exporter, not a measurement."""
+    bad = [f"{k} {v:g}" for k, v in sorted(values.items()) if not math.isfinite(v) or v < 0]
+    return f"reports {', '.join(bad)}: not a count (a misbehaving exporter)" if bad else ""
 
 
 def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def observe_vllm(target: Target, timeout: float) -> tuple[Component, dict[str, float] | None]:
+def observe_vllm(target: Target, timeout: float, deadline: Deadline | None = None) -> tuple[Component, dict[str, float] | None]:
     name = f"vllm {target.url}"
     try:
-        status, _ = _get(target, "/health", timeout)
+        status, _ = _get(target, "/health", timeout, deadline)
         if status != 200:
             return Component(name=name, up=False, detail=f"/health answered HTTP {status}"), None
-        status, body = _get(target, "/metrics", timeout)
+        status, body = _get(target, "/metrics", timeout, deadline)
     except (OSError, http.client.HTTPException) as exc:
         return Component(name=name, up=False, detail=_reason(exc)), None
     if status != 200:
         return Component(name=name, up=False, detail=f"/metrics answered HTTP {status}"), None
     try:
-        return Component(name=name, up=True), parse_metrics(body.decode(errors="replace"))
+        values = parse_metrics(body.decode(errors="replace"))
     except ValueError as exc:
         return Component(name=name, up=False, detail=f"/metrics is not Prometheus text: {_reason(exc)}"), None
+    if wrong := misbehaving(values):
+        return Component(name=name, up=False, detail=f"/metrics {wrong}"), None
+    return Component(name=name, up=True), values
 
 
 def lmcache_endpoint(r: Resolved) -> tuple[str, int]:
@@ -173,27 +184,50 @@ def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def observe_lmcache(r: Resolved, timeout: float, api: Target | None = None) -> tuple[Component, dict | None]:
+def _storage_manager(body: bytes) -> dict:
+    """LMCache's `/status` -> its storage_manager object ({} when it has none); ValueError for a body of another
+    shape."""
+    status = json_body(body)
+    manager = status.get("storage_manager", {}) if isinstance(status, dict) else None
+    if not isinstance(manager, dict):
+        raise ValueError("/status is not LMCache's status object (a JSON object with a storage_manager object)")
+    return manager
+
+
+def _status_values(manager: dict) -> tuple[dict[str, float], list[str]]:
+    """l1_used_bytes (when the status has it) and the L2 tiers that are off, from LMCache's storage_manager."""
+    values: dict[str, float] = {}
+    used = manager.get("l1_usage")
+    if isinstance(used, list) and used:
+        if isinstance(used[0], bool) or not isinstance(used[0], (int, float)):
+            raise ValueError(f"/status's storage_manager.l1_usage[0] is {str(used[0])[:40]!r}, not a byte count")
+        values["l1_used_bytes"] = float(used[0])
+    adapters = manager.get("l2_adapters", [])
+    if not isinstance(adapters, list):
+        raise ValueError("/status's storage_manager.l2_adapters is not a list")
+    return values, [_tier_off(a) for a in adapters if isinstance(a, dict) and a.get("is_healthy") is False]
+
+
+def observe_lmcache(r: Resolved, timeout: float, api: Target | None = None,
+                    deadline: Deadline | None = None) -> tuple[Component, dict | None]:
     if api is None:
         api = Target.parse("http://{}:{}".format(*lmcache_endpoint(r)))
     name = f"lmcache {api.url}"
     values: dict[str, float] = {}
     try:
-        status, _ = _get(api, "/healthcheck", timeout)
+        status, _ = _get(api, "/healthcheck", timeout, deadline)
         if status != 200:
             return Component(name=name, up=False, detail=f"/healthcheck answered HTTP {status}"), None
-        status, body = _get(api, "/status", timeout)
+        status, body = _get(api, "/status", timeout, deadline)
         off: list[str] = []
         if status == 200:
-            manager = json.loads(body).get("storage_manager", {})
-            used = manager.get("l1_usage")
-            if isinstance(used, list) and used:
-                values["l1_used_bytes"] = float(used[0])
-            off = [_tier_off(a) for a in manager.get("l2_adapters", []) if isinstance(a, dict) and a.get("is_healthy") is False]
-        status, body = _get(api, "/metrics", timeout)
+            values, off = _status_values(_storage_manager(body))
+        status, body = _get(api, "/metrics", timeout, deadline)
         counters = parse_lmcache_metrics(body.decode(errors="replace")) if status == 200 else None
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return Component(name=name, up=False, detail=_reason(exc)), None
+    if wrong := misbehaving({**values, **(counters or {})}):
+        return Component(name=name, up=False, detail=wrong), None
     if off:
         return Component(name=name, up=False, detail="; ".join(off)), ({**values, **counters} if counters else values or None)
     if counters is None:
@@ -205,10 +239,10 @@ def observe_lmcache(r: Resolved, timeout: float, api: Target | None = None) -> t
 def _tier_off(adapter: dict) -> str:
     """An L2 adapter the server reports unhealthy. LMCache 0.5.6's S3 adapter turns itself off for good after 3
     consecutive connection failures; only a restart turns it on again, which `kvplan deploy` does."""
-    where = adapter.get("endpoint") or adapter.get("base_path") or "?"
+    where = str(adapter.get("endpoint") or adapter.get("base_path") or "?")[:200]
     failures = adapter.get("connection_failures")
-    why = f" after {failures} connection failures" if failures is not None else ""
-    return (f"its L2 tier {adapter.get('type', '?')} ({where}) is off{why}: LMCache no longer reads or writes it "
+    why = f" after {failures} connection failures" if isinstance(failures, int) else ""
+    return (f"its L2 tier {str(adapter.get('type', '?'))[:40]} ({where}) is off{why}: LMCache no longer reads or writes it "
             "until the server restarts (`kvplan deploy` the spec again restarts it)")
 
 
@@ -235,44 +269,54 @@ def lmcache_idle(servers: list[Target], timeout: float = 5.0) -> bool:
 def _server_idle(server: Target, timeout: float) -> bool:
     try:
         status, body = _get(server, "/status", timeout)
-        controllers = json.loads(body).get("storage_manager", {}).get("store_controllers", {}) if status == 200 else {}
+        controllers = _storage_manager(body).get("store_controllers", {}) if status == 200 else {}
     except (OSError, http.client.HTTPException, ValueError):
         return True
-    return all(c.get("pending_keys_count", 0) == 0 and c.get("in_flight_task_count", 0) == 0
+    if not isinstance(controllers, dict):
+        return True                                # not a status it can wait on
+    return all(not isinstance(c, dict) or (c.get("pending_keys_count", 0) == 0 and c.get("in_flight_task_count", 0) == 0)
                for c in controllers.values())
 
 
-def _ceph_json(args: list[str], timeout: float):
+def _ceph_json(args: list[str], timeout: float, deadline: Deadline | None = None):
+    if deadline is not None:
+        if deadline.left() <= 0:
+            raise RuntimeError(f"not read before {deadline.what} ({deadline.seconds:g} s)")
+        timeout = min(timeout, deadline.left())
     done = subprocess.run(args + ["--format", "json"], capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed: {(done.stderr or done.stdout).strip()[-300:]}")
     return json.loads(done.stdout)
 
 
-def observe_ceph(r: Resolved, timeout: float) -> tuple[Component, dict | None]:
+def observe_ceph(r: Resolved, timeout: float, deadline: Deadline | None = None) -> tuple[Component, dict | None]:
     pool = r.ceph.pool_name
     name = f"ceph pool {pool}"
     if shutil.which("ceph") is None:
         return Component(name=name, up=False, detail="no ceph CLI on this host (observe from a Ceph admin host)"), None
     try:
-        df = _ceph_json(["rados", "df"], timeout)
+        df = _ceph_json(["rados", "df"], timeout, deadline)
         row = next((p for p in df["pools"] if p["name"] == pool), None)
         if row is None:
             return Component(name=name, up=False, detail=f"pool {pool} does not exist"), None
         values = {"pool_objects": float(row["num_objects"]), "pool_stored_bytes": float(row["size_bytes"]),
                   "pool_read_bytes": float(row["read_bytes"]), "pool_write_bytes": float(row["write_bytes"])}
-        perf = _ceph_json(["ceph", "osd", "perf"], timeout)
+        perf = _ceph_json(["ceph", "osd", "perf"], timeout, deadline)
         infos = perf.get("osdstats", perf).get("osd_perf_infos", [])
         values["osd_apply_latency_ms_max"] = float(max((i["perf_stats"]["apply_latency_ms"] for i in infos), default=0))
-        stat = _ceph_json(["ceph", "osd", "stat"], timeout)
+        stat = _ceph_json(["ceph", "osd", "stat"], timeout, deadline)
         stat = stat.get("osdmap", stat)
         values["osds"], values["osds_up"] = float(stat["num_osds"]), float(stat["num_up_osds"])
         values["osd_commit_latency_ms_max"] = float(max((i["perf_stats"]["commit_latency_ms"] for i in infos), default=0))
         if r.ceph.access == "s3" and shutil.which("radosgw-admin"):
-            stats = _ceph_json(["radosgw-admin", "bucket", "stats", f"--bucket={r.ceph.rgw_bucket}"], timeout)
+            stats = _ceph_json(["radosgw-admin", "bucket", "stats", f"--bucket={r.ceph.rgw_bucket}"], timeout, deadline)
             values["rgw_objects"] = float(stats.get("usage", {}).get("rgw.main", {}).get("num_objects", 0))
     except (OSError, RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
         return Component(name=name, up=False, detail=_reason(exc)), None
+    except (TypeError, AttributeError) as exc:          # JSON, but not of the shape these commands print
+        return Component(name=name, up=False, detail=f"the ceph CLI's JSON is not as expected ({_reason(exc)})"), None
+    if wrong := misbehaving(values):
+        return Component(name=name, up=False, detail=wrong), None
     return Component(name=name, up=True), values
 
 
@@ -288,11 +332,11 @@ def rgw_url(r: Resolved) -> str:
     return f"http://{_bracketed(r.ceph.rgw_address or r.ceph.rgw_dns_name)}:{r.ceph.rgw_port}"
 
 
-def observe_rgw(r: Resolved, timeout: float) -> Component:
+def observe_rgw(r: Resolved, timeout: float, deadline: Deadline | None = None) -> Component:
     """RGW is up when its S3 port answers HTTP at all (an anonymous GET / is refused or listed: either is an answer)."""
     api = Target.parse(rgw_url(r))
     try:
-        _get(api, "/", timeout)
+        _get(api, "/", timeout, deadline)
     except (OSError, http.client.HTTPException) as exc:
         return Component(name=f"rgw {api.url}", up=False, detail=f"{_reason(exc)}: LMCache cannot read or write its ceph "
                                                                     "tier (is radosgw running? `kvplan deploy` starts it)")
@@ -300,20 +344,22 @@ def observe_rgw(r: Resolved, timeout: float) -> Component:
 
 
 def snapshot(r: Resolved, targets: list[Target], *, lmcache: list[Target] | None = None, ceph: bool = True,
-             timeout: float = 10.0) -> Snapshot:
+             timeout: float = 10.0, deadline: Deadline | None = None) -> Snapshot:
     """Read every component of `r`'s stack once: vLLM at `targets`; LMCache (the servers at `lmcache`, default
     `lmcache_servers`: their counters added up, or None when one of them did not answer) and Ceph (`ceph`: read
-    it with this host's CLI) when the spec has them."""
+    it with this host's CLI) when the spec has them. Each HTTP request ends within `timeout` seconds, and all of them
+    before `deadline` (default: DEADLINE_FACTOR x `timeout` from now); a component not read by then is down."""
+    deadline = deadline or Deadline.after(DEADLINE_FACTOR * timeout)
     components: list[Component] = []
     vllm: dict[str, dict[str, float]] = {}
     for target in targets:
-        component, values = observe_vllm(target, timeout)
+        component, values = observe_vllm(target, timeout, deadline)
         components.append(component)
         if values is not None:
             vllm[target.url] = values
     lmcache_values = None
     if r.lmcache is not None and r.lmcache.mode == "mp":
-        read = [observe_lmcache(r, timeout, server) for server in (lmcache or lmcache_servers(r, targets))]
+        read = [observe_lmcache(r, timeout, server, deadline) for server in (lmcache or lmcache_servers(r, targets))]
         components += [component for component, _ in read]
         if all(values is not None for _, values in read):
             lmcache_values = {}
@@ -322,10 +368,10 @@ def snapshot(r: Resolved, targets: list[Target], *, lmcache: list[Target] | None
                     lmcache_values[key] = lmcache_values.get(key, 0.0) + value
     ceph_values = None
     if ceph and r.ceph is not None and r.lmcache is not None and r.lmcache.tier("ceph") is not None:
-        component, ceph_values = observe_ceph(r, timeout * 3)
+        component, ceph_values = observe_ceph(r, timeout * 3, deadline)
         components.append(component)
         if ceph_values is not None:
             components.append(osds_component(ceph_values))
         if r.ceph.access == "s3":
-            components.append(observe_rgw(r, timeout))
+            components.append(observe_rgw(r, timeout, deadline))
     return Snapshot(taken_at=time.time(), components=components, vllm=vllm, lmcache=lmcache_values, ceph=ceph_values)

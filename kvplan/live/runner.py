@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from ..resolve import Resolved
-from .bench import Bench, Progress, Target, check_target
+from .bench import Bench, Progress
+from .target import CHECK_TIMEOUT, Target, check_target
 from .observe import lmcache_idle, lmcache_servers, observe_ceph, snapshot
 from .observed import BenchRun, columns, derive, write_run
 
@@ -21,16 +22,18 @@ def default_run_dir(r: Resolved, state_dir: Path) -> Path:
 def bench(r: Resolved, spec_text: str, targets: list[Target], out_dir: Path, *, salt: int, seed: int | None = None,
           timeout: float = 120.0, progress: Progress | None = None, router: Target | None = None) -> BenchRun:
     """Replay `r`'s workload against `targets` (through `router` when given) and write `out_dir`/run.json and
-    spec.yaml. The targets are the vLLM instances whatever the route: their counters are what the run observed."""
+    spec.yaml. The targets are the vLLM instances whatever the route: their counters are what the run observed.
+    Checking a target and each read of a counter end within min(`timeout`, CHECK_TIMEOUT) seconds in all."""
+    reads = min(timeout, CHECK_TIMEOUT)      # each check and each read of the counters, in all
     for target in [*targets, *([router] if router else [])]:
-        check_target(target, r.model.name)
+        check_target(target, r.model.name, reads)
     runner = Bench(r, targets, salt=salt, router=router, seed=seed, timeout=timeout, progress=progress)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     warm = runner.run_warmup()
-    before = snapshot(r, targets)
+    before = snapshot(r, targets, timeout=reads)
     outcomes = runner.run()
     settle(r, lmcache_servers(r, targets))
-    after = snapshot(r, targets)
+    after = snapshot(r, targets, timeout=reads)
     run = BenchRun(name=r.name, spec_hash=r.spec_hash, seed=runner.seed_used, salt=salt,
                    targets=[t.url for t in targets], router=router.url if router else None, started_at=started,
                    timeout=timeout, warmup=len(warm),
