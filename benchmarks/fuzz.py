@@ -30,7 +30,7 @@ import fuzzing  # noqa: E402
 from kvplan.errors import SpecError  # noqa: E402
 from kvplan.resolve import resolve  # noqa: E402
 from kvplan.sim.run import Bounds, run  # noqa: E402
-from kvplan.sim.workload import read_trace  # noqa: E402
+from kvplan.sim.trace import read_trace  # noqa: E402
 from kvplan.spec import from_mapping, load  # noqa: E402
 
 HANG_SECONDS = 30

@@ -38,7 +38,7 @@ from kvplan.report.inputs import load as read_result
 from kvplan.resolve import resolve
 from kvplan.sim.replay import read_log
 from kvplan.sim.run import Bounds, run
-from kvplan.sim.workload import read_trace
+from kvplan.sim.trace import read_trace
 from kvplan.validation import from_mapping, load   # what the commands read a spec with: every problem in one round
 
 KVPLAN = str(Path(sys.executable).parent / "kvplan")
