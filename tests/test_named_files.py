@@ -1,6 +1,6 @@
 """A file a spec or command names is read only as what it claims to be, and an error never prints it back.
 
-A trace is JSON lines; a `kvplan report` input is a kvplan result. Pointed at some other file (a password
+A spec is a YAML mapping of spec sections; a trace is JSON lines; a `kvplan report` input is a kvplan result. Pointed at some other file (a password
 file, /proc/self/environ with the cloud keys of the environment, a JSON file of someone's credentials), kvplan
 says what is wrong with it by line number and kind, never by quoting it. A FIFO or device where a file belongs
 is refused at once instead of blocking the command.
@@ -33,6 +33,22 @@ def simulate_with_trace(tmp_path, trace_path) -> str:
     result = CliRunner().invoke(app, ["simulate", str(spec)])
     assert result.exit_code == 1, result.output             # refused as bad input, not a traceback
     return result.output
+
+
+def test_a_password_file_given_as_the_spec_is_not_a_spec_and_is_not_printed(tmp_path):
+    shadow = tmp_path / "shadow"
+    shadow.write_text(SHADOW)              # YAML reads each line as a key: "unknown key 'root:$6$...'" printed it
+    result = CliRunner().invoke(app, ["validate", str(shadow)])
+    assert result.exit_code == 1
+    assert "this is not a kvplan spec: none of its 2 top-level keys is a spec section" in result.output
+    assert "S3cretHash" not in result.output and "daemon" not in result.output
+
+
+def test_a_spec_with_misspelled_sections_still_hears_did_you_mean(tmp_path):
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("nmae: x\nmodle: y\n")
+    result = CliRunner().invoke(app, ["validate", str(typo)])
+    assert "unknown key 'nmae'" in result.output and "did you mean 'name'?" in result.output
 
 
 def test_a_password_file_as_the_trace_is_refused_by_line_number_and_kind_without_printing_it(tmp_path):
