@@ -197,7 +197,8 @@ def main() -> int:
                 elif len(case) == 3:                    # hostile hosts: one that validates must be harmless
                     tally.case(f"#{n[0]} {case[0]} {case[2]}", lambda: _harmless(case, render))
                 else:
-                    tally.case(f"#{n[0]} {case[0]}", lambda: fields.reach(case[0], case[1], render=render))
+                    tally.case(f"#{n[0]} {case[0]} {fields.changes(*case)}",
+                               lambda: fields.reach(case[0], case[1], render=render))
             drive(strategy, count, each)
         return cases
 

@@ -185,6 +185,20 @@ def edge_specs(draw) -> tuple[str, dict]:
     return name, data
 
 
+def changes(name: str, data: Any) -> str:
+    """What a case changed in its example, as `path=value` (for a report of what broke)."""
+    before, out = capped(PARSED[name]), []
+    for path in _leaves(data):
+        try:
+            old = _parent(before, path)[path[-1]]
+        except (KeyError, IndexError, TypeError):
+            old = object()
+        new = _parent(data, path)[path[-1]]
+        if old != new:
+            out.append(f"{'.'.join(map(str, path))}={new!r}")
+    return ", ".join(out)
+
+
 # ---- YAML tags
 
 TAGS = ["!!int 0b102", "!!int 0x", "!!int ''", "!!int 1.5", "!!int 0o9", "!!int 99999999999999999999999",
