@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
-from conftest import example_data, with_changes
+from conftest import REPO, example_data, with_changes
 from kvplan.cli.app import app
 from kvplan.errors import SpecError
 from kvplan.report.inputs import load as load_report_input
@@ -133,3 +134,58 @@ def _raised(function, *args) -> str:
         return str(exc)
     return ""
 
+
+
+def _read_vllm_result(path):
+    from kvplan.gpufit.benchmarks import read_vllm_result
+    from kvplan.spec import load
+
+    return read_vllm_result(path, load(REPO / "examples" / "chat-llama2-13b.yaml"))
+
+
+def _doctor_results(path):
+    from kvplan.cli.doctor import _results
+
+    return _results(str(path), None)
+
+
+def _read_profile(path):
+    from kvplan.spec.profile import read_profile
+
+    return read_profile(path)
+
+
+def _read_run(path):
+    from kvplan.live.observed import read_run
+
+    return read_run(path)
+
+
+def _read_log(path):
+    from kvplan.sim.replay import read_log
+
+    return read_log(str(path))
+
+
+@pytest.mark.parametrize("reader", [_read_vllm_result, _doctor_results, _read_profile, _read_run, _read_log,
+                                    lambda path: read_trace(str(path))],
+                         ids=["calibrate --vllm-result", "doctor --result", "--profile", "--observed",
+                              "workload.replay.path", "workload.trace.path"])
+def test_a_fifo_a_command_or_spec_names_is_refused_without_blocking(tmp_path, reader):
+    fifo = tmp_path / "named.json"
+    os.mkfifo(fifo)
+    outcome: list = []
+    worker = threading.Thread(target=lambda: outcome.append(_raised(reader, fifo)), daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():
+        with open(fifo, "w"):
+            pass
+        pytest.fail("reading the FIFO blocked")
+    assert "FIFO" in outcome[0] or "not a regular file" in outcome[0], outcome
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
+@pytest.mark.parametrize("reader", [_read_log, lambda path: read_trace(str(path))], ids=["replay log", "trace"])
+def test_a_device_that_never_ends_is_refused_not_read(reader):
+    assert "device" in _raised(reader, Path("/dev/zero"))
