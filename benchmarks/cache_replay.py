@@ -39,7 +39,7 @@ def peak_rss_mib() -> float:
 
 def cache_part(trace: Path) -> None:
     from kvplan.sim.eviction import make
-    from kvplan.sim.workload import read_trace
+    from kvplan.sim.trace import read_trace
 
     reqs = read_trace(str(trace))
     keys = [r.content.keys(CHUNK, r.prompt_tokens) for r in reqs]
@@ -104,7 +104,7 @@ def kvplan_lru(stream: list, capacity: int) -> int:
 
 
 def replay_part(trace: Path, pairs: int = 5) -> None:
-    from kvplan.sim.workload import read_trace
+    from kvplan.sim.trace import read_trace
 
     reqs = read_trace(str(trace))
     stream = [k for r in reqs for k in r.content.keys(CHUNK, r.prompt_tokens)]

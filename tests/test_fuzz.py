@@ -1,9 +1,11 @@
 """No input crashes kvplan, hangs it or eats the machine.
 
 Fuzzed inputs (tests/fuzzing.py: every example mutated, YAML texts bent out of shape, Mooncake trace
-lines, replay logs, inventories, result files, and what a server answers) are each accepted or
+lines, replay logs, inventories, result files, and what a server answers; tests/fuzzing_fields.py: changes
+that keep a field's kind, zero and extreme numbers, malformed YAML tags, hostile hosts) are each accepted or
 refused with a SpecError whose rendering prints as text; anything else
-escaping the library is a traceback for the user, and fails here. Hypothesis runs with a fixed seed
+escaping the library is a traceback for the user, and fails here. Most of the field-aware cases get past
+validation: at least MIN_SIMULATED of the changes that keep a field's kind reach the simulator. Hypothesis runs with a fixed seed
 and budget, so CI sees the same cases every time; benchmarks/fuzz.py runs many more by hand. Every
 input that ever broke kvplan is kept in tests/fixtures/fuzz/ and must stay a clean error.
 """
@@ -23,12 +25,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from answering import Answering
 from fuzzing import (EXAMPLES, REGRESSIONS, REPO, mutate, mutated_specs, odd_specs, replay_texts, trace_texts,
                      yaml_texts)
+from fuzzing_fields import (BAD_HOSTS, HOST_FIELDS, HOSTILE, STAGES, capped, edge_specs, hostile_host_specs,
+                            kept_valid_specs, reach, tagged_texts, with_tag)
 from kvplan.cli.console import TextConsole
 from kvplan.deploy import inventory
 from kvplan.errors import SpecError
@@ -38,7 +42,7 @@ from kvplan.report.inputs import load as read_result
 from kvplan.resolve import resolve
 from kvplan.sim.replay import read_log
 from kvplan.sim.run import Bounds, run
-from kvplan.sim.workload import read_trace
+from kvplan.sim.trace import read_trace
 from kvplan.validation import from_mapping, load   # what the commands read a spec with: every problem in one round
 
 KVPLAN = str(Path(sys.executable).parent / "kvplan")
@@ -141,6 +145,75 @@ def test_a_valid_odd_spec_simulates_or_stops_at_its_bound(data):
             run(r, bounds=Bounds(max_wall=10.0))
         except SpecError as exc:
             refused_cleanly(exc)
+
+
+# ---- field-aware cases (tests/fuzzing_fields.py): past validation, into resolve, the simulator, size, render
+
+MIN_SIMULATED = 0.6
+"""The share of `kept_valid_specs` cases that must reach the simulator (about 0.7 measured; benchmarks/fuzz.py)."""
+
+
+def test_most_specs_changed_within_their_fields_kinds_reach_the_simulator():
+    """Each case resolves, simulates and sizes, or is refused cleanly; and most are not refused at all."""
+    reached: dict[str, int] = dict.fromkeys(STAGES, 0)
+
+    @settings(FUZZ, max_examples=max(EXAMPLES_PER_TEST * 2 // 5, 10))
+    @given(kept_valid_specs())
+    def each(case):
+        with bounded():
+            reached[reach(*case)] += 1
+    each()
+    cases = sum(reached.values())
+    assert reached["simulated"] / cases >= MIN_SIMULATED, reached
+
+
+def _set_known(name: str, path: tuple, value) -> tuple[str, dict]:
+    data = capped(yaml.safe_load((REPO / "examples" / name).read_text()))
+    node = data
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+    return name, data
+
+
+@settings(FUZZ, max_examples=max(EXAMPLES_PER_TEST // 4, 10))
+@given(edge_specs())
+@example(_set_known("codegen-70b.yaml", ("workload", "arrivals", "rate"), "0/s"))        # ZeroDivisionError once
+@example(_set_known("local.yaml", ("monitoring", "scrape_interval"), "0s"))
+@example(_set_known("local.yaml", ("serving", "max_num_batched_tokens"), 99999999999999999999999))
+def test_zero_and_extreme_rates_sizes_and_counts_simulate_size_render_or_are_refused(case):
+    with bounded():
+        reach(*case, render=True)
+
+
+@settings(FUZZ, max_examples=max(EXAMPLES_PER_TEST // 3, 10))
+@given(tagged_texts())
+@example(("local.yaml", with_tag("local.yaml", "max_num_seqs", "!!int 0b102")))          # ValueError once
+@example(("local.yaml", with_tag("local.yaml", "model", "!!float 'x'")))                 # ValueError once
+def test_a_value_tagged_as_a_kind_it_is_not_is_read_or_refused(case):
+    name, text = case
+    with bounded():
+        reach(name, text=text)
+
+
+@settings(FUZZ, max_examples=max(EXAMPLES_PER_TEST // 3, 10))
+@given(hostile_host_specs())
+def test_a_hostile_host_in_any_host_field_is_refused(case):
+    """A host reaches /etc/hosts, Prometheus's targets and vLLM's command line: one that validates holds no line
+    break, template, command or quote; every case is refused, or resolves, simulates and renders."""
+    name, data, hosts = case
+    with bounded():
+        outcome = reach(name, data, render=True)
+    if outcome != "refused":
+        assert not [h for h in hosts.values() if HOSTILE.search(h)], (outcome, hosts)
+
+
+@pytest.mark.parametrize("field", HOST_FIELDS, ids=".".join)
+@pytest.mark.parametrize("host", ["fe80::1%eth0\n- hosts: all", "fe80::1%{{ lookup('pipe', 'id') }}", "fe80::1%$(id)"])
+def test_an_ipv6_scope_id_carries_no_line_break_template_or_command(field, host):
+    name, data = _set_known("cluster.yaml", field, host)
+    assert host in BAD_HOSTS
+    assert reach(name, data) == "refused"
 
 
 @pytest.mark.parametrize("case", sorted(REGRESSIONS.glob("*.yaml")), ids=lambda p: p.name)

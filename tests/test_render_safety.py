@@ -8,6 +8,8 @@
   in owner-only folders.
 - The kept keys are trusted only from a regular 0600 file of the user's, and written only into a
   new file, never through a symbolic link; a refused render generates no keys at all.
+- A directory kvplan did not make keeps its mode; a FIFO or a folder where kvplan expects a file (the
+  marker, the keys) is refused at once, neither waited on nor crashed over.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -117,6 +120,72 @@ def test_a_dangling_symlink_as_output_is_refused_and_its_target_not_created(tmp_
         render(resolve(spec("local")), LOCAL, link, KEYS)
     assert "is a symbolic link" in refusal(exc)
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_an_earlier_render_reached_through_a_symlinked_parent_is_refused_and_kept(tmp_path):
+    target = an_earlier_render(tmp_path / "real" / "run")
+    before = snapshot(target)
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    with pytest.raises(SpecError) as exc:
+        render(resolve(spec("local")), LOCAL, tmp_path / "link" / "run", KEYS)
+    assert f"is reached through a symbolic link ({tmp_path / 'link'})" in refusal(exc)
+    assert snapshot(target) == before
+
+
+def test_an_existing_empty_directory_keeps_its_mode(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)                        # a sticky, world-writable folder the user gave as -o
+    root = render(resolve(spec("local")), LOCAL, shared, KEYS).root
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777
+    assert stat.S_IMODE(os.stat(root / "project").st_mode) == 0o700       # what kvplan made is owner-only
+    assert stat.S_IMODE(os.stat(root / "project" / "group_vars" / "all" / "secrets.yml").st_mode) == 0o600
+
+
+def without_blocking(function, *args):
+    """`function(*args)`, failing the test (instead of hanging it) when it has not returned within 20 s; the
+    SpecError it raised, or None."""
+    outcome: list = []
+
+    def call():
+        try:
+            function(*args)
+            outcome.append(None)
+        except SpecError as exc:
+            outcome.append(exc)
+        except BaseException as exc:             # noqa: BLE001 - the test reports what it was
+            outcome.append(exc)
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), f"{function.__name__} blocked"
+    if outcome and not isinstance(outcome[0], (SpecError, type(None))):
+        raise outcome[0]
+    return outcome[0]
+
+
+def unblock(fifo: Path) -> None:
+    """Open the FIFO's other end for a moment, so that a reader a failed test left waiting on it goes on."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:                              # no reader waits: nothing to unblock
+        pass
+
+
+@pytest.mark.parametrize("what", ["fifo", "folder"])
+def test_a_fifo_or_folder_as_the_render_marker_is_refused_without_blocking(tmp_path, what):
+    out = tmp_path / "run"
+    out.mkdir()
+    marker = out / MARKER
+    os.mkfifo(marker) if what == "fifo" else marker.mkdir()
+    try:
+        refused = without_blocking(render, resolve(spec("local")), LOCAL, out, KEYS)
+    finally:
+        if what == "fifo":
+            unblock(marker)
+    assert refused is not None and "is not a kvplan render" in refused.render()
+    assert [p.name for p in out.iterdir()] == [MARKER]
 
 
 def test_a_regular_file_as_output_is_refused_and_kept(tmp_path):
@@ -352,3 +421,28 @@ def test_a_symlinked_secrets_folder_is_refused(tmp_path):
         load_or_create(tmp_path / "state", "local")
     assert "is a symbolic link" in refusal(exc, "state_dir")
     assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("what", ["fifo", "folder"])
+def test_a_fifo_or_folder_as_the_keys_file_is_refused_without_blocking(tmp_path, what):
+    path = keys_file(tmp_path)
+    os.mkfifo(path, 0o600) if what == "fifo" else path.mkdir(mode=0o700)
+    try:
+        refused = without_blocking(load_or_create, tmp_path, "local")
+    finally:
+        if what == "fifo":
+            unblock(path)
+    assert refused is not None
+    assert "is not a regular file" in refused.render() and "remove it" in refused.render()
+
+
+# --- What reaches the deploy's output ---------------------------------------------------------
+
+
+def test_an_escape_sequence_in_a_warm_up_template_name_is_refused_at_validate():
+    # The deploy prints each warm-up prompt's name as its step's label: this one would retitle the terminal.
+    with pytest.raises(SpecError) as exc:
+        spec("local", lmcache__warmup={"templates": [{"name": "faq\x1b]0;owned\x07", "tokens": 64}]})
+    (problem,) = exc.value.problems
+    assert problem.path == "lmcache.warmup.templates[0].name"
+    assert "must be printable text on one line" in problem.message

@@ -404,7 +404,7 @@ def test_ticks_are_round_numbers_covering_the_data():
 @pytest.mark.parametrize("content, says", [
     (None, "no such file"),
     ('{"name": "x", "per_request"', "is not JSON"),
-    ("[1, 2]", "holds a JSON list"),
+    ("[1, 2]", "holds a JSON array"),
     ('{"requests": 3}', "is JSON but not a kvplan result"),
     ('{"results": []}', "holds no results"),
     ('{"name": "x", "spec_hash": "ab", "per_request": {}}', "Field required"),

@@ -14,6 +14,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import Problem, SpecError
+from ..named_file import check_regular
 from ..units import fmt_duration
 from .common import CACHE_HELP, JSON_HELP, ProgressBar, run_cache
 from .console import err, fail as _fail, out, styled
@@ -104,6 +105,7 @@ def _results(path: str, resolved) -> list:
 
     from ..sim.result import SimResult
 
+    check_regular(path, "--result", "write it with kvplan simulate SPEC --out run.json")
     try:
         raw = json.loads(Path(path).read_text())
         runs = raw["results"] if isinstance(raw, dict) and "results" in raw else [raw]

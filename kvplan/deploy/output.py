@@ -5,13 +5,17 @@ replaced. Proof is the marker, `.kvplan-render.json` ("kind": "kvplan-render" an
 every file that render wrote): an earlier render is replaced only when it holds nothing but those
 files, unchanged, and ansible-runner's artifacts/. Then exactly those files are removed, and the
 folders they leave empty. A directory without a marker, with a file the marker does not list or
-a file changed since, with a symbolic link anywhere, or reached through one, is refused before
-anything is written or removed. The marker guards against mistakes, not against forgery: anyone
+a file changed since, with a symbolic link anywhere, or reached through one (-o itself or any folder
+above it a link), is refused before anything is written or removed. A new or empty directory may be
+reached through a linked folder (a symlinked home): nothing there is removed, and every file is created
+new without following links. Whatever stands where a file is expected (a FIFO or a folder as the
+marker) is looked at without opening it for reading, so it can neither block nor crash a render. The marker guards against mistakes, not against forgery: anyone
 who can write a marker can delete the directory's files by hand.
 
 Everything written is owner-only, since the inventory copy and secrets.yml hold secrets (an
 `ansible_become_password`, the RGW keys): each file is created new with mode 0600 (0700 for the
-roles' scripts) in folders of mode 0700, and nothing is written through a symbolic link.
+roles' scripts) in folders of mode 0700 that the render makes, and nothing is written through a
+symbolic link. A directory the render did not make (an existing empty -o) keeps its mode.
 """
 
 from __future__ import annotations
@@ -42,13 +46,17 @@ def _sha256(data: bytes) -> str:
 
 
 def _read_regular(path: Path) -> bytes | None:
-    """The bytes of a regular file; None when it is missing, a symbolic link or not a file."""
+    """The bytes of a regular file; None when it is missing, a symbolic link or not a file (a FIFO is opened
+    without waiting for a writer, and neither it nor a folder is read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as f:
-        return f.read() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
+        return f.read()
 
 
 def _inside(rel: object) -> bool:
@@ -105,6 +113,14 @@ def _not_kvplans(out: Path, rel: str, st: os.stat_result, files: dict[str, str],
     return None
 
 
+def _linked_folder(out: Path) -> Path | None:
+    """The first folder above `out` (as given, made absolute) that is a symbolic link; None when none is."""
+    for folder in reversed(Path(os.path.abspath(out)).parents):
+        if folder.is_symlink():
+            return folder
+    return None
+
+
 def claim(out: Path) -> list[tuple[str, os.stat_result]]:
     """What has to go before rendering into `out`: nothing for a new or empty directory, every
     entry of an earlier kvplan render. Anything else is refused, before anything is touched."""
@@ -120,6 +136,10 @@ def claim(out: Path) -> list[tuple[str, os.stat_result]]:
     tree = _tree(out)
     if not tree:
         return []
+    link = _linked_folder(out)
+    if link is not None:
+        raise _refused(out, f"is reached through a symbolic link ({link}); kvplan never replaces a directory through one",
+                       "give -o the directory's real path, or choose a new directory with -o")
     files = _marker_files(out)
     if files is None:
         raise _refused(out, f"exists, is not empty and is not a kvplan render (it has no valid {MARKER}); "
@@ -153,11 +173,12 @@ class Output:
         self._folder(root)
 
     def _folder(self, path: Path) -> None:
+        """Make `path` a folder of mode 0700; one that is there already (an empty -o) is left as it is."""
         try:
             os.mkdir(path, 0o700)
-            self.folders.append(path)
         except FileExistsError:
-            pass
+            return
+        self.folders.append(path)
         os.chmod(path, 0o700)
 
     def write(self, rel: str, data: str | bytes, executable: bool = False) -> None:

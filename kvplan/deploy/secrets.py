@@ -9,7 +9,7 @@ Where secrets live, kvplan trusts nothing it did not make itself:
 - a file holding secrets is created new (`O_CREAT | O_EXCL | O_NOFOLLOW`, 0600 from its first
   byte), so a link or a file planted at its path is never written through or overwritten;
 - the keys file is reused only when it is a regular file (not a link) of the current user that
-  nobody else can read, holding the two keys. Anything else is refused with the path and a fix.
+  nobody else can read, holding the two keys; a folder or FIFO there is refused without reading it. Anything else is refused with the path and a fix.
 """
 
 from __future__ import annotations
@@ -76,16 +76,18 @@ def _load(path: Path) -> Secrets:
     """The keys in an existing file, if it is safe to trust; FileNotFoundError when there is none."""
     fix = "remove it (kvplan then generates new keys; deploy again so Ceph has them), or chmod 600 it if it is yours"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)     # a FIFO's open would wait for a writer
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):
             raise _refuse("secrets", path, "is a symbolic link; kvplan reads keys only from a file of its own",
                           "remove the link (kvplan then generates new keys), or put the keys file itself there") from None
         raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):                  # a folder or FIFO: refused before it is read
+        os.close(fd)
+        raise _refuse("secrets", path, "is not a regular file (a folder, FIFO or device)",
+                      "remove it (kvplan then generates new keys; deploy again so Ceph has them)")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise _refuse("secrets", path, "is not a regular file", fix)
         if st.st_uid != os.getuid():
             raise _refuse("secrets", path, f"belongs to another user (uid {st.st_uid})",
                           "remove it, or use a --state-dir of your own")

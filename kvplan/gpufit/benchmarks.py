@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import Problem, SpecError
+from ..named_file import check_regular
 from ..resolve import Resolved, StepCoefficients, resolve
 from ..spec import from_mapping
 from ..spec.topology import Topology
@@ -159,6 +160,7 @@ def read_vllm_result(path: str | Path, topo: Topology) -> Benchmark:
     lengths are used when the file has them (saved by default up to vLLM 0.10; later with --save-detailed)."""
     p = Path(path)
     where = f"--vllm-result {p}"
+    check_regular(p, where, "give the file `vllm bench serve --save-result` wrote")
     try:
         data = json.loads(p.read_text())
     except FileNotFoundError:

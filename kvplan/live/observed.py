@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import Problem, SpecError
+from ..named_file import check_regular
 from ..resolve import ResolvedLMCache
 from ..sim.metrics import summary
 from ..sim.result import Summary
@@ -191,6 +192,7 @@ def read_run(path: str | Path) -> BenchRun:
     """A bench run from its directory or its run.json; SpecError naming the file when it is not one."""
     p = Path(path)
     file = p / "run.json" if p.is_dir() else p
+    check_regular(file, "--observed", "give the directory `kvplan bench` printed (it holds run.json)")
     try:
         return BenchRun.model_validate_json(file.read_text())
     except FileNotFoundError:

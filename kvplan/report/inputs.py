@@ -96,6 +96,8 @@ def load(path: str | Path) -> ReportInput:
     """Read and recognise a result file (see the module docstring for the shapes)."""
     path = Path(path)
     try:
+        if path.exists() and not path.is_file() and not path.is_dir():
+            raise _problem(path, "is not a regular file (a FIFO or device)", f"pass the JSON file itself; {WRITE_ONE}")
         text = path.read_text()
     except FileNotFoundError:
         raise _problem(path, "no such file", f"check the path; {WRITE_ONE}") from None
@@ -119,8 +121,8 @@ def load(path: str | Path) -> ReportInput:
         return ReportInput(path, "compare", compare=[_validated(path, CompareRow, row, str(i))
                                                      for i, row in enumerate(data)])
     if not isinstance(data, dict):
-        raise _problem(path, f"holds a JSON {type(data).__name__}, not a kvplan result object",
-                       WRITE_ONE, value=_preview(data))
+        raise _problem(path, f"holds a JSON {_JSON_KIND.get(type(data), 'value')}, not a kvplan result object",
+                       WRITE_ONE)             # its kind, never its content: the path may name some other file
     if "per_request" in data and "spec_hash" in data:
         cost = _cost(path, data.pop("cost", None))
         return ReportInput(path, "result", results=[_validated(path, SimResult, data, "")], cost=cost)
@@ -183,7 +185,7 @@ def _simulate_payload(path: Path, data: dict) -> ReportInput:
         if not isinstance(entry, dict) or set(entry) not in ({"setup", "results"}, {"setup", "result"}) \
                 or not isinstance(entry.get("results", []), list) or entry.get("results") == []:
             raise _problem(path, "each ablation entry is {\"setup\": NAME, \"results\": [{...}, ...]} (one result "
-                                 "per seed)", WRITE_ONE, where=f"ablation.{i}", value=_preview(entry))
+                                 "per seed)", WRITE_ONE, where=f"ablation.{i}")
         if "result" in entry:        # an earlier kvplan kept the first seed only
             runs = [_validated(path, SimResult, entry["result"], f"ablation.{i}.result")]
         else:
@@ -202,9 +204,7 @@ def _cost(path: Path, data: Any):
     return _validated(path, CostBreakdown, data, "cost")
 
 
-def _preview(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+_JSON_KIND = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 __all__ = ["ReportInput", "load"]

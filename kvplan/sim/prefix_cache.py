@@ -29,7 +29,7 @@ walk over a few nodes, not 750 dictionary operations; eviction takes whole or pa
 the head of the queue. Where a request's chain meets a run, comparing the last key they share
 tells whether it follows the whole run: chained keys that differ once differ from there on, so
 where they part is found by a binary search (`_parting`), not by comparing every key. Trace
-replay holds a trace's hash_ids to that rule (workload.read_trace).
+replay holds a trace's hash_ids to that rule (trace.read_trace).
 """
 
 from __future__ import annotations

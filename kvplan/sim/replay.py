@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import Problem, SpecError, did_you_mean
+from ..named_file import not_regular
 from .content import LOG_PREFIX, LOG_PROMPT, OUTPUT, USER_TEXT, Segments
 
 FIELDS = ("arrival", "prompt_tokens", "output_tokens", "prompt", "prefix", "prefix_tokens", "stage", "ttft", "e2e")
@@ -162,6 +163,9 @@ def read_log(path: str) -> Log:
 def _text(file: Path) -> str:
     """The log's text: gzip when the name ends in .gz (and only then), at most MAX_LOG_BYTES of it, UTF-8."""
     claims_gzip = file.suffix == ".gz"
+    kind = not_regular(file)
+    if kind is not None:                         # a FIFO would block the open below, a device never end
+        raise _unreadable(file, f"is {kind}, not a file", "point workload.replay.path at a per-request log")
     try:
         with file.open("rb") as raw:
             is_gzip = raw.read(2) == _GZIP_MAGIC

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag, model_validator
+from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator, model_validator
 
 from ..units import Bandwidth, Duration, Size
 from .base import MAX_INT32, SpecModel
@@ -162,8 +162,17 @@ class Merging(SpecModel):
 
 
 class WarmupTemplate(SpecModel):
-    name: str = Field(min_length=1)
-    """A label for the template (shown in reports)."""
+    name: str = Field(min_length=1, max_length=128)
+    """A label for the template (shown in reports and as the deploy's warm-up step): printable text on one line."""
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        # The deploy prints it as its warm-up step's label: an escape byte would reach the terminal raw.
+        if not value.isprintable():
+            raise ValueError("must be printable text on one line: no line breaks, tabs, escape or other control "
+                             "characters; write a label such as 'support-bot system prompt'")
+        return value
 
     tokens: int = Field(ge=1)
     """Template length in tokens."""

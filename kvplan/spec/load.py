@@ -125,12 +125,27 @@ def _no_bare_slo(data: Any, source: str) -> Any:
     return data
 
 
+def _a_spec_at_all(data: dict, source: str | None) -> None:
+    """Refuse a mapping none of whose keys is a spec section or close to one: some other file (a password file
+    reads as one key per line, a config as its own keys). It is named by its kind and size, never quoted: the
+    path may name a file whose content must not be printed. A spec with misspelled sections still gets its
+    "did you mean"s."""
+    sections = list(Topology.model_fields)
+    if not data or any(isinstance(key, str) and (key in sections or did_you_mean(key, sections)) for key in data):
+        return
+    keys = "its one top-level key is not" if len(data) == 1 else f"none of its {len(data)} top-level keys is"
+    raise SpecError([Problem("", f"this is not a kvplan spec: {keys} a spec section ({', '.join(sections[:4])}, ...) "
+                                 "or close to one",
+                             fix="give the path of a spec file (start from examples/chat-llama2-13b.yaml)")], source)
+
+
 def from_mapping(data: Any, base_dir: str | Path | None = None, source: str | None = None) -> Topology:
     """Validate an already-parsed spec; relative file paths in it are read from `base_dir`."""
     if not isinstance(data, dict):
         kind = "an empty file" if data is None else f"a {type(data).__name__}"
         raise SpecError([Problem("", f"a spec is a YAML mapping of sections, but this is {kind}",
                                  fix="start from examples/chat-llama2-13b.yaml (name, model, serving, workload, ...)")], source)
+    _a_spec_at_all(data, source)
     base = str(base_dir) if base_dir is not None else None
     try:
         return Topology.model_validate(data, context={"base_dir": base})

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import Problem, SpecError
+from ..named_file import check_regular
 from . import bounds
 from .serving import StepModel
 from .topology import Topology
@@ -50,6 +51,7 @@ def _ms(seconds: float | None) -> str | None:
 
 def read_profile(path: str | Path, where: str = "--profile") -> Profile:
     p = Path(path)
+    check_regular(p, where, "give the file `kvplan calibrate -o` wrote")
     try:
         bounds.check_size(p.stat().st_size)
         return Profile.model_validate(bounds.load(p.read_text()))
