@@ -7,6 +7,7 @@ device classes, and `prices.yaml`. A malformed catalog file is reported like a b
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -67,6 +68,8 @@ class DeviceEfficiency(SpecModel):
 class Device(Cited):
     kind: Literal["gpu", "cpu"] = "gpu"
     """gpu, or cpu for a CPU-only host running vLLM's CPU backend."""
+    aliases: list[str] = []
+    """Other names users write for it, as nvidia-smi and PyTorch (so vLLM's logs) print them; each cited."""
     memory: Size
     """Accelerator memory (HBM) capacity."""
     cuda_memory: Size | None = None
@@ -193,12 +196,32 @@ class Catalog(SpecModel):
         return sorted(self.llms)
 
 
+def _product(name: str) -> str:
+    """The product a name starts with, letters then digits: 'h100' of H100-SXM, 'a10' of A10G, 'gen4'."""
+    found = re.match(r"[a-z]*\d+", name.lower())
+    return found.group(0) if found else name.lower()
+
+
 def lookup(table: dict[str, T], name: str, path: str, what: str) -> T:
-    """`table[name]` (case-insensitive), or a SpecError naming `path` with a "did you mean"."""
-    for key, entry in table.items():
-        if key.lower() == name.lower():
+    """`table[name]` by its name or an alias (case-insensitive), or a SpecError naming `path`.
+
+    A name that several entries extend ('H100': H100-SXM, H100-PCIe, H100-NVL) lists them, since the
+    variants differ in what kvplan models (memory bandwidth, links, price); a "did you mean" never
+    crosses to another product (H100 is not a typo of H200)."""
+    key = name.lower()
+    for entry_name, entry in table.items():
+        if entry_name.lower() == key or key in (a.lower() for a in getattr(entry, "aliases", [])):
             return entry
+    variants = sorted(n for n in table if n.lower().startswith(key + "-") or n.lower().startswith(key + " "))
+    if len(variants) > 1:
+        raise SpecError([Problem(path, f"'{name}' is {len(variants)} {what}s in the catalog, which differ in what kvplan "
+                                 "models (memory, bandwidth, links, price)", name, ", ".join(variants),
+                                 "write the one you have (`kvplan catalog` lists each with its figures)")])
+    if len(variants) == 1:
+        return table[variants[0]]
     guess = did_you_mean(name, table)
+    if guess is not None and _product(guess) != _product(name):
+        guess = None
     raise SpecError([Problem(path, f"unknown {what} '{name}'", name, ", ".join(sorted(table)),
                              f"did you mean '{guess}'?" if guess else "pick one that `kvplan catalog` lists")])
 

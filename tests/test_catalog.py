@@ -83,3 +83,45 @@ def test_a_bad_unit_in_the_catalog_names_file_and_field(tmp_path):
     with pytest.raises(SpecError) as info:
         load_catalog(root)
     assert info.value.problems[0].path == "gpus.yaml:gpus[0](A100-40GB).memory_bandwidth"
+
+
+# ---- accelerators as users write them
+
+def test_an_accelerator_is_found_by_the_name_nvidia_smi_prints(catalog):
+    from kvplan.catalog import lookup
+
+    assert lookup(catalog.devices, "NVIDIA H100 80GB HBM3", "serving.gpu", "accelerator").name == "H100-SXM"
+    assert lookup(catalog.devices, "nvidia h200", "serving.gpu", "accelerator").name == "H200"
+    assert lookup(catalog.devices, "h100-pcie", "serving.gpu", "accelerator").name == "H100-PCIe"
+
+
+def test_a_name_several_accelerators_share_lists_them_instead_of_guessing(catalog):
+    """nvidia-smi and vLLM's docs say "H100"; the SXM, PCIe and NVL parts differ in bandwidth, links and price."""
+    from kvplan.catalog import lookup
+
+    with pytest.raises(SpecError) as exc:
+        lookup(catalog.devices, "H100", "serving.gpu", "accelerator")
+    [problem] = exc.value.problems
+    assert problem.allowed == "H100-NVL, H100-PCIe, H100-SXM" and "H200" not in str(exc.value)
+    assert "write the one you have" in problem.fix
+
+
+def test_a_suggestion_never_crosses_to_another_product(catalog):
+    from kvplan.catalog import lookup
+
+    with pytest.raises(SpecError) as exc:
+        lookup(catalog.devices, "H300", "serving.gpu", "accelerator")
+    assert "did you mean" not in exc.value.problems[0].fix          # H200 and H100 are other products
+    with pytest.raises(SpecError) as exc:
+        lookup(catalog.devices, "A10", "serving.gpu", "accelerator")
+    assert exc.value.problems[0].fix == "did you mean 'A10G'?"
+
+
+def test_plan_takes_the_names_the_spec_takes():
+    from kvplan.plan.search import plan
+    from kvplan.spec.slo import Slo
+    from conftest import spec
+
+    with pytest.raises(SpecError) as exc:
+        plan(spec("local"), 1.0, slo=Slo(ttft_p99=1.0), gpus=["H100"])
+    assert exc.value.problems[0].path == "--gpu" and "H100-SXM" in exc.value.problems[0].allowed

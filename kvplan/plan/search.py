@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from pydantic_core import PydanticCustomError
 
-from ..catalog import Catalog, load_catalog
+from ..catalog import Catalog, load_catalog, lookup
 from ..cost import CostBreakdown, cost_of
-from ..errors import Problem, SpecError, did_you_mean
+from ..errors import Problem, SpecError
 from ..resolve import Resolved, accelerator_problems, resolve
 from ..sim.result import SimResult
 from ..sim.slo_watch import SloMiss
@@ -239,13 +239,15 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
                                  f"arrival rate (or scale it with workload.{kind}.time_scale and simulate it)")])
     if gpus:
         problems = []
+        named = []
         for name in gpus:
-            if not any(k.lower() == name.lower() for k in catalog.devices):
-                guess = did_you_mean(name, catalog.devices)
-                problems.append(Problem("--gpu", f"unknown accelerator '{name}'", name, ", ".join(sorted(catalog.devices)),
-                                        f"did you mean '{guess}'?" if guess else "pick one that `kvplan catalog` lists"))
+            try:
+                named.append(lookup(catalog.devices, name, "--gpu", "accelerator").name)
+            except SpecError as exc:
+                problems += exc.problems
         if problems:
             raise SpecError(problems)
+        gpus = named
     if not 0 <= headroom <= 10:
         raise SpecError([Problem("--headroom", "outside 0 to 10 (0 % to 1000 %)", str(headroom), "0 to 10",
                                  "write it like --headroom 25%")])
