@@ -16,7 +16,7 @@ import typer
 from ..errors import Problem, SpecError
 from ..named_file import check_regular
 from ..units import fmt_duration
-from .common import CACHE_HELP, JSON_HELP, ProgressBar, run_cache
+from .common import CACHE_HELP, ProgressBar, run_cache
 from .console import err, fail as _fail, out, styled
 from .live import LIVE_TIMEOUT_HELP
 
@@ -39,7 +39,8 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
            write: Optional[str] = typer.Option(None, "--write", help="Write the spec with the fixes doctor proved applied to "
                                                                     "this file: the cheapest that meets the SLO first, and "
                                                                     "several only when simulated together."),
-           as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+           as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON on stdout instead of tables "
+                                                              "(`kvplan report` renders it as a page)."),
            timeout: float = typer.Option(10.0, "--timeout", min=0.1, help=LIVE_TIMEOUT_HELP),
            workers: int = typer.Option(1, "--workers", min=1, max=256, help="Simulations run in parallel."),
            cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),

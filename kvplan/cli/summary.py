@@ -127,4 +127,14 @@ def catalog_tables(cat: Catalog) -> list[Table]:
         ceph.add_row(c.name, fmt_bandwidth(c.osd_read_bandwidth), fmt_bandwidth(c.osd_write_bandwidth),
                      fmt_count(c.osd_read_iops), fmt_count(c.osd_write_iops), fmt_duration(c.read_latency),
                      fmt_duration(c.write_latency))
-    return [llm, dev, nvme, nics, ceph]
+    prices = Table(title="Prices (USD; each cited in models/prices.yaml, how kvplan uses them: docs/planning.md)",
+                   title_justify="left")
+    for col in ("what", "per", "name", "USD"):
+        prices.add_column(col)
+    per = {"gpu_hour": ("accelerator", "GPU-hour"), "ddr_gb_month": ("ddr", "GB-month"),
+           "nvme_gb_month": ("nvme", "GB-month"), "ceph_raw_gb_month": ("ceph, raw", "GB-month"),
+           "nic_port_month": ("NIC port", "month")}
+    for field, (what, unit) in per.items():
+        for price in getattr(cat.prices, field):
+            prices.add_row(what, unit, price.name, f"{price.usd:g}")
+    return [llm, dev, nvme, nics, ceph, prices]
