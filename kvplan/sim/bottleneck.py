@@ -36,7 +36,8 @@ class Bottleneck:
     name: str
     """A link's name as in SimResult.links (e.g. nvme/0, pcie-h2d/1, osds/ceph0), or "engines"."""
     busy: float
-    """Its load: the share of the run a link was busy, or how full the engines' batches were (mean over instances)."""
+    """Its load: the share of the run a link was busy, or for the engines the share of the run requests queued at
+    full batches (engine_load; mean over instances)."""
     waits: str
     """What waits on it, in words."""
     fix: str
@@ -107,7 +108,7 @@ def engine_load(result: SimResult) -> float:
 
 
 def bottleneck(result: SimResult) -> Bottleneck:
-    """The busiest of the run's engines and links, with what waits on it and what relieves it.
+    """The most loaded of the run's engines and links, with what waits on it and what relieves it.
 
     Ties go to the engines, then to the first link in the result's order, so the verdict is deterministic."""
     engines = engine_load(result)
