@@ -581,6 +581,14 @@ def _accelerator_memory(model: Architecture, device: Device, s, catalog: Catalog
     non_kv = s.activation_memory if s.activation_memory is not None else profiled.non_kv if profiled else 0
     if s.kv_cache_memory is not None:
         kv_budget = s.kv_cache_memory
+        if kv_budget < block_bytes_per_rank:    # no block at all: vLLM refuses to start, the simulator has no room
+            problems.append(Problem("serving.kv_cache_memory", f"holds no KV block: one block of {s.block_size} tokens "
+                                    f"is {fmt_bytes(block_bytes_per_rank)} per rank ({fmt_bytes(per_rank_token)}/token)",
+                                    s.kv_cache_memory, f"at least one block's worth, {fmt_bytes(block_bytes_per_rank)}",
+                                    f"give enough for max_model_len ({max_model_len} tokens = "
+                                    f"{fmt_bytes(per_rank_token * max_model_len)} per rank)"
+                                    + ("" if device.kind == "cpu" else ", or leave it out to let "
+                                       "gpu_memory_utilization size it")))
         need = weight_bytes_per_gpu + non_kv + kv_budget
         if need > device.memory:
             problems.append(Problem("serving.kv_cache_memory", f"weights ({fmt_bytes(weight_bytes_per_gpu)} per device) + activation "
@@ -593,7 +601,7 @@ def _accelerator_memory(model: Architecture, device: Device, s, catalog: Catalog
     kv_budget = max(kv_budget, 0)
     hbm_blocks = kv_budget // block_bytes_per_rank
     hbm_tokens = hbm_blocks * s.block_size
-    if kv_budget > 0 and hbm_tokens < max_model_len:
+    if kv_budget > 0 and hbm_tokens < max_model_len and (hbm_blocks > 0 or s.kv_cache_memory is None):
         problems.append(Problem("serving.max_model_len", f"one {max_model_len}-token sequence does not fit: {device.name} has "
                                 f"{fmt_bytes(kv_budget)} for KV per GPU = {hbm_tokens} tokens at "
                                 f"{fmt_bytes(per_rank_token)}/token per rank", max_model_len, f"1..{hbm_tokens}",

@@ -219,20 +219,31 @@ Bandwidth = Annotated[float, BeforeValidator(parse_bandwidth), _schema("25GB/s",
 SessionRate = Annotated[float, BeforeValidator(parse_session_rate), _schema("4.7sessions/s", SESSION_RATE_HELP)]
 
 
-def _more_than_zero(kind: str, help_text: str) -> AfterValidator:
-    """A rate an open loop runs at: 0 would send nothing, and every gap between arrivals would be infinite."""
+MAX_ARRIVAL_RATE = 1e6
+"""The fastest open loop kvplan simulates or sends, per second: a million requests (or sessions) a second is
+thousands of times what a vLLM instance serves, and far below the rates (1e300/s) whose arrivals, drawn in batches,
+ask numpy for arrays past its largest dimension."""
+
+
+def _open_loop(kind: str, help_text: str) -> AfterValidator:
+    """A rate an open loop runs at: 0 would send nothing, and every gap between arrivals would be infinite; above
+    MAX_ARRIVAL_RATE no cluster serves it, and its draws do not fit in memory."""
     def check(value: float) -> float:
         if value <= 0:
             raise _error("{kind} of 0 sends nothing (the gap between arrivals would be infinite): it must be more "
                          "than 0", help_text, kind=kind)
+        if value > MAX_ARRIVAL_RATE:
+            raise _error(f"{{kind}} of {value:g}/s is more than the {MAX_ARRIVAL_RATE:g}/s kvplan simulates "
+                         f"(thousands of times what a vLLM instance serves): it must be more than 0 and at most "
+                         f"{MAX_ARRIVAL_RATE:g}/s", help_text, kind=kind)
         return value
     return AfterValidator(check)
 
 
-ArrivalRate = Annotated[Rate, _more_than_zero("a request rate", RATE_HELP)]
-"""Requests per second of an open loop: more than 0."""
-SessionArrivalRate = Annotated[SessionRate, _more_than_zero("a session rate", SESSION_RATE_HELP)]
-"""New sessions per second of an open loop: more than 0."""
+ArrivalRate = Annotated[Rate, _open_loop("a request rate", RATE_HELP)]
+"""Requests per second of an open loop: more than 0, at most MAX_ARRIVAL_RATE."""
+SessionArrivalRate = Annotated[SessionRate, _open_loop("a session rate", SESSION_RATE_HELP)]
+"""New sessions per second of an open loop: more than 0, at most MAX_ARRIVAL_RATE."""
 
 
 # ---- writing a value back in the spec's grammar ------------------------------------------

@@ -110,7 +110,10 @@ EDGES = {
 
 KNOWN = [(("workload", "arrivals", "rate"), "0/s"), (("workload", "arrivals", "session_rate"), "0/s"),
          (("monitoring", "scrape_interval"), "0s"), (("serving", "max_num_batched_tokens"), 99999999999999999999999),
-         (("serving", "max_num_seqs"), 0), (("lmcache", "chunk_size"), 0)]
+         (("serving", "max_num_seqs"), 0), (("lmcache", "chunk_size"), 0), (("serving", "kv_cache_memory"), "0B"),
+         (("workload", "sessions", "turns"), 2 ** 31), (("workload", "prompt", "max"), 2 ** 63),
+         (("workload", "output"), 2 ** 63), (("workload", "shared_prefixes", "tokens"), 2 ** 63),
+         (("workload", "arrivals", "rate"), "1e300/s")]
 """Edges that once crashed kvplan (issue 49), set even where the example leaves the field out."""
 
 
@@ -177,11 +180,11 @@ def edge_specs(draw) -> tuple[str, dict]:
         path, value = draw(st.sampled_from(KNOWN))
         _set(data, path, value)
         return name, data
-    numbers = [p for p in _leaves(data) if _kind(_parent(data, p)[p[-1]]) is not None
-               and p[:2] != ("workload", "requests")]
+    kinds = {p: _kind(_parent(data, p)[p[-1]]) for p in _leaves(data) if p[:2] != ("workload", "requests")}
+    numbers = [p for p, kind in kinds.items() if kind is not None]
     for _ in range(draw(st.integers(1, 2))):
-        path = draw(st.sampled_from(numbers))
-        _parent(data, path)[path[-1]] = draw(st.sampled_from(EDGES[_kind(_parent(data, path)[path[-1]])]))
+        path = draw(st.sampled_from(numbers))       # the kind as the example writes it: an edge set before may not
+        _parent(data, path)[path[-1]] = draw(st.sampled_from(EDGES[kinds[path]]))   # read as one ("0" has no unit)
     return name, data
 
 

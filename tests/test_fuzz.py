@@ -181,6 +181,10 @@ def _set_known(name: str, path: tuple, value) -> tuple[str, dict]:
 @example(_set_known("codegen-70b.yaml", ("workload", "arrivals", "rate"), "0/s"))        # ZeroDivisionError once
 @example(_set_known("local.yaml", ("monitoring", "scrape_interval"), "0s"))
 @example(_set_known("local.yaml", ("serving", "max_num_batched_tokens"), 99999999999999999999999))
+@example(_set_known("local.yaml", ("serving", "kv_cache_memory"), "0B"))                   # ZeroDivisionError once
+@example(_set_known("chat-llama2-13b.yaml", ("workload", "sessions", "turns"), {"dist": "uniform", "max": 2 ** 31}))
+@example(_set_known("chat-llama2-13b.yaml", ("workload", "shared_prefixes", "tokens"), 2 ** 63))  # int64 overflow
+@example(_set_known("codegen-70b.yaml", ("workload", "arrivals", "rate"), "1e300/s"))     # numpy's dimension once
 def test_zero_and_extreme_rates_sizes_and_counts_simulate_size_render_or_are_refused(case):
     with bounded():
         reach(*case, render=True)

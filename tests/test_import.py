@@ -170,3 +170,32 @@ def test_a_malformed_yaml_tag_in_an_lmcache_config_is_an_error_naming_the_line(t
                            "--lmcache", str(config)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "YAML error at line 2" in done.stderr and "cannot be read from" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("text", ["root:$6$s3cr3t-hash:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n",
+                                  "password: s3cr3t-hash\n", "s3cr3t-hash\n", "- s3cr3t-hash\n", ""])
+def test_a_file_that_is_not_an_lmcache_config_is_refused_without_quoting_it(tmp_path, text):
+    # issue 49: `kvplan import --lmcache /etc/shadow` printed the file's lines as "not imported: ..." warnings
+    config = tmp_path / "shadow"
+    config.write_text(text)
+    done = subprocess.run([KVPLAN, "import", "--vllm", "vllm serve meta-llama/Llama-3.1-8B", "--gpu", "H100-SXM",
+                           "--lmcache", str(config)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "shadow is not an LMCache config" in done.stderr, done.stderr
+    assert "s3cr3t" not in done.stdout + done.stderr
+
+
+def test_an_lmcache_config_with_one_key_lmcache_reads_is_imported_and_its_other_keys_listed():
+    imported = from_vllm_command("vllm serve meta-llama/Llama-3.1-8B", "H100-SXM")
+    add_lmcache_config(imported, {"chunk_size": 256, "enable_blending": True, "my_own_key": 1}, "lmcache.yaml")
+    assert imported.spec["lmcache"]["chunk_size"] == 256
+    assert [where for where, _ in imported.unmapped] == ["lmcache.yaml: enable_blending", "lmcache.yaml: my_own_key"]
+
+
+def test_a_mapping_of_no_lmcache_setting_is_refused_by_its_number_of_keys():
+    imported = from_vllm_command("vllm serve meta-llama/Llama-3.1-8B", "H100-SXM")
+    with pytest.raises(SpecError) as exc:
+        add_lmcache_config(imported, {"user": "x", "token": "y"}, "secrets.yaml")
+    [p] = exc.value.problems
+    assert p.path == "--lmcache" and "none of its 2 top-level keys is a setting LMCache reads" in p.message
+    assert "user" not in exc.value.render() and "token" not in exc.value.render()

@@ -201,3 +201,63 @@ def test_options_that_switch_cephx_off_are_refused_unless_the_spec_says_so(optio
 def test_allow_no_auth_left_at_its_default_keeps_the_spec_hash():
     assert spec("local").spec_hash() == spec("local", ceph__allow_no_auth=False).spec_hash()
     assert spec("local").spec_hash() != spec("local", ceph__allow_no_auth=True).spec_hash()
+
+
+def test_a_kv_cache_of_zero_bytes_is_refused_with_the_size_of_one_block():
+    # issue 49: serving.kv_cache_memory: 0B resolved to zero KV blocks and the simulator divided by zero
+    p = problems(serving__kv_cache_memory="0B")["serving.kv_cache_memory"]
+    assert "holds no KV block: one block of 16 tokens is 12.5 MiB per rank" in p.message, p
+    assert p.allowed == "at least one block's worth, 12.5 MiB" and "enough for max_model_len" in p.fix, p
+
+
+def test_a_kv_cache_smaller_than_one_block_is_refused_once_on_its_own_field():
+    found = problems(serving__kv_cache_memory="1MiB")
+    assert "holds no KV block" in found["serving.kv_cache_memory"].message
+    assert "serving.max_model_len" not in found          # not also "1..0 tokens" for the sequence length
+
+
+@pytest.mark.parametrize("turns", [2 ** 31, 1001, {"dist": "uniform", "min": 1, "max": 2 ** 31}])
+def test_a_session_of_more_than_a_thousand_turns_is_refused_with_the_range(turns):
+    # issue 49: workload.sessions.turns.max: 2147483648 made numpy ask for 7.9 TiB
+    p = problems(workload__sessions__turns=turns)["workload.sessions.turns"]
+    assert "turns must be from 1 to 1000" in p.message and p.fix == "give 1000 turns or fewer", p
+
+
+def test_a_lognormal_number_of_turns_needs_a_max():
+    p = problems(workload__sessions__turns={"dist": "lognormal", "mean": 4, "cv": 1})["workload.sessions.turns"]
+    assert "needs max (from 1 to 1000)" in p.message and p.fix == "add max: 16", p
+
+
+def test_a_thousand_turns_is_allowed():
+    resolve(spec(workload__sessions__turns=1000))
+
+
+@pytest.mark.parametrize("field", ["workload__prompt__max", "workload__output__mean", "workload__prompt__min",
+                                   "workload__shared_prefixes__tokens"])
+def test_a_token_count_past_a_32_bit_integer_is_refused_with_the_range(field):
+    # issue 49: workload.prompt.max, output.mean and shared_prefixes.tokens of 2^63 overflowed int64 in the draws
+    found = problems(**{field: 2 ** 63})
+    [p] = [p for path, p in found.items() if path.startswith(field.replace("__", "."))]
+    assert p.allowed.endswith(" to 2147483647") or p.allowed.endswith("at most 2147483647"), p
+
+
+@pytest.mark.parametrize("example, field, rate", [("codegen-70b", "workload__arrivals__rate", "1e300/s"),
+                                                  ("chat-llama2-13b", "workload__arrivals__session_rate", "1e300/s"),
+                                                  ("codegen-70b", "workload__arrivals__rate", "1000001/s")])
+def test_an_arrival_rate_past_a_million_a_second_is_refused_with_the_range(example, field, rate):
+    # issue 49: a rate of 1e300/s asked numpy for arrays past its largest dimension
+    p = problems(example, **{field: rate})[field.replace("__", ".")]
+    assert "kvplan simulates" in p.message and "more than 0 and at most 1e+06/s" in p.message, p
+
+
+def test_a_stage_rate_past_a_million_a_second_is_refused_with_the_range():
+    stages = [{"rate": "8/s", "duration": "1min"}, {"rate": "1e300/s", "duration": "1min"}]
+    found = problems("codegen-70b", workload__stages=stages, workload__requests=None)
+    [p] = [p for path, p in found.items() if path.startswith("workload.stages") and path.endswith("rate")]
+    assert "at most 1e+06/s" in p.message, p
+
+
+def test_a_rescaled_poisson_load_of_more_arrivals_than_it_can_draw_at_once_is_refused():
+    stages = [{"rate": "1e6/s", "duration": "1h", "process": "rescaled_poisson"}]
+    p = problems("codegen-70b", workload__stages=stages, workload__requests=None)["workload.stages[0]"]
+    assert "int(1e+06 x 3600) is more than the 10,000,000 it draws" in p.message and "process: poisson" in p.fix, p

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import Problem, SpecError
+from ..errors import SpecError
 from .common import STDOUT
 from .console import err, fail as _fail, warn
 
@@ -74,11 +74,7 @@ def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vl
         elif bench is not None and gpu is not None:
             imported = spec_of(bench, gpu, name)
         if lmcache is not None:
-            config = read_yaml(lmcache)
-            if not isinstance(config, dict):
-                raise SpecError([Problem("--lmcache", "an LMCache config is a YAML mapping", lmcache,
-                                         fix="give the file LMCACHE_CONFIG_FILE names")])
-            add_lmcache_config(imported, config, Path(lmcache).name)
+            add_lmcache_config(imported, read_yaml(lmcache), Path(lmcache).name)
         if lmcache_server is not None:
             add_lmcache_server(imported, lmcache_server)
     except SpecError as exc:

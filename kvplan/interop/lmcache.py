@@ -10,7 +10,7 @@ import shlex
 from typing import Any
 
 from ..deploy.stack import MP_POLICY
-from ..errors import Problem, SpecError
+from ..errors import Problem, SpecError, did_you_mean
 from ..resolve import MP_EVICTION_RATIO, MP_EVICTION_WATERMARK
 from .imported import Imported, read_int
 
@@ -23,9 +23,41 @@ SET_BY_KVPLAN_LMCACHE = {"remote_serde": "kvplan writes naive for its Ceph tier"
                          "extra_config": "kvplan writes the S3 settings of its own Ceph tier"}
 
 
+READ_WITH_A_TIER = ("local_cpu", "max_local_cpu_size", "local_disk", "max_local_disk_size", "cache_policy", "remote_url")
+"""LMCache engine config keys kvplan reads into a tier (ddr, nvme) or names as one it cannot import (remote_url)."""
+
+OTHER_LMCACHE_KEYS = ("enable_blending", "blend_recompute_ratio", "blend_min_tokens", "blend_special_str", "enable_p2p",
+                      "lookup_url", "distributed_url", "enable_controller", "lmcache_instance_id", "controller_url",
+                      "lmcache_worker_port", "error_handling", "use_layerwise", "enable_pd", "pd_role",
+                      "internal_api_server_enabled", "numa_mode", "blocking_timeout_secs", "external_lookup_client")
+"""Keys of LMCache's engine config that kvplan has no setting for (listed as not imported when given)."""
+
+KNOWN_LMCACHE_KEYS = (*LMCACHE_KEYS, *READ_WITH_A_TIER, *SET_BY_KVPLAN_LMCACHE, *OTHER_LMCACHE_KEYS)
+
+
+def an_lmcache_config_at_all(config: Any, source: str) -> dict[str, Any]:
+    """`config`, refused unless it is a mapping with at least one key LMCache reads (or close to one): any other
+    file given as --lmcache (a password file reads as one key per line) would have its lines listed as keys not
+    imported. It is described by its kind and number of keys, never quoted."""
+    if not isinstance(config, dict):
+        kind = "an empty file" if config is None else f"a YAML {type(config).__name__}"
+        raise SpecError([Problem("--lmcache", f"{source} is not an LMCache config: an LMCache config is a YAML mapping "
+                                 f"of settings, and this is {kind}",
+                                 fix="give the file LMCACHE_CONFIG_FILE names (chunk_size: 256, local_cpu: true, ...)")])
+    if any(isinstance(key, str) and (key in KNOWN_LMCACHE_KEYS or did_you_mean(key, KNOWN_LMCACHE_KEYS))
+           for key in config):
+        return config
+    keys = "its one top-level key is not" if len(config) == 1 else f"none of its {len(config)} top-level keys is"
+    raise SpecError([Problem("--lmcache", f"{source} is not an LMCache config: {keys} a setting LMCache reads "
+                             "(chunk_size, local_cpu, max_local_cpu_size, ...) or close to one",
+                             fix="give the file LMCACHE_CONFIG_FILE names")])
+
+
 def add_lmcache_config(imported: Imported, config: dict[str, Any], source: str) -> None:
     """Fold an LMCache engine config (LMCACHE_CONFIG_FILE's YAML, sizes in GB per GPU) into the imported spec's
-    lmcache section (in-process mode, as that file configures)."""
+    lmcache section (in-process mode, as that file configures). A file that is not one is refused unquoted
+    (an_lmcache_config_at_all)."""
+    config = an_lmcache_config_at_all(config, source)
     serving = imported.spec["serving"]
     ranks = int(serving.get("tensor_parallel", 1))
     section = imported.spec.setdefault("lmcache", {"mode": "inprocess"})

@@ -138,7 +138,8 @@ class Serving(SpecModel):
 
     kv_cache_memory: Size | None = None
     """KV-cache memory per accelerator, overriding gpu_memory_utilization (vLLM --kv-cache-memory-bytes;
-    VLLM_CPU_KVCACHE_SPACE on a CPU device, where it is required)."""
+    VLLM_CPU_KVCACHE_SPACE on a CPU device, where it is required). At least one KV block (block_size tokens of the
+    model's KV per rank); enough for max_model_len to serve a whole sequence."""
 
     activation_memory: Size | None = None
     """Memory per accelerator that is neither weights nor KV cache (activation peak, non-torch memory such as

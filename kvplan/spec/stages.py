@@ -52,6 +52,9 @@ Process = Literal["poisson", "gamma", "constant", "rescaled_poisson"]
 
 MAX_STAGES = 1000
 MAX_USERS = 1_000_000
+MAX_RESCALED = 10_000_000
+"""The most arrivals a rescaled_poisson load may have: it draws all of its int(rate x duration) arrivals at once (to
+rescale their gaps to fill the duration), 160 MB of numbers at this bound; poisson draws its arrivals as it goes."""
 
 
 def without_unset(model: SpecModel, data: dict, names: tuple[str, ...]) -> dict:
@@ -69,11 +72,11 @@ class Stage(SpecModel):
     passed or it has sent `requests` requests (an open loop may have both: whichever comes first)."""
 
     rate: ArrivalRate | None = None
-    """Requests per second: an open loop (a workload without sessions). Exclusive with concurrency."""
+    """Requests per second: an open loop (a workload without sessions), at most 1e6/s. Exclusive with concurrency."""
 
     session_rate: SessionArrivalRate | None = None
-    """New sessions per second: an open loop of a workload with sessions, each session bringing several requests.
-    Exclusive with concurrency."""
+    """New sessions per second: an open loop of a workload with sessions, each session bringing several requests
+    (at most 1e6/s). Exclusive with concurrency."""
 
     concurrency: int | None = Field(None, ge=1, le=MAX_USERS)
     """Users in a closed loop, each sending its next request once the reply to its last one has come. Exclusive with
@@ -179,6 +182,9 @@ def problems(topo: "Topology") -> Iterator[Problem]:
     yield from _one_rate(w)
     if w.stages is None:
         if a.concurrency is None:
+            if a.process == "rescaled_poisson" and w.kind not in REPLAYED:
+                one = Stage(rate=a.starts_per_s, duration=w.duration, requests=w.requests)
+                yield from _rescaled_fits(one, "workload", "workload.duration", "workload.requests")
             return
         if w.kind in REPLAYED:
             yield Problem("workload.arrivals.concurrency", f"{REPLAYED[w.kind]} is replayed at its own timestamps, not "
@@ -262,6 +268,22 @@ def _stage(s: Stage, path: str, default_process: str) -> Iterator[Problem]:
             and (s.process or default_process) == "rescaled_poisson" and int(s.rate * s.duration) < 1:
         yield Problem(path, f"rescaled_poisson sends int(rate x duration) = int({s.rate:g} x {s.duration:g}) = 0 "
                       "requests", None, fix="raise the rate or the duration, or use process: poisson")
+    elif s.rate is not None and s.rate > 0 and (s.process or default_process) == "rescaled_poisson":
+        yield from _rescaled_fits(s, path, f"{path}.duration", f"{path}.requests")
+
+
+def _rescaled_fits(s: Stage, path: str, duration: str, requests: str) -> Iterator[Problem]:
+    """A rescaled_poisson load draws all its arrivals at once: at most MAX_RESCALED of them."""
+    if s.duration is None and s.requests is None:
+        return                                   # no end: reported as such
+    n = s.rate * s.duration if s.duration is not None else s.requests
+    if n > MAX_RESCALED:
+        how = f"int(rate x duration) = int({s.rate:g} x {s.duration:g})" if s.duration is not None else \
+            f"its requests, {s.requests}"
+        yield Problem(path, f"rescaled_poisson draws all its arrivals at once, and {how} is more than the "
+                      f"{MAX_RESCALED:,} it draws", None, f"rate x duration (or requests) from 1 to {MAX_RESCALED:,}",
+                      f"shorten {duration} or lower {requests}, lower the rate, or use process: poisson (drawn as it "
+                      "goes)")
 
 
 def _one_rate(w: "Workload") -> Iterator[Problem]:

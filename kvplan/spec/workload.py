@@ -19,7 +19,7 @@ from pydantic import (Field, SerializerFunctionWrapHandler, ValidationInfo, fiel
                       model_validator)
 
 from ..units import ArrivalRate, Duration, SessionArrivalRate
-from .base import SpecModel, spec_file
+from .base import MAX_INT32, SpecModel, spec_file
 from .stages import MAX_USERS, Process, Stage, without_unset
 
 if TYPE_CHECKING:
@@ -32,17 +32,17 @@ class Dist(SpecModel):
     dist: Literal["fixed", "uniform", "lognormal", "normal"] = "fixed"
     """Shape. fixed: always `mean`; uniform: between min and max; lognormal/normal: `mean` with spread `cv`."""
 
-    mean: float | None = Field(None, gt=0)
+    mean: float | None = Field(None, gt=0, le=MAX_INT32)
     """Mean (fixed, lognormal, normal)."""
 
     cv: float = Field(0.0, ge=0, le=10)
     """Coefficient of variation, std/mean (lognormal, normal)."""
 
-    min: int = Field(1, ge=0)
+    min: int = Field(1, ge=0, le=MAX_INT32)
     """Smallest value drawn (draws are clipped)."""
 
-    max: int | None = Field(None, ge=1)
-    """Largest value drawn (draws are clipped); required for uniform."""
+    max: int | None = Field(None, ge=1, le=MAX_INT32)
+    """Largest value drawn (draws are clipped to it, and to 2147483647 without it); required for uniform."""
 
     @model_validator(mode="before")
     @classmethod
@@ -70,11 +70,13 @@ class Arrivals(SpecModel):
     the duration)."""
 
     rate: ArrivalRate = "1/s"
-    """Mean arrival rate of requests, in requests per second (a workload without sessions)."""
+    """Mean arrival rate of requests, in requests per second (a workload without sessions): more than 0, at most
+    1e6/s."""
 
     session_rate: SessionArrivalRate | None = None
     """Mean rate of new sessions, in sessions per second (a workload with sessions, whose every session brings
-    several requests; 1 session/s unless given). `kvplan plan --rate` takes requests per second and finds it."""
+    several requests; 1 session/s unless given; at most 1e6/s). `kvplan plan --rate` takes requests per second and
+    finds it."""
 
     cv: float = Field(1.0, ge=0.001, le=100)
     """Coefficient of variation of the gaps for gamma (1 = Poisson; > 1 bursty; below 0.001 use constant)."""
@@ -93,11 +95,39 @@ class Arrivals(SpecModel):
         return self.session_rate if self.session_rate is not None else self.rate
 
 
+MAX_TURNS = 1000
+"""The most turns one session may have. The longest conversations in chat logs (LMSYS-Chat-1M, ShareGPT) run to a
+few hundred turns, and each turn's prompt carries the whole history, so a thousand turns is past any model's context;
+the simulator draws the prompts, outputs and think times of 1024 sessions at a time, a million draws at most with this
+bound (2147483648 turns asked numpy for 7.9 TiB)."""
+
+
 class Sessions(SpecModel):
     """Multi-turn conversations: each turn's prompt carries the whole history before it."""
 
     turns: Dist = Dist(dist="fixed", mean=1)
-    """Turns per session."""
+    """Turns per session: from 1 to 1000 (a lognormal or normal number of turns needs a max of 1000 or less)."""
+
+    @field_validator("turns", mode="before")
+    @classmethod
+    def _at_most_max_turns(cls, value: Any) -> Any:
+        """Turns past MAX_TURNS, as written (before Dist's own bound on any whole number, 2147483647)."""
+        given = value if isinstance(value, dict) else {"mean": value}
+        for name in ("mean", "max"):
+            most = given.get(name)
+            if isinstance(most, (int, float)) and not isinstance(most, bool) and most > MAX_TURNS:
+                raise ValueError(f"a session of up to {most:,} turns is more than the {MAX_TURNS} kvplan simulates "
+                                 f"(chat logs' longest conversations are a few hundred turns): turns must be from 1 "
+                                 f"to {MAX_TURNS}; fix: give {MAX_TURNS} turns or fewer")
+        return value
+
+    @field_validator("turns")
+    @classmethod
+    def _bounded_turns(cls, turns: Dist) -> Dist:
+        if turns.max is None and turns.dist != "fixed":
+            raise ValueError(f"a {turns.dist} number of turns needs max (from 1 to {MAX_TURNS}); fix: add max: "
+                             f"{min(MAX_TURNS, max(1, math.ceil((turns.mean or 1) * 4)))}")
+        return turns
 
     think_time: Duration = "30s"
     """Mean pause between a reply and the user's next turn (exponential)."""
@@ -301,11 +331,12 @@ def generator(seed: int) -> np.random.Generator:
 def draw(dist: Dist, rng: np.random.Generator, size: int) -> np.ndarray:
     """`size` whole numbers from a spec Dist, as int64: fixed -> int(mean) (no draw); uniform ->
     integers in [min, max]; lognormal with mean m and cv -> sigma^2 = ln(1 + cv^2),
-    mu = ln(m) - sigma^2/2; normal -> std cv x mean. Rounded, then clipped to [min, max] and to >= 1."""
+    mu = ln(m) - sigma^2/2; normal -> std cv x mean. Rounded, then clipped to [min, max] (max 2147483647 when not
+    given, the most a Dist allows) and to >= 1."""
     import numpy as np
 
     lo = max(dist.min, 1)
-    hi = dist.max if dist.max is not None else np.iinfo(np.int64).max
+    hi = dist.max if dist.max is not None else MAX_INT32
     if dist.dist == "fixed":
         return np.full(size, min(max(int(dist.mean), lo), hi), dtype=np.int64)
     if dist.dist == "uniform":
@@ -315,7 +346,7 @@ def draw(dist: Dist, rng: np.random.Generator, size: int) -> np.ndarray:
         values = rng.lognormal(math.log(dist.mean) - sigma2 / 2, math.sqrt(sigma2), size)
     else:
         values = rng.normal(dist.mean, dist.cv * dist.mean, size)
-    return np.clip(np.rint(values), lo, min(hi, 2.0 ** 62)).astype(np.int64)
+    return np.clip(np.rint(values), lo, hi).astype(np.int64)
 
 
 def prefix_lengths(w: Workload, rng: np.random.Generator) -> np.ndarray:
