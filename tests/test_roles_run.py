@@ -425,7 +425,7 @@ def test_a_vllm_that_exits_while_starting_fails_the_deploy_at_once_with_its_log(
     port, timeout = free_port(), 120
     (project / "group_vars" / "all" / "vllm.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
         "vllm_bin": str(_program(tmp_path, "crashing", CRASHING)), "vllm_model": "stand-in-model", "vllm_args": [],
-        "vllm_env": {}, "vllm_host": "127.0.0.1", "vllm_tensor_parallel": 1, "vllm_cpu_host": True,
+        "vllm_env": {}, "vllm_host": "127.0.0.1", "vllm_url_host": "127.0.0.1", "vllm_tensor_parallel": 1, "vllm_cpu_host": True,
         "vllm_s3_credentials": False, "vllm_instances": [{"index": 0, "port": port, "devices": "0"}],
         "vllm_health_timeout": timeout}))
     try:
@@ -454,7 +454,7 @@ def test_an_lmcache_server_that_never_listens_fails_at_the_timeout_with_its_log(
         "lmcache_command_prefix": [str(_program(tmp_path, "hanging", HANGING))], "lmcache_mode": "mp",
         "lmcache_cpu_host": True, "lmcache_config": {}, "lmcache_config_file": str(tmp_path / "lmcache.yaml"),
         "lmcache_server_args": ["--host", "127.0.0.1", "--port", str(port)], "lmcache_host": "127.0.0.1",
-        "lmcache_port": port, "lmcache_http_address": "127.0.0.1", "lmcache_http_port": free_port(), "lmcache_env": {},
+        "lmcache_port": port, "lmcache_http_url_host": "127.0.0.1", "lmcache_http_port": free_port(), "lmcache_env": {},
         "lmcache_nvme_paths": [], "lmcache_nvme_own_volume": False,
         "lmcache_ready_timeout": 3}))
     try:
