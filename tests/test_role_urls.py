@@ -118,3 +118,33 @@ def test_every_address_on_a_wildcard_is_reached_on_loopback(tmp_path):
     assert variables["monitoring_web_listen_address"] == "[::]:9090"
     assert variables["monitoring_self_target"] == "127.0.0.1:9090"
 
+
+def test_the_s3_module_signs_the_host_header_urllib_sends(monkeypatch):
+    # RGW checks the signature against the Host header it receives: for a link-local endpoint urllib sends the scope
+    # id with '%', not the URL's %25
+    import importlib.util
+
+    path = REPO / "templates" / "roles" / "ceph" / "library" / "kvplan_s3_bucket.py"
+    loaded = importlib.util.spec_from_file_location("kvplan_s3_bucket", path)
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    sent: list[urllib.request.Request] = []
+
+    class Answer:
+        status = 200
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self):
+            return b""
+
+    monkeypatch.setattr(module.urllib.request, "urlopen", lambda req, timeout: sent.append(req) or Answer())
+    s3 = module.S3("http://[fe80::1%25eth0]:7480", "default", "AKIAEXAMPLEEXAMPLE00", "example-secret")
+    assert s3.request("GET", "/kvcache") == (200, b"")
+    [req] = sent
+    assert s3.host == req.host == "[fe80::1%eth0]:7480"
+    assert "SignedHeaders=host;" in req.get_header("Authorization")
