@@ -124,6 +124,14 @@ def test_an_address_with_a_line_break_cannot_add_a_global_section_to_ceph_conf(t
     assert {m.split(" = ")[0] for m in messages} == {"ceph_address", "ceph_public_network"}
 
 
+def test_an_ipv6_address_is_refused_by_the_ipv4_cluster_rather_than_written_unbracketed(tmp_path):
+    # ceph.conf's mon_host would read '[v2:::1:3300,...]' and RGW's endpoint '::1:7480'; the cluster binds IPv4 only
+    r = check_conf_values(tmp_path, succeed=False, ceph_address="fd00::10")
+    messages = [f["msg"] for f in item_failures(r)]
+    assert [m.split(" = ")[0] for m in messages] == ["ceph_address"], messages
+    assert "must be an IPv4 address or host name" in messages[0], messages
+
+
 def test_a_device_with_a_line_break_cannot_add_a_key_to_ceph_conf(tmp_path):
     r = check_conf_values(tmp_path, succeed=False, ceph_osd_devices=["/dev/sdb", "/dev/sdc\nosd_data = /etc"])
     assert [f["msg"].split(" = ")[0] for f in item_failures(r)] == ["ceph_osd_devices"]

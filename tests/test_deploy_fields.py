@@ -249,7 +249,7 @@ CASES: dict[str, tuple[str, dict[str, Any], Check]] = {
     "monitoring.max_ceph_op_latency": (LOCAL, {"monitoring__max_ceph_op_latency": "20ms"},
                                        lambda v: v.rule("KVPlanCephOpLatencyHigh").endswith("> 0.02")),
     "monitoring.metrics_address": (LOCAL, {"monitoring__metrics_address": "10.0.3.1"},
-                                   lambda v: v.vars("monitoring")["monitoring_listen_address"] == "10.0.3.1"),
+                                   lambda v: v.vars("monitoring")["monitoring_web_listen_address"] == "10.0.3.1:9090"),
     "monitoring.prometheus_port": (LOCAL, {"monitoring__prometheus_port": 9091},
                                    lambda v: v.vars("monitoring")["monitoring_port"] == 9091),
     "monitoring.scrape_interval": (LOCAL, {"monitoring__scrape_interval": "30s"},
@@ -335,7 +335,7 @@ STACK_CASES: dict[str, tuple[str, dict[str, Any], Any, Check]] = {
     "lmcache.http_port": (LOCAL, {}, 6001, lambda v: v.server("--http-port") == ["6001"]
                           and v.vars("lmcache")["lmcache_http_port"] == 6001
                           and [t.rsplit(":", 1)[1] for t in v.vars("monitoring")["monitoring_lmcache_targets"]] == ["6001"]),
-    "lmcache.http_address": (LOCAL, {}, "10.0.2.1", lambda v: v.vars("lmcache")["lmcache_http_address"] == "10.0.2.1"),
+    "lmcache.http_address": (LOCAL, {}, "10.0.2.1", lambda v: v.vars("lmcache")["lmcache_http_url_host"] == "10.0.2.1"),
 }
 
 

@@ -247,8 +247,9 @@ def test_daemon_starts_again_a_program_that_was_killed(tmp_path):
 # lmcache and vllm
 
 STAND_IN = '''#!{python}
-"""Stand-in for `lmcache server` and `vllm serve`: listens on --host/--port; GET /health answers 200."""
+"""Stand-in for `lmcache server` and `vllm serve`: listens on --host/--port (IPv4 or IPv6); GET /health answers 200."""
 import http.server
+import socket
 import sys
 
 args = sys.argv[1:]
@@ -264,7 +265,11 @@ class Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
-http.server.HTTPServer((host, port), Health).serve_forever()
+class Server(http.server.HTTPServer):
+    address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+Server((host, port), Health).serve_forever()
 '''
 
 
@@ -367,6 +372,31 @@ def test_inprocess_mode_writes_lmcache_yaml_and_stops_the_mp_server(gpu_node):
     assert not alive(server), "in-process mode has no MP server"
 
 
+def test_vllm_on_an_ipv6_address_is_found_healthy_at_its_bracketed_url(tmp_path):
+    # issue 49: the health check asked for http://::1:<port>/health, which is no URL (urlsplit's .port refuses it;
+    # only http.client's split at the last ':' reached the instance); the bracketed URL the render now gives it
+    # reaches the instance through the daemon role's probe
+    r = resolve(spec("local", serving__host="::1", lmcache__port=free_port(), serving__port=free_port()))
+    rendered = render(r, inventory.load(REPO / "inventories" / "local"), tmp_path / "render",
+                      load_or_create(tmp_path / "state", r.name))
+    stand_in = tmp_path / "stand-in"
+    stand_in.write_text(STAND_IN.format(python=sys.executable))
+    stand_in.chmod(0o755)
+    (rendered.project / "group_vars" / "gpu").mkdir()
+    (rendered.project / "group_vars" / "gpu" / "test.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
+        "ansible_python_interpreter": sys.executable, "lmcache_command_prefix": [str(stand_in)],
+        "vllm_bin": str(stand_in), "lmcache_nvme_paths": [str(tmp_path / "lmcache-disk")], "vllm_health_timeout": 20}))
+    try:
+        r = _apply_gpu_roles(rendered)
+        # the first probe, or the wait after it, finds each instance ready at its URL
+        url = f"http://[::1]:{rendered.stack.instances['localhost'][0]['port']}/health"
+        probes = [res for task, res in task_results(r, "ok")
+                  if task.startswith(("Readiness of vllm-", "Wait until ready, or exited, for vllm-")) and "state" in res]
+        assert any(res["state"] == "ready" and f"GET {url}: HTTP 200" in res["msg"] for res in probes), probes
+    finally:
+        stop_all(tmp_path)
+
+
 # A service that dies while starting, and one that never becomes ready: the daemon role's wait
 # (tasks/wait.yml), which the vllm and lmcache roles include, stops at once for the first and at
 # the timeout for the second, each time with the end of the service's log.
@@ -425,7 +455,7 @@ def test_a_vllm_that_exits_while_starting_fails_the_deploy_at_once_with_its_log(
     port, timeout = free_port(), 120
     (project / "group_vars" / "all" / "vllm.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
         "vllm_bin": str(_program(tmp_path, "crashing", CRASHING)), "vllm_model": "stand-in-model", "vllm_args": [],
-        "vllm_env": {}, "vllm_host": "127.0.0.1", "vllm_tensor_parallel": 1, "vllm_cpu_host": True,
+        "vllm_env": {}, "vllm_host": "127.0.0.1", "vllm_url_host": "127.0.0.1", "vllm_tensor_parallel": 1, "vllm_cpu_host": True,
         "vllm_s3_credentials": False, "vllm_instances": [{"index": 0, "port": port, "devices": "0"}],
         "vllm_health_timeout": timeout}))
     try:
@@ -454,7 +484,7 @@ def test_an_lmcache_server_that_never_listens_fails_at_the_timeout_with_its_log(
         "lmcache_command_prefix": [str(_program(tmp_path, "hanging", HANGING))], "lmcache_mode": "mp",
         "lmcache_cpu_host": True, "lmcache_config": {}, "lmcache_config_file": str(tmp_path / "lmcache.yaml"),
         "lmcache_server_args": ["--host", "127.0.0.1", "--port", str(port)], "lmcache_host": "127.0.0.1",
-        "lmcache_port": port, "lmcache_http_address": "127.0.0.1", "lmcache_http_port": free_port(), "lmcache_env": {},
+        "lmcache_port": port, "lmcache_http_url_host": "127.0.0.1", "lmcache_http_port": free_port(), "lmcache_env": {},
         "lmcache_nvme_paths": [], "lmcache_nvme_own_volume": False,
         "lmcache_ready_timeout": 3}))
     try:

@@ -85,6 +85,9 @@ class CephVars(SpecModel):
     ceph_rgw_port: int
     ceph_rgw_address: str
     """Where GPU nodes reach RGW; <bucket>.<dns name> resolves to it."""
+    ceph_rgw_endpoint: str
+    """RGW's URL at that address (http://host:port, an IPv6 address bracketed), where the deploy waits for it and
+    makes the bucket."""
     ceph_rgw_dns_name: str
     ceph_rgw_bucket: str
     ceph_rgw_region: str
@@ -108,9 +111,9 @@ class LMCacheVars(SpecModel):
     """MP: where the server takes requests (its --host), where the deploy waits for it."""
     lmcache_port: int
     """MP: its --port."""
-    lmcache_http_address: str
+    lmcache_http_url_host: str
     """MP: where the deploy asks the server's HTTP API for its /status on its node (loopback where --http-host is
-    every address)."""
+    every address), as a URL's host (url_host)."""
     lmcache_http_port: int
     """MP: that API's --http-port."""
     lmcache_env: dict[str, str]
@@ -130,6 +133,9 @@ class VllmVars(SpecModel):
     """`vllm serve` arguments shared by every instance (host and port are per instance)."""
     vllm_env: dict[str, str]
     vllm_host: str
+    vllm_url_host: str
+    """Where the deploy asks each instance for its /health: vllm_host, loopback where that is every address, as a
+    URL's host (url_host)."""
     vllm_tensor_parallel: int
     vllm_cpu_host: bool
     """CPU-only node: no CUDA_VISIBLE_DEVICES; the KV space comes from VLLM_CPU_KVCACHE_SPACE."""
@@ -150,7 +156,8 @@ class WarmupVars(SpecModel):
     """Variables of the warmup role."""
 
     warmup_model: str
-    warmup_address: str
+    warmup_url_host: str
+    """Where this host's instances answer (loopback where they bind every address), as a URL's host (url_host)."""
     warmup_prompts: list[dict[str, Any]]
     """{name, prompt: token ids} for each prompt lmcache.warmup prefills (kvplan.warmup: the simulator's and
     kvplan bench's warm-up too)."""
@@ -160,7 +167,12 @@ class MonitoringVars(SpecModel):
     """Variables of the monitoring role."""
 
     monitoring_port: int
-    monitoring_listen_address: str
+    monitoring_web_listen_address: str
+    """Prometheus's --web.listen-address: host:port, an IPv6 address bracketed."""
+    monitoring_self_target: str
+    """host:port where Prometheus scrapes itself (loopback where it listens on every address)."""
+    monitoring_url_host: str
+    """Where the deploy asks Prometheus whether it is ready (the self target's host), as a URL's host (url_host)."""
     monitoring_scrape_interval: str
     monitoring_rules: dict[str, Any]
     """Prometheus alert rules file content."""
@@ -199,6 +211,21 @@ def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str], gpu_addresse
                  monitoring=_monitoring(r, ports, lmcache_targets, ceph_hosts), instances=instances)
 
 
+WILDCARDS = ("0.0.0.0", "::")
+"""Bind addresses that mean every address: a client on the node reaches such a listener on loopback."""
+
+
+def url_host(host: str) -> str:
+    """`host` as a URL's host: an IPv6 address in brackets, a scope id's '%' as '%25' (`[fe80::1%25eth0]`), the
+    rule of host_port, which writes every host:port kvplan renders (urllib reads the %25 back as '%')."""
+    return host_port(host, 0, url=True).removesuffix(":0")
+
+
+def _local(address: str) -> str:
+    """Where a client on the node reaches a listener bound to `address`."""
+    return "127.0.0.1" if address in WILDCARDS else address
+
+
 def _placement(r: Resolved, gpu_hosts: list[str]) -> dict[str, list[dict[str, Any]]]:
     """Instances fill nodes in order, instances_per_node each, TP consecutive devices per instance."""
     out: dict[str, list[dict[str, Any]]] = {h: [] for h in gpu_hosts}
@@ -214,6 +241,7 @@ def _ceph(r: Resolved, ceph_hosts: list[str]) -> CephVars:
     c = r.ceph
     tier = r.lmcache.tier("ceph") if r.lmcache else None
     ttl = tier.ttl_s if tier else None
+    rgw = c.rgw_address or ceph_hosts[0]
     return CephVars(
         ceph_deploy=c.deploy, ceph_osds_per_host=c.osds // c.hosts, ceph_osd_size=c.osd_size,
         ceph_osd_devices=c.osd_devices, ceph_device_class=c.device_class.name, ceph_failure_domain=c.failure_domain,
@@ -222,7 +250,8 @@ def _ceph(r: Resolved, ceph_hosts: list[str]) -> CephVars:
         ceph_pool_pg_num=c.pool_pg_num, ceph_pool_application="rgw",
         ceph_pool_adopt=c.pool_adopt,
         ceph_options={k: _ceph_value(v) for k, v in c.options.items()}, ceph_access=c.access,
-        ceph_rgw_port=c.rgw_port, ceph_rgw_address=c.rgw_address or ceph_hosts[0], ceph_rgw_dns_name=c.rgw_dns_name, ceph_rgw_bucket=c.rgw_bucket,
+        ceph_rgw_port=c.rgw_port, ceph_rgw_address=rgw, ceph_rgw_endpoint=f"http://{host_port(rgw, c.rgw_port, url=True)}",
+        ceph_rgw_dns_name=c.rgw_dns_name, ceph_rgw_bucket=c.rgw_bucket,
         ceph_rgw_region=c.rgw_region, ceph_rgw_user=c.rgw_user,
         ceph_rgw_expiration_days=round(ttl / 86400) if ttl else None)
 
@@ -247,7 +276,7 @@ def _lmcache(r: Resolved) -> LMCacheVars:
     env = {"PYTHONHASHSEED": PYTHONHASHSEED, "LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1"}
     s3_host = f"{r.ceph.rgw_bucket}.{r.ceph.rgw_dns_name}" if lm.tier("ceph") and r.ceph.access == "s3" else None
     own_volume = r.nvme is not None and r.nvme.own_volume
-    server = dict(lmcache_host=LMCACHE_HOST, lmcache_port=lm.port, lmcache_http_address=lm.http_address,
+    server = dict(lmcache_host=LMCACHE_HOST, lmcache_port=lm.port, lmcache_http_url_host=url_host(lm.http_address),
                   lmcache_http_port=lm.http_port)
     if lm.mode == "inprocess":
         return LMCacheVars(lmcache_mode="inprocess", lmcache_cpu_host=cpu, lmcache_config=inprocess_config(r),
@@ -378,6 +407,7 @@ def _vllm(r: Resolved) -> VllmVars:
     s3_inside = (r.lmcache is not None and r.lmcache.mode == "inprocess" and r.lmcache.tier("ceph") is not None
                  and r.ceph.access == "s3")
     return VllmVars(vllm_model=r.model_path or "", vllm_args=vllm_args(r), vllm_env=env, vllm_host=r.api_host,
+                    vllm_url_host=url_host(_local(r.api_host)),
                     vllm_tensor_parallel=r.tensor_parallel, vllm_cpu_host=r.device.kind == "cpu", vllm_s3_credentials=s3_inside)
 
 
@@ -393,7 +423,7 @@ def router_policy(kind: str, thresholds: RouterThresholds) -> list[str]:
 
 
 def _router(r: Resolved, workers: list[str], address: str) -> RouterVars:
-    host = address if r.api_host in ("0.0.0.0", "::") else r.api_host
+    host = address if r.api_host in WILDCARDS else r.api_host
     args = ["--host", r.api_host, "--port", str(r.router_port), "--worker-urls", *workers,
             *router_policy(r.router, r.router_thresholds),
             "--prometheus-host", r.monitoring.metrics_address, "--prometheus-port", str(r.router_metrics_port),
@@ -407,8 +437,7 @@ def _warmup(r: Resolved) -> WarmupVars | None:
     prompts = warm.prompts(r)
     if not prompts:
         return None
-    address = "127.0.0.1" if r.api_host in ("0.0.0.0", "::") else r.api_host
-    return WarmupVars(warmup_model=r.model.name, warmup_address=address,
+    return WarmupVars(warmup_model=r.model.name, warmup_url_host=url_host(_local(r.api_host)),
                       warmup_prompts=[{"name": p.name, "prompt": warm.token_ids(p, r.model.vocab_size)} for p in prompts])
 
 
@@ -452,7 +481,10 @@ def _monitoring(r: Resolved, vllm_targets: list[str], lmcache_targets: list[str]
                              "description": "The ceph tier's reads slow down TTFT on misses of the local tiers; "
                                             "compare with `kvplan simulate` (Ceph op latency)."}})
     ceph_targets = [host_port(ceph_hosts[0], 9283)] if r.ceph is not None and r.ceph.deploy != "external" and ceph_hosts else []
-    return MonitoringVars(monitoring_port=m.prometheus_port, monitoring_listen_address=m.metrics_address,
+    return MonitoringVars(monitoring_port=m.prometheus_port,
+                          monitoring_web_listen_address=host_port(m.metrics_address, m.prometheus_port),
+                          monitoring_self_target=host_port(_local(m.metrics_address), m.prometheus_port),
+                          monitoring_url_host=url_host(_local(m.metrics_address)),
                           monitoring_scrape_interval=f"{round(m.scrape_interval)}s",
                           monitoring_rules={"groups": [{"name": f"kvplan-{r.name}", "rules": rules}]},
                           monitoring_vllm_targets=vllm_targets, monitoring_lmcache_targets=lmcache_targets,

@@ -53,7 +53,8 @@ class S3:
 
     def __init__(self, endpoint: str, region: str, access_key: str, secret_key: str):
         self.endpoint = endpoint.rstrip("/")
-        self.host = urllib.parse.urlsplit(self.endpoint).netloc
+        # The Host header urllib sends, which the signature must name: an IPv6 scope id's %25 read back as '%'.
+        self.host = urllib.request.Request(self.endpoint).host
         self.region, self.access_key, self.secret_key = region, access_key, secret_key
 
     def request(self, method: str, path: str, query: str = "", body: bytes = b"", headers: dict | None = None):
