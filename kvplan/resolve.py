@@ -40,6 +40,7 @@ from .offload import ResolvedOffload, resolve_offload
 from .spec import Topology
 from .spec.architecture import Architecture
 from .spec.base import SpecModel
+from .spec.grammar import local_address
 from .spec.cost import CostOverrides
 from .spec.profile import read_profile
 from .spec.serving import LlmD, StepModel
@@ -777,7 +778,7 @@ def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_
         chunk_bytes=chunk, blocks_per_chunk=lm.chunk_size // topo.serving.block_size, tiers=tiers,
         save_decode_cache=lm.save_decode_cache, save_unfull_chunk=lm.save_unfull_chunk,
         min_retrieve_tokens=lm.min_retrieve_tokens, port=lm.port, http_host=topo.monitoring.metrics_address,
-        http_port=lm.port + 1, http_address=_local_address(topo.monitoring.metrics_address),
+        http_port=lm.port + 1, http_address=local_address(topo.monitoring.metrics_address),
         eviction_watermark=MP_EVICTION_WATERMARK, eviction_ratio=MP_EVICTION_RATIO,
         nvme_path=(lm.nvme.paths[0] if lm.nvme.paths else lm.nvme.path) if lm.nvme else None,
         nvme_paths=(list(lm.nvme.paths) or [lm.nvme.path]) if lm.nvme else [],
@@ -786,11 +787,6 @@ def _lmcache(topo: Topology, per_rank_token: int, storing_ranks: int, instances_
         warmup_system_prompts=lm.warmup.system_prompts if lm.warmup else 0,
         warmup_template_tokens=[t.tokens for t in lm.warmup.templates] if lm.warmup else [],
         warmup_template_names=[t.name for t in lm.warmup.templates] if lm.warmup else [])
-
-
-def _local_address(host: str) -> str:
-    """Where a process on the same host reaches a server that listens on `host`: loopback for every address."""
-    return "127.0.0.1" if host in ("0.0.0.0", "::") else host
 
 
 def _ceph(topo: Topology, device_class: CephDeviceClass, nic: Nic, lm: ResolvedLMCache | None,

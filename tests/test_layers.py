@@ -22,7 +22,7 @@ from conftest import REPO
 PACKAGE = REPO / "kvplan"
 
 LAYERS = [
-    ("ground", ["units", "errors", "paths", "resources", "__init__"]),
+    ("ground", ["units", "errors", "paths", "named_file", "resources", "__init__"]),
     ("spine", ["spec", "catalog", "kv_capacity", "resolve", "offload", "tier_checks", "cost", "reference", "warmup",
                "validation", "node_storage"]),
     ("models", ["sim", "sizing", "deploy", "live", "interop", "gpufit"]),

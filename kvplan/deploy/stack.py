@@ -33,7 +33,7 @@ from typing import Any
 from .. import warmup as warm
 from ..resolve import GIB, Resolved, ResolvedTier, RouterThresholds
 from ..spec.base import SpecModel
-from ..spec.grammar import host_port
+from ..spec.grammar import WILDCARDS, host_port, local_address
 
 LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
 """Where in-process LMCache's config lives on a GPU node (vLLM finds it through LMCACHE_CONFIG_FILE)."""
@@ -211,19 +211,10 @@ def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str], gpu_addresse
                  monitoring=_monitoring(r, ports, lmcache_targets, ceph_hosts), instances=instances)
 
 
-WILDCARDS = ("0.0.0.0", "::")
-"""Bind addresses that mean every address: a client on the node reaches such a listener on loopback."""
-
-
 def url_host(host: str) -> str:
     """`host` as a URL's host: an IPv6 address in brackets, a scope id's '%' as '%25' (`[fe80::1%25eth0]`), the
     rule of host_port, which writes every host:port kvplan renders (urllib reads the %25 back as '%')."""
     return host_port(host, 0, url=True).removesuffix(":0")
-
-
-def _local(address: str) -> str:
-    """Where a client on the node reaches a listener bound to `address`."""
-    return "127.0.0.1" if address in WILDCARDS else address
 
 
 def _placement(r: Resolved, gpu_hosts: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -407,7 +398,7 @@ def _vllm(r: Resolved) -> VllmVars:
     s3_inside = (r.lmcache is not None and r.lmcache.mode == "inprocess" and r.lmcache.tier("ceph") is not None
                  and r.ceph.access == "s3")
     return VllmVars(vllm_model=r.model_path or "", vllm_args=vllm_args(r), vllm_env=env, vllm_host=r.api_host,
-                    vllm_url_host=url_host(_local(r.api_host)),
+                    vllm_url_host=url_host(local_address(r.api_host)),
                     vllm_tensor_parallel=r.tensor_parallel, vllm_cpu_host=r.device.kind == "cpu", vllm_s3_credentials=s3_inside)
 
 
@@ -437,7 +428,7 @@ def _warmup(r: Resolved) -> WarmupVars | None:
     prompts = warm.prompts(r)
     if not prompts:
         return None
-    return WarmupVars(warmup_model=r.model.name, warmup_url_host=url_host(_local(r.api_host)),
+    return WarmupVars(warmup_model=r.model.name, warmup_url_host=url_host(local_address(r.api_host)),
                       warmup_prompts=[{"name": p.name, "prompt": warm.token_ids(p, r.model.vocab_size)} for p in prompts])
 
 
@@ -483,8 +474,8 @@ def _monitoring(r: Resolved, vllm_targets: list[str], lmcache_targets: list[str]
     ceph_targets = [host_port(ceph_hosts[0], 9283)] if r.ceph is not None and r.ceph.deploy != "external" and ceph_hosts else []
     return MonitoringVars(monitoring_port=m.prometheus_port,
                           monitoring_web_listen_address=host_port(m.metrics_address, m.prometheus_port),
-                          monitoring_self_target=host_port(_local(m.metrics_address), m.prometheus_port),
-                          monitoring_url_host=url_host(_local(m.metrics_address)),
+                          monitoring_self_target=host_port(local_address(m.metrics_address), m.prometheus_port),
+                          monitoring_url_host=url_host(local_address(m.metrics_address)),
                           monitoring_scrape_interval=f"{round(m.scrape_interval)}s",
                           monitoring_rules={"groups": [{"name": f"kvplan-{r.name}", "rules": rules}]},
                           monitoring_vllm_targets=vllm_targets, monitoring_lmcache_targets=lmcache_targets,

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import Problem, SpecError
 from ..spec.workload import hash_ids_needed
 from .content import TraceBlocks
-from .workload import Request, RequestList, _gc_paused
+from .request import Request, RequestList, _gc_paused
 
 __all__ = ["read_trace", "MAX_TRACE_BYTES", "MAX_TRACE_NUMBER"]
 

@@ -47,10 +47,7 @@ million-request run holds numbers for the requests to come and objects for those
 
 from __future__ import annotations
 
-import gc
 import math
-from contextlib import contextmanager
-from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -62,7 +59,9 @@ from ..spec.workload import prefix_lengths as _prefix_lengths
 from . import replay
 from .arrivals import gaps as _gaps
 from .content import OUTPUT, OUTPUT_TAG, SHARED_PREFIX, TEMPLATE, TRACE_TAG, USER_TEXT, Segments, TraceBlocks
+from .request import Content, Request, RequestList, _gc_paused
 from .shapes import SharedPrefixSet
+from .trace import read_trace
 
 __all__ = [
     "Content", "Segments", "TraceBlocks", "Request", "RequestList", "RequestStream", "requests", "stream", "warmup",
@@ -72,58 +71,6 @@ __all__ = [
 
 _BATCH = 1024
 """Sessions drawn per batch. Part of the stream's definition: changing it changes every workload."""
-
-
-# --------------------------------------------------------------------------- requests
-
-@runtime_checkable
-class Content(Protocol):
-    """What a request's tokens are (content.py: Segments, TraceBlocks)."""
-
-    def keys(self, unit: int, length: int) -> list[int]:
-        """Prefix-chained integer keys of the full `unit`-token pieces among the first `length` tokens
-        (exactly length // unit keys; a trailing partial piece gets no key). Two contents share key i
-        iff their first (i+1)*unit tokens are identical."""
-        ...
-
-    def forget(self) -> None:
-        """Drop cached keys; later keys() calls recompute them."""
-        ...
-
-
-class Request(NamedTuple):
-    """One request as the workload makes it (immutable; a NamedTuple, which a stream of a million
-    builds in a third of a frozen dataclass's time)."""
-
-    id: int
-    """0.. in arrival order: requests()[i].id == i. Warm-up requests have ids -1, -2, ..."""
-    arrival: float
-    """Seconds from the start."""
-    prompt_tokens: int
-    output_tokens: int
-    content: Content
-    """Tokens of prompt + output in order: keys(unit, prompt_tokens) are the prompt's."""
-    session: int = -1
-    """Session id 0.. (synthetic workloads with `sessions`), -1 when none (no sessions, traces, warm-up)."""
-    turn: int = 0
-    """Turn within the session, from 0."""
-    warmup: bool = False
-
-
-class RequestList(list):
-    """A list of Requests plus what was left out of it.
-
-    rejected             -- requests that arrived but were dropped because input + output exceeds
-                            max_model_len even with their new text shortened (vLLM refuses them).
-    shortened            -- returned requests whose new text was shortened to fit max_model_len.
-    sessions_ended_early -- sessions cut because their next turn no longer fit (not requests).
-    """
-
-    def __init__(self, items=(), rejected: int = 0, shortened: int = 0, sessions_ended_early: int = 0):
-        super().__init__(items)
-        self.rejected = rejected
-        self.shortened = shortened
-        self.sessions_ended_early = sessions_ended_early
 
 
 def requests(resolved, seed: int | None = None) -> RequestList:
@@ -146,19 +93,6 @@ def requests(resolved, seed: int | None = None) -> RequestList:
                                  fix="add workload.requests: 1000 or workload.duration: 10min")])
     with _gc_paused():
         return stream(resolved, seed).listed()
-
-
-@contextmanager
-def _gc_paused():
-    """Building 100k requests allocates millions of acyclic objects; Python's cyclic collector would
-    rescan them over and over (5-10x the build time). Nothing built here forms a cycle."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def warmup(resolved, seed: int | None = None) -> list[Request]:
@@ -385,8 +319,6 @@ class _Drawn:
 
 
 def _replay(resolved) -> RequestList:
-    from .trace import read_trace
-
     w = resolved.workload
     t = w.trace
     trace = read_trace(t.path, t.block_size, t.time_scale, t.limit)
@@ -461,10 +393,3 @@ def _open_loop_arrivals(w, rng: np.random.Generator) -> np.ndarray:
     if w.duration is not None:
         every = every[every <= w.duration]
     return every[:w.requests]
-
-
-def __getattr__(name: str):
-    if name == "read_trace":                     # the trace reader lives in trace.py, which imports this module
-        from .trace import read_trace
-        return read_trace
-    raise AttributeError(name)

@@ -75,6 +75,15 @@ def _scoped_problem(value: str) -> str | None:
     return None
 
 
+WILDCARDS = ("0.0.0.0", "::")
+"""Bind addresses that mean every address: a client on the node reaches such a listener on loopback."""
+
+
+def local_address(host: str) -> str:
+    """Where a process on the same host reaches a server that listens on `host`: loopback for a wildcard."""
+    return "127.0.0.1" if host in WILDCARDS else host
+
+
 def host_port(host: str, port: int, url: bool = False) -> str:
     """`host:port` as a Prometheus target or (url=True) a URL's authority writes it: an IPv6 address in brackets
     (`[::1]:8000`), and in a URL its scope id's '%' escaped as '%25' (RFC 6874: `[fe80::1%25eth0]:8000`)."""
