@@ -14,7 +14,9 @@ import typer
 from .. import paths
 from ..errors import Problem, SpecError
 from ..units import fmt_duration
+from . import files
 from .console import err, fail as _fail, out, styled, warn
+from .files import OVERWRITE_HELP
 
 EXIT_LIVE = 5
 
@@ -217,7 +219,8 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
               requests: List[str] = typer.Option([], "--requests", help="A benchmark's per-request log of the same "
                                                  "deployment: the replay log with measured ttft and e2e (repeat to "
                                                  "fit several; docs/calibrate.md)."),
-              out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML).")) -> None:
+              out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML)."),
+              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
     """Fit the step-time coefficients to benchmarks and write them as a device profile."""
     from ..gpufit.calibrate import fit_vllm_results
     from ..live.calibrate import fit
@@ -232,6 +235,7 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
                                  fix="kvplan calibrate SPEC --observed RUN_DIR -o profile.yaml, "
                                      "kvplan calibrate SPEC --vllm-result result.json -o profile.yaml, or "
                                      "kvplan calibrate SPEC --requests log.jsonl -o profile.yaml")]))
+    files.check(out_file, "-o/--out", overwrite)
     topo, resolved, _ = _spec(spec)
     try:
         if vllm_result:
@@ -249,6 +253,7 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
             profile = fit(resolved, runs, [predict(resolved, run) for _, run in runs])
     except SpecError as exc:
         _fail(exc)
+    files.check(out_file, "-o/--out", overwrite)
     write_profile(profile, Path(out_file))
     s, f = profile.step_model, profile.fit
     out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
