@@ -159,3 +159,22 @@ def test_dev_null_is_written_into_not_replaced(small):
 def test_a_dash_is_stdout_and_never_checked(small, tmp_path):
     done = CliRunner().invoke(app, ["size", str(small), "--out", "-"])
     assert done.exit_code == 0 and json.loads(done.stdout)["kind"] == "size"
+
+
+def test_bench_out_refuses_a_folder_whose_spec_yaml_is_the_users(small, tmp_path):
+    """`kvplan bench SPEC --out .` in a project folder would have replaced the project's own spec.yaml."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "spec.yaml").write_bytes(FOREIGN)
+    refused = kvplan("bench", small, "--target", "http://127.0.0.1:1", "--out", project)
+    assert refused.exit_code == 2 and "kvplan did not write it" in " ".join(refused.output.split())
+    assert (project / "spec.yaml").read_bytes() == FOREIGN and not (project / "run.json").exists()
+
+
+def test_bench_out_may_reuse_the_folder_of_an_earlier_bench_run(small, tmp_path):
+    from kvplan.live.observed import write_run
+    from live_fakes import bench_run, local
+
+    write_run(tmp_path / "run", bench_run(local(), []), "name: local\n")
+    again = kvplan("bench", small, "--target", "http://127.0.0.1:1", "--out", tmp_path / "run", "--timeout", "1")
+    assert again.exit_code == 5 and "does not answer" in again.output     # on to the (absent) server, exit 5
