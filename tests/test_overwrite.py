@@ -178,3 +178,22 @@ def test_bench_out_may_reuse_the_folder_of_an_earlier_bench_run(small, tmp_path)
     write_run(tmp_path / "run", bench_run(local(), []), "name: local\n")
     again = kvplan("bench", small, "--target", "http://127.0.0.1:1", "--out", tmp_path / "run", "--timeout", "1")
     assert again.exit_code == 5 and "does not answer" in again.output     # on to the (absent) server, exit 5
+
+
+def test_render_checks_the_llm_d_picker_file_beside_the_values_before_writing_either(tmp_path):
+    args = ["render", REPO / "docs" / "examples" / "llm-d.yaml", "--format", "production-stack", "--request-cpu", "8",
+            "--request-memory", "64Gi", "-o", tmp_path / "values.yaml"]
+    picker = tmp_path / "values.endpoint-picker.yaml"
+    picker.write_bytes(FOREIGN)
+    refused = kvplan(*args)
+    assert refused.exit_code == 2 and str(picker) in " ".join(refused.output.split())
+    assert picker.read_bytes() == FOREIGN and not (tmp_path / "values.yaml").exists()
+    assert kvplan(*args, "--overwrite").exit_code == 0 and written_by_kvplan(picker)
+    assert kvplan(*args).exit_code == 0                                   # both are kvplan's now
+
+
+def test_overwrite_does_not_reach_a_render_directory(small, tmp_path):
+    """An Ansible render's directory is replaced only when its marker proves kvplan made it (deploy/output.py)."""
+    done = kvplan("render", small, "-i", REPO / "inventories" / "local", "-o", tmp_path / "out", "--overwrite")
+    assert done.exit_code == 2 and "a render directory is replaced only when kvplan made it" in " ".join(done.output.split())
+    assert not (tmp_path / "out").exists()
