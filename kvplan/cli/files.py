@@ -41,20 +41,21 @@ _YAML_HEADER = re.compile(r"# (written|made) by kvplan |# Helm values for vllm-p
 calibrate's profile), as each writer words it."""
 _HTML_GENERATOR = '<meta name="generator" content="kvplan '
 MARKDOWN_HEADER = "<!-- written by kvplan report"
+"""How kvplan.report.html.MARKDOWN_MARK begins (the version follows)."""
 _HEAD_BYTES = 4096
 
 
-def _read(path: Path, whole: bool) -> bytes:
-    """The start (or all) of a regular file, opened without following a link or waiting on a FIFO."""
+def _head(path: Path) -> bytes:
+    """The first bytes of a file, opened without following a link or waiting on a FIFO."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
-        return f.read() if whole else f.read(_HEAD_BYTES)
+        return f.read(_HEAD_BYTES)
 
 
 def written_by_kvplan(path: Path) -> bool:
     """Whether the regular file at `path` carries the mark of a file kvplan writes (see the module docstring)."""
     try:
-        head = _read(path, whole=False).decode("utf-8", errors="replace")
+        head = _head(path).decode("utf-8", errors="replace")
     except OSError:
         return False
     first = head.split("\n", 1)[0]
