@@ -243,6 +243,8 @@ def test_a_sweep_with_cost_per_point_draws_the_frontier(files, tmp_path):
 
 def test_markdown_has_the_same_tables_and_names_the_plots(files, tmp_path):
     md = report(files["ablation"], tmp_path / "report.md")
+    mark, md = md.split("\n", 1)
+    assert mark.startswith("<!-- written by kvplan report ")              # hidden when rendered; --overwrite's mark
     assert md.startswith("# local: 2 seeds (1..2), ablation (2 seeds)\n")
     assert "| setup | req/s | TTFT p50 | TTFT p99 | TPOT p50 | E2E p50 | recomputed | HBM blocks |" in md
     assert "| tier | tokens | share | tok hit | chunk hit | read | written | evicted | peak fill |" in md

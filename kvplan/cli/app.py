@@ -19,6 +19,7 @@ from ..errors import SpecError
 from . import deploy as cli_deploy, doctor as cli_doctor, imports as cli_import, live as cli_live, plan as cli_plan
 from .common import HELP, JSON_HELP, STDOUT, ProgressBar, emit, print_warnings
 from .console import EXIT_INVALID, err, fail as _fail, out, styled
+from .files import OVERWRITE_HELP, check as check_output
 from .usage import Conventional
 
 app = typer.Typer(cls=Conventional, context_settings=HELP, no_args_is_help=True, rich_markup_mode=None,
@@ -72,6 +73,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                   "against the noise)."),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result(s) as JSON to this file "
                                                                         "(- for stdout, instead of the tables)."),
+             overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
              fmt: str = typer.Option("table", "--format", help="table (terminal) or md (Markdown)."),
              profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate "
@@ -94,6 +96,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
     if fmt not in ("table", "md"):
         raise typer.BadParameter(f"'{fmt}' is not a format; use table or md", param_hint="--format")
+    check_output(out_file, "--out", overwrite)
     try:
         topo = load(spec)
         if profile is not None:
@@ -134,7 +137,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             payload["cost"] = cost
         data = to_json(payload, indent=1).decode() + "\n"
     if as_json or out_file == STDOUT:
-        return emit(data, out_file, as_json, "result")
+        return emit(data, out_file, as_json, "result", overwrite)
     if fmt == "md":
         typer.echo(markdown.markdown(report), nl=False)
     else:
@@ -159,7 +162,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                   if seeds > 1 else "ablation on 1 seed: its changes are not tested against the noise; "
                                     "--seeds 3 (or more) tests them")
     if out_file:
-        emit(data, out_file, False, "result")
+        emit(data, out_file, False, "result", overwrite)
 
 
 def _ablation_costs(topo, ablation) -> list[float | None]:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+from . import files
 from .console import err, styled
+from .files import STDOUT
 
 HELP = {"help_option_names": ["-h", "--help"]}
-
-STDOUT = "-"
-"""--out - (and --csv -): write to standard output instead of a file."""
 
 JSON_HELP = "Print the result as JSON on stdout instead of tables (the same JSON --out writes)."
 STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR, else $XDG_STATE_HOME/kvplan, "
@@ -20,15 +19,13 @@ STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR
 CACHE_HELP = "Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else ~/.cache/kvplan)."
 
 
-def emit(data: str, out_file: str | None, as_json: bool, what: str) -> None:
+def emit(data: str, out_file: str | None, as_json: bool, what: str, overwrite: bool, option: str = "--out") -> None:
     """`data` (JSON or CSV text, ending in a newline) on stdout for --json or --out - (the caller then prints no
-    tables), and into the file --out names."""
-    from pathlib import Path
-
+    tables), and into the file --out names (a file kvplan did not write only with --overwrite: cli/files.py)."""
     if as_json or out_file == STDOUT:
         typer.echo(data, nl=False)
     if out_file and out_file != STDOUT:
-        Path(out_file).write_text(data)
+        files.write(out_file, data, option, overwrite)
         err.print(f"{what} written to {out_file}")
 
 

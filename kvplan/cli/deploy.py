@@ -12,7 +12,9 @@ import typer
 from .. import paths
 from ..errors import SpecError
 from .common import STATE_HELP, STDOUT
+from . import files
 from .console import err, fail as _fail, out, styled, warn
+from .files import OVERWRITE_HELP
 
 
 def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | None):
@@ -54,13 +56,21 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                request_memory: Optional[str] = typer.Option(None, "--request-memory", help="production-stack: memory "
                                                                                            "each vLLM pod requests, "
                                                                                            "e.g. 64Gi."),
-               state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP)) -> None:
+               state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP),
+               overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP + " With --format "
+                                                                                        "production-stack only: a "
+                                                                                        "render directory is never "
+                                                                                        "replaced unless kvplan made it.")) -> None:
     """Write the Ansible that deploys the spec (inventory/, project/site.yml and roles, env/) without running it,
     or the Helm values that deploy its vLLM + LMCache with production-stack."""
     if fmt == "production-stack":
-        return _render_production_stack(spec, out_dir, request_cpu, request_memory)
+        return _render_production_stack(spec, out_dir, request_cpu, request_memory, overwrite)
     if fmt != "ansible":
         raise typer.BadParameter(f"'{fmt}' is not a format; use ansible or production-stack", param_hint="--format")
+    if overwrite:
+        raise typer.BadParameter("--overwrite replaces a values file (--format production-stack); a render directory "
+                                 "is replaced only when kvplan made it: choose a new directory with -o",
+                                 param_hint="--overwrite")
     if inventory is None:
         raise typer.BadParameter("--format ansible renders for an inventory: give -i INVENTORY", param_hint="-i")
     rendered = _rendered(spec, inventory, out_dir, state_dir)
@@ -77,7 +87,8 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     out.print(f"  run it: kvplan deploy {spec} -i {inventory}")
 
 
-def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, request_memory: str | None) -> None:
+def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, request_memory: str | None,
+                             overwrite: bool) -> None:
     from pathlib import Path
 
     import yaml
@@ -104,12 +115,14 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
         _fail(exc if exc.source else exc.with_source(spec))
     if out_file == STDOUT:
         return typer.echo(text + (f"---\n{picker}" if picker else ""), nl=False)
-    Path(out_file).write_text(text)
+    picker_file = Path(out_file).with_suffix(".endpoint-picker.yaml")
+    for path in (out_file, str(picker_file)) if picker else (out_file,):   # both checked before either is written
+        files.check(path, "-o/--out", overwrite)
+    files.write(out_file, text, "-o/--out", overwrite)
     out.print(styled(("rendered:", "bold green"), f" {out_file}  ({r.name}, spec {r.spec_hash[:12]})"))
     out.print(f"  run it: helm install {r.name} vllm/vllm-stack -f {out_file}")
     if picker:
-        picker_file = Path(out_file).with_suffix(".endpoint-picker.yaml")
-        picker_file.write_text(picker)
+        files.write(str(picker_file), picker, "-o/--out", overwrite)
         out.print(f"  llm-d's scheduler: {picker_file} (pluginsCustomConfig of llm-d's InferencePool chart, in front "
                   f"of the pods)")
 

@@ -17,7 +17,9 @@ from ..errors import Problem, SpecError
 from ..named_file import check_regular
 from ..units import fmt_duration
 from .common import CACHE_HELP, ProgressBar, run_cache
+from . import files
 from .console import err, fail as _fail, out, styled
+from .files import OVERWRITE_HELP
 from .live import LIVE_TIMEOUT_HELP
 
 EXIT_FINDINGS = 6
@@ -39,6 +41,7 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
            write: Optional[str] = typer.Option(None, "--write", help="Write the spec with the fixes doctor proved applied to "
                                                                     "this file: the cheapest that meets the SLO first, and "
                                                                     "several only when simulated together."),
+           overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
            as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON on stdout instead of tables "
                                                               "(`kvplan report` renders it as a page)."),
            timeout: float = typer.Option(10.0, "--timeout", min=0.1, help=LIVE_TIMEOUT_HELP),
@@ -54,6 +57,7 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
     if result and target:
         raise typer.BadParameter("give --result or --target, not both", param_hint="--result")
+    files.check(write, "--write", overwrite)
     cache = run_cache(cache_dir, no_cache)
     try:
         data = read_yaml(spec)
@@ -83,7 +87,7 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     wrote = None
     if write:
         try:
-            wrote = _write(write, spec, written(case, diagnosis, cache, workers), diagnosis)
+            wrote = _write(write, spec, written(case, diagnosis, cache, workers), diagnosis, overwrite)
         except SpecError as exc:
             _fail(exc if exc.source else exc.with_source(spec))
     if as_json:
@@ -122,7 +126,7 @@ def _results(path: str, resolved) -> list:
     return results
 
 
-def _write(path: str, spec: str, plan: dict, diagnosis) -> dict:
+def _write(path: str, spec: str, plan: dict, diagnosis, overwrite: bool) -> dict:
     import yaml
 
     changes, proof = plan["changes"], plan["proof"]
@@ -132,7 +136,8 @@ def _write(path: str, spec: str, plan: dict, diagnosis) -> dict:
     if changes and proof is not None:
         header.append(f"# simulated as written: {_as_written(proof)}")
     header += [f"# left out: {s}" for s in plan["left_out"]]
-    Path(path).write_text("\n".join(header) + "\n" + yaml.safe_dump(plan["data"], sort_keys=False, width=1000))
+    files.write(path, "\n".join(header) + "\n" + yaml.safe_dump(plan["data"], sort_keys=False, width=1000), "--write",
+                overwrite)
     return {"file": path, "changes": [c.model_dump(mode="json") for c in changes],
             "proof": proof.model_dump(mode="json") if changes and proof is not None else None, "left_out": plan["left_out"]}
 

@@ -10,7 +10,9 @@ import typer
 
 from ..errors import SpecError
 from .common import STDOUT
+from . import files
 from .console import err, fail as _fail, warn
+from .files import OVERWRITE_HELP
 
 def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vllm serve MODEL --flag value ...` command "
                                                                         "line, quoted as one argument."),
@@ -31,7 +33,8 @@ def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vl
                                                                                    "line, quoted as one argument: the "
                                                                                    "workload."),
                name: str = typer.Option("imported", "--name", help="The spec's name."),
-               out_file: str = typer.Option("-", "-o", "--out", help="Write the spec here (default: stdout).")) -> None:
+               out_file: str = typer.Option("-", "-o", "--out", help="Write the spec here (default: stdout)."),
+               overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
     """Make a spec from a vLLM command line (and LMCache's config or server command) or production-stack Helm values,
     its workload from an inference-perf config or a vllm bench command, listing every flag it could not map. A
     benchmark alone gives a spec with --gpu (its model from the benchmark), else the workload section alone."""
@@ -94,7 +97,7 @@ def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vl
     if out_file == STDOUT:
         typer.echo(text, nl=False)
     else:
-        Path(out_file).write_text(text)
+        files.write(out_file, text, "-o/--out", overwrite)
         err.print(f"spec written to {out_file}")
     for what, why in (imported.unmapped if imported is not None else []) + (bench.unmapped if bench else []):
         warn(f"not imported: {what}: {why}")

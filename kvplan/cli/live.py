@@ -14,7 +14,9 @@ import typer
 from .. import paths
 from ..errors import Problem, SpecError
 from ..units import fmt_duration
+from . import files
 from .console import err, fail as _fail, out, styled, warn
+from .files import OVERWRITE_HELP
 
 EXIT_LIVE = 5
 
@@ -66,6 +68,7 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
                                                                       "(e.g. http://127.0.0.1:30000); --target still "
                                                                       "names every instance, whose counters are read."),
           out_dir: Optional[str] = typer.Option(None, "--out", help="Run directory (default: STATE_DIR/bench/<time>-<name>)."),
+          overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
           state_dir: Optional[str] = typer.Option(None, "--state-dir", help="Where bench runs are kept (default: "
                                                                              "KVPLAN_STATE_DIR, else ~/.local/state/kvplan)."),
           seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed (default: workload.seed)."),
@@ -82,6 +85,8 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
     from ..live.runner import bench as run_bench, default_run_dir
     from ..spec.load import read_text
 
+    if out_dir:
+        _check_run_dir(Path(out_dir), overwrite)
     topo, resolved, _ = _spec(spec)
     targets = _targets(target, api_key)
     via = _targets([router], api_key)[0] if router else None
@@ -103,6 +108,23 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
     out.print(f"run written to {directory}")
     if run.observed.failed or run.observed.components_down:
         raise typer.Exit(EXIT_LIVE)
+
+
+def _check_run_dir(directory: Path, overwrite: bool) -> None:
+    """bench --out DIR writes DIR/spec.yaml and DIR/run.json: they replace an earlier bench run's (its run.json
+    reads as one) and an empty file; any other file there only with --overwrite (cli/files.py), before the run."""
+    from ..live.observed import read_run
+
+    if directory.exists() and not directory.is_dir():
+        raise typer.BadParameter(f"{directory} exists and is not a folder; bench writes a run directory: choose "
+                                 "another path", param_hint="--out")
+    try:
+        read_run(directory / "run.json")
+        earlier = True
+    except SpecError:
+        earlier = False
+    for name in ("spec.yaml", "run.json"):
+        files.check(str(directory / name), "--out", overwrite or earlier)
 
 
 def _print_observed(run) -> None:
@@ -217,7 +239,8 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
               requests: List[str] = typer.Option([], "--requests", help="A benchmark's per-request log of the same "
                                                  "deployment: the replay log with measured ttft and e2e (repeat to "
                                                  "fit several; docs/calibrate.md)."),
-              out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML).")) -> None:
+              out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML)."),
+              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
     """Fit the step-time coefficients to benchmarks and write them as a device profile."""
     from ..gpufit.calibrate import fit_vllm_results
     from ..live.calibrate import fit
@@ -232,6 +255,7 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
                                  fix="kvplan calibrate SPEC --observed RUN_DIR -o profile.yaml, "
                                      "kvplan calibrate SPEC --vllm-result result.json -o profile.yaml, or "
                                      "kvplan calibrate SPEC --requests log.jsonl -o profile.yaml")]))
+    files.check(out_file, "-o/--out", overwrite)
     topo, resolved, _ = _spec(spec)
     try:
         if vllm_result:
@@ -249,6 +273,7 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
             profile = fit(resolved, runs, [predict(resolved, run) for _, run in runs])
     except SpecError as exc:
         _fail(exc)
+    files.check(out_file, "-o/--out", overwrite)
     write_profile(profile, Path(out_file))
     s, f = profile.step_model, profile.fit
     out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")

@@ -12,8 +12,10 @@ from typing import Optional
 import typer
 
 from ..errors import SpecError
+from . import files
 from .common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, emit, run_cache
 from .console import err, fail as _fail, out
+from .files import OVERWRITE_HELP
 
 EXIT_NO_PLAN = 4
 
@@ -40,11 +42,10 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                                                              "metrics) as JSON on stdout instead of tables."),
          out_file: Optional[str] = typer.Option(None, "--out", help="Write the winner as a spec YAML (ready for kvplan "
                                                                      "deploy; - for stdout)."),
+         overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
          cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
          no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
     """Find the cheapest topology that meets the SLO at the rate: enumerate, prune, simulate, explain."""
-    from pathlib import Path
-
     from ..plan.headroom import parse_headroom_arg
     from ..plan.search import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
     from ..report.plan import plan_json, plan_tables, search_verdict
@@ -58,6 +59,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
         margin = parse_headroom_arg(headroom)
     except SpecError as exc:       # the flags, not the spec
         _fail(exc)
+    files.check(out_file, "--out", overwrite)
     cache = run_cache(cache_dir, no_cache)
     try:
         topo = load(spec)
@@ -92,7 +94,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     if out_file == STDOUT:
         typer.echo(winner_yaml(winner, result, topo), nl=False)
     elif out_file:
-        Path(out_file).write_text(winner_yaml(winner, result, topo))
+        files.write(out_file, winner_yaml(winner, result, topo), "--out", overwrite)
         err.print(f"winner written to {out_file}: kvplan deploy {out_file} -i INVENTORY")
 
 
@@ -123,6 +125,7 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
               out_file: Optional[str] = typer.Option(None, "--out", help="Write the sweep as JSON to this file (- for stdout)."),
               as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
               csv_file: Optional[str] = typer.Option(None, "--csv", help="Write the sweep as CSV to this file (- for stdout)."),
+              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
               cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
               no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
     """Simulate variants of a spec (--vary PATH=V1,V2,...) and compare them in one table."""
@@ -136,6 +139,8 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         varies = [parse_vary(v) for v in vary]
     except VaryUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--vary") from None
+    files.check(out_file, "--out", overwrite)
+    files.check(csv_file, "--csv", overwrite)
     cache = run_cache(cache_dir, no_cache)
     try:
         with ProgressBar() as progress:
@@ -150,9 +155,9 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             out.print(table)
     _runs_line(len(result.points) * seeds, simulated, cache)
     if out_file or as_json:
-        emit(result.model_dump_json(indent=1) + "\n", out_file, as_json, "sweep")
+        emit(result.model_dump_json(indent=1) + "\n", out_file, as_json, "sweep", overwrite)
     if csv_file:
-        emit(result.to_csv(), csv_file, False, "CSV")
+        emit(result.to_csv(), csv_file, False, "CSV", overwrite, "--csv")
 
 
 def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
@@ -176,6 +181,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                  ray: Optional[str] = typer.Option(None, "--ray", help="Run on Ray: auto or a cluster address."),
                  out_file: Optional[str] = typer.Option(None, "--out", help="Write the search as JSON to this file "
                                                                             "(- for stdout)."),
+                 overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
                  as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
                  cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
                  no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
@@ -188,6 +194,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..units import fmt_duration
 
     _executor_options(workers, ray)
+    files.check(out_file, "--out", overwrite)
     cache = run_cache(cache_dir, no_cache)
     state = {"n": 0}
     machine = as_json or out_file == STDOUT
@@ -247,31 +254,33 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             out.print(table)
     _runs_line(sum(len(p.seeds) for p in result.probes), simulated, cache)
     if out_file or as_json:
-        emit(result.model_dump_json(indent=1) + "\n", out_file, as_json, "search")
+        emit(result.model_dump_json(indent=1) + "\n", out_file, as_json, "search", overwrite)
 
 
 def size(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the workload (default: workload.seed)."),
              as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the result as JSON to this file "
-                                                                        "(for kvplan report; - for stdout).")) -> None:
+                                                                        "(for kvplan report; - for stdout)."),
+             overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
     """Hit ratio against capacity for every tier, from one pass over the workload: working set, the sizes
     reaching 50/90/99 % of the reuse, and their cost."""
     from ..report.sizing import terminal_tables
     from ..sizing import size
     from ..validation import load
 
+    files.check(out_file, "--out", overwrite)
     try:
         result = size(load(spec), seed=seed)
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     data = result.model_dump_json(indent=1) + "\n"
     if as_json or out_file == STDOUT:
-        return emit(data, out_file, as_json, "result")
+        return emit(data, out_file, as_json, "result", overwrite)
     for table in terminal_tables(result):
         out.print(table)
     if out_file:
-        emit(data, out_file, False, "result")
+        emit(data, out_file, False, "result", overwrite)
 
 
 def report(result_or_sweep: str = typer.Argument(..., help="JSON kvplan wrote: `simulate --out` (one run, --seeds, "
@@ -279,7 +288,8 @@ def report(result_or_sweep: str = typer.Argument(..., help="JSON kvplan wrote: `
                                                       "`plan --json`, `doctor --json`, `observe --json` or "
                                                       "`compare --json`."),
                out_file: str = typer.Option(..., "-o", "--out", help="The report: .html (one self-contained page "
-                                                                      "with plots) or .md (the tables as Markdown).")) -> None:
+                                                                      "with plots) or .md (the tables as Markdown)."),
+               overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
     """Turn any answer kvplan wrote as JSON into a report: plots and tables in one offline HTML page, or Markdown."""
     from ..errors import Problem
     from ..report import document, html, inputs
@@ -287,12 +297,14 @@ def report(result_or_sweep: str = typer.Argument(..., help="JSON kvplan wrote: `
     if html.output_format(out_file) is None:
         raise typer.BadParameter(f"'{out_file}' is neither .html nor .md; name the report report.html or report.md",
                                  param_hint="-o/--out")
+    files.check(out_file, "-o/--out", overwrite)
     try:
         doc = document.build(inputs.load(result_or_sweep))
     except SpecError as exc:
         _fail(exc)
     try:
-        fmt = html.write(doc, out_file)
+        fmt = html.output_format(out_file)
+        files.write(out_file, html.render(doc, fmt), "-o/--out", overwrite)
     except OSError as exc:
         _fail(SpecError([Problem("-o/--out", f"cannot write the report: {exc.strerror or exc}",
                                  fix="write it into an existing folder you may write to")], source=out_file))

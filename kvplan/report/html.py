@@ -37,14 +37,23 @@ def output_format(path: str | Path) -> str | None:
     return FORMATS.get(Path(path).suffix.lower())
 
 
+MARKDOWN_MARK = f"<!-- written by kvplan report {__version__} -->\n"
+"""The first line of a Markdown report (invisible when rendered): how kvplan knows the file as its own and
+replaces it without --overwrite, as the HTML page's <meta name="generator"> does (kvplan/cli/files.py)."""
+
+
+def render(doc: Document, fmt: str) -> str:
+    """`doc` as the text of an "html" or "md" report file."""
+    return render_html(doc) if fmt == "html" else MARKDOWN_MARK + to_markdown(doc)
+
+
 def write(doc: Document, path: str | Path) -> str:
     """Write `doc` as HTML or Markdown, chosen by the suffix of `path`; returns the format."""
     fmt = output_format(path)
     if fmt is None:
         raise ValueError(f"{path}: unknown report format (use .html or .md)")
-    text = render_html(doc) if fmt == "html" else to_markdown(doc)
-    Path(path).write_text(text, encoding="utf-8")
+    Path(path).write_text(render(doc, fmt), encoding="utf-8")
     return fmt
 
 
-__all__ = ["FORMATS", "output_format", "render_html", "write"]
+__all__ = ["FORMATS", "MARKDOWN_MARK", "output_format", "render", "render_html", "write"]
