@@ -197,9 +197,11 @@ class Catalog(SpecModel):
 
 
 def _product(name: str) -> str:
-    """The product a name starts with, letters then digits: 'h100' of H100-SXM, 'a10' of A10G, 'gen4'."""
-    found = re.match(r"[a-z]*\d+", name.lower())
-    return found.group(0) if found else name.lower()
+    """The product a name starts with, letters then digits, separators ignored: 'h100' of H100-SXM, 'a10' of A10G,
+    'gen4' of gen-4."""
+    plain = re.sub(r"[^a-z0-9]", "", name.lower())
+    found = re.match(r"[a-z]*\d+", plain)
+    return found.group(0) if found else plain
 
 
 def lookup(table: dict[str, T], name: str, path: str, what: str) -> T:
