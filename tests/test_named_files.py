@@ -69,8 +69,7 @@ def test_the_environment_file_as_the_trace_does_not_print_the_environment(tmp_pa
 
 
 def test_the_real_proc_environ_is_never_printed(tmp_path, monkeypatch):
-    if not os.path.exists("/proc/self/environ"):
-        pytest.skip("no /proc on this system")
+    assert os.path.exists("/proc/self/environ"), "the test needs Linux's /proc (a skip would not be a pass)"
     monkeypatch.setenv("KVPLAN_TEST_CANARY", "canary-7f3a9c")
     with pytest.raises(SpecError) as exc:
         read_trace("/proc/self/environ")
@@ -113,17 +112,21 @@ def test_a_report_input_that_is_some_other_json_is_named_by_kind_not_printed(tmp
 
 
 def test_a_fifo_as_a_report_input_is_refused_without_blocking(tmp_path):
-    fifo = tmp_path / "result.json"
+    assert "not a regular file" in _raised_on_a_fifo(load_report_input, tmp_path / "result.json")
+
+
+def _raised_on_a_fifo(reader, fifo) -> str:
+    """What `reader(fifo)` raises for a FIFO made at `fifo`; fails the test if reading it blocks for 10 s."""
     os.mkfifo(fifo)
     outcome: list = []
-    reader = threading.Thread(target=lambda: outcome.append(_raised(load_report_input, fifo)), daemon=True)
-    reader.start()
-    reader.join(10)
-    if reader.is_alive():
+    worker = threading.Thread(target=lambda: outcome.append(_raised(reader, fifo)), daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():
         with open(fifo, "w"):
             pass
-        pytest.fail("reading a FIFO as a report input blocked")
-    assert "not a regular file" in outcome[0]
+        pytest.fail(f"reading the FIFO {fifo.name} blocked")
+    return outcome[0]
 
 
 def _raised(function, *args) -> str:
@@ -172,20 +175,10 @@ def _read_log(path):
                          ids=["calibrate --vllm-result", "doctor --result", "--profile", "--observed",
                               "workload.replay.path", "workload.trace.path"])
 def test_a_fifo_a_command_or_spec_names_is_refused_without_blocking(tmp_path, reader):
-    fifo = tmp_path / "named.json"
-    os.mkfifo(fifo)
-    outcome: list = []
-    worker = threading.Thread(target=lambda: outcome.append(_raised(reader, fifo)), daemon=True)
-    worker.start()
-    worker.join(10)
-    if worker.is_alive():
-        with open(fifo, "w"):
-            pass
-        pytest.fail("reading the FIFO blocked")
-    assert "FIFO" in outcome[0] or "not a regular file" in outcome[0], outcome
+    raised = _raised_on_a_fifo(reader, tmp_path / "named.json")
+    assert "FIFO" in raised or "not a regular file" in raised, raised
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
 @pytest.mark.parametrize("reader", [_read_log, lambda path: read_trace(str(path))], ids=["replay log", "trace"])
 def test_a_device_that_never_ends_is_refused_not_read(reader):
     assert "device" in _raised(reader, Path("/dev/zero"))

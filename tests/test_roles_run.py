@@ -545,22 +545,26 @@ TRICKY_ARGV = ["/usr/bin/python3", "-c", "import sys; print(sys.argv)",
                '{"type":"s3","note":"50% full","cost":"$y"}', "back\\slash", "it's", "two words"]
 
 
-def test_systemd_reads_the_unit_with_the_exact_arguments(tmp_path):
+def _render_unit(tmp_path: Path, command: list[str]) -> Path:
+    """The daemon role's unit.j2 rendered by Ansible for `command`, as kvplan-test.service under tmp_path."""
     project = tmp_path / "project"
     project.mkdir()
+    unit = tmp_path / "kvplan-test.service"
     (project / "unit.yml").write_text(yaml.safe_dump([{
         "name": "Render the daemon role's unit", "hosts": "localhost", "gather_facts": False,
-        "vars": {"daemon_name": "kvplan-test", "daemon_command": TRICKY_ARGV, "daemon_chdir": "/", "daemon_user": "",
+        "vars": {"daemon_name": "kvplan-test", "daemon_command": command, "daemon_chdir": "/", "daemon_user": "",
                  "daemon_stop_timeout": 30, "daemon_envfile": "/etc/kvplan/kvplan-test.env",
                  "daemon_secret_envfile": "/etc/kvplan/kvplan-test.secret.env"},
         "tasks": [{"name": "Unit", "ansible.builtin.template": {
-            "src": str(ROLES / "daemon" / "templates" / "unit.j2"), "dest": str(tmp_path / "kvplan-test.service"),
-            "mode": "0644"}}]}]))
+            "src": str(ROLES / "daemon" / "templates" / "unit.j2"), "dest": str(unit), "mode": "0644"}}]}]))
     rendered = ansible_runner.run(private_data_dir=str(tmp_path), playbook="unit.yml", inventory=LOCALHOST, quiet=True,
                                   suppress_env_files=True, envvars={"PATH": f"{BIN}:{os.environ['PATH']}"})
     assert rendered.rc == 0, rendered.stdout.read()
+    return unit
 
-    unit = str(tmp_path / "kvplan-test.service")
+
+def test_systemd_reads_the_unit_with_the_exact_arguments(tmp_path):
+    unit = str(_render_unit(tmp_path, TRICKY_ARGV))
     verify = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True)
     assert verify.returncode == 0 and not verify.stdout + verify.stderr, verify.stdout + verify.stderr
     dump = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True,
@@ -576,25 +580,10 @@ def test_a_line_break_in_an_argument_cannot_add_a_line_to_the_unit(tmp_path):
     # S1c (issue 49): serving.host "127.0.0.1\nExecStartPre=..." once became a line of its own in the unit. A
     # forged value (the grammar refuses it at validate) is written as systemd's \n escape, inside its argument.
     attack = "127.0.0.1\nExecStartPre=/bin/touch /tmp/kvplan-pwn\r\nUser=root"
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "unit.yml").write_text(yaml.safe_dump([{
-        "name": "Render the daemon role's unit", "hosts": "localhost", "gather_facts": False,
-        "vars": {"daemon_name": "kvplan-test", "daemon_command": ["/usr/bin/python3", "-m", "http.server", "--bind", attack],
-                 "daemon_chdir": "/", "daemon_user": "", "daemon_stop_timeout": 30,
-                 "daemon_envfile": "/etc/kvplan/kvplan-test.env",
-                 "daemon_secret_envfile": "/etc/kvplan/kvplan-test.secret.env"},
-        "tasks": [{"name": "Unit", "ansible.builtin.template": {
-            "src": str(ROLES / "daemon" / "templates" / "unit.j2"), "dest": str(tmp_path / "kvplan-test.service"),
-            "mode": "0644"}}]}]))
-    rendered = ansible_runner.run(private_data_dir=str(tmp_path), playbook="unit.yml", inventory=LOCALHOST, quiet=True,
-                                  suppress_env_files=True, envvars={"PATH": f"{BIN}:{os.environ['PATH']}"})
-    assert rendered.rc == 0, rendered.stdout.read()
-
-    lines = (tmp_path / "kvplan-test.service").read_text().splitlines()
+    unit = _render_unit(tmp_path, ["/usr/bin/python3", "-m", "http.server", "--bind", attack])
+    lines = unit.read_text().splitlines()
     assert not [line for line in lines if line.startswith(("ExecStartPre=", "User="))], lines
     [exec_start] = [line for line in lines if line.startswith("ExecStart=")]
     assert exec_start.endswith('"--bind" "127.0.0.1\\nExecStartPre=/bin/touch /tmp/kvplan-pwn\\r\\nUser=root"'), exec_start
-    verify = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "kvplan-test.service")], capture_output=True,
-                            text=True)
+    verify = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     assert verify.returncode == 0, verify.stdout + verify.stderr
