@@ -113,7 +113,8 @@ LEDGER: dict[str, tuple[Kind, str]] = {
     "lmcache.nvme.eviction": (DEPLOYED, "the fs_native L2 adapter's eviction / cache_policy"),
     "lmcache.nvme.ttl": (SIMULATION_ONLY, "LMCache has no expiry by age on local disk"),
     "lmcache.nvme.device": (NOT_DEPLOYED, "one drive's class (a catalog name or an inline class), whose speed the "
-                                          "simulator models; kvplan formats no drive"),
+                                          "simulator models and whose capacity bounds the tier (validate); kvplan "
+                                          "formats no drive"),
     "lmcache.nvme.drives": (NOT_DEPLOYED, "the node's hardware, which a render cannot choose: the simulator's device "
                                           "speed (raid0) or device count (per_drive, where paths deploys one "
                                           "directory per drive); kvplan builds, formats and mounts no drive or array"),
