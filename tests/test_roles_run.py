@@ -65,15 +65,18 @@ def daemon_dirs(root: Path) -> dict[str, str]:
 
 
 def run_play(project: Path, roles: list[str], hosts: str = "localhost", inventory_=LOCALHOST, ident: str | None = None,
-             tasks: list[dict] | None = None, path: list[Path] = (), succeed: bool = True, check: bool = False):
+             tasks: list[dict] | None = None, path: list[Path] = (), succeed: bool = True, check: bool = False,
+             diff: bool = False):
     """ansible-playbook over one play of these roles (or these tasks), from this virtual environment;
-    `path`: directories of stand-in programs, found before the machine's own; `check`: under --check."""
+    `path`: directories of stand-in programs, found before the machine's own; `check`: under --check; `diff`: under
+    --diff."""
     play = {"name": "Roles under test", "hosts": hosts, "gather_facts": False}
     play |= {"tasks": tasks} if tasks is not None else {"roles": roles}
     (project / "test-play.yml").write_text(yaml.safe_dump([play]))
     r = ansible_runner.run(
         private_data_dir=str(project.parent), project_dir=str(project), playbook="test-play.yml", inventory=inventory_,
-        ident=ident, quiet=True, suppress_env_files=True, cmdline="--check" if check else None,
+        ident=ident, quiet=True, suppress_env_files=True,
+        cmdline=" ".join(flag for flag, on in (("--check", check), ("--diff", diff)) if on) or None,
         # ansible-runner runs whichever ansible-playbook is first on PATH: this virtual environment's
         envvars={"ANSIBLE_ROLES_PATH": str(ROLES), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_PIPELINING": "1",
                  "PATH": os.pathsep.join([*map(str, path), str(BIN), os.environ["PATH"]])})
@@ -209,6 +212,46 @@ def test_daemon_under_check_mode_says_what_it_would_change_and_changes_nothing(t
                          "Record what runs as kvplan-test-check": None}, would
         assert (config / "kvplan-test-check.env").read_text() == env
         assert pid_of(tmp_path / "run", "kvplan-test-check") == pid and alive(pid)
+    finally:
+        stop_all(tmp_path)
+
+
+def test_daemon_under_diff_mode_shows_the_changed_lines_and_never_the_secret(tmp_path):
+    """`kvplan deploy --check --diff` reads what the daemon module reports: the environment and command files'
+    lines before and after, and the secret file named with a note instead of its content."""
+    project = tmp_path / "project"
+    (project / "group_vars" / "all").mkdir(parents=True)
+    secret = "s3cret-token-never-shown"
+
+    def apply(generation: str, port: int, check: bool):
+        (project / "group_vars" / "all" / "daemon.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
+            "daemon_name": "kvplan-test-diff",
+            "daemon_command": [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+            "daemon_env": {"KVPLAN_TEST_GENERATION": generation},
+            "daemon_env_private": {"KVPLAN_TEST_TOKEN": secret + generation}}))
+        return run_play(project, ["daemon"], check=check, diff=True)
+
+    def diffs(r) -> dict[str, dict]:
+        found = [d for _, res in task_results(r, "ok") if res.get("changed") for d in res.get("diff") or []]
+        return {d["after_header"]: d for d in found if isinstance(d, dict) and "after_header" in d}
+
+    config = tmp_path / "config"
+    first, second = free_port(), free_port()
+    try:
+        apply("1", first, check=False)
+        would = apply("2", second, check=True)
+        changed = diffs(would)
+        env = changed[str(config / "kvplan-test-diff.env")]
+        assert 'KVPLAN_TEST_GENERATION="1"' in env["before"] and 'KVPLAN_TEST_GENERATION="2"' in env["after"], env
+        command = changed[str(config / "kvplan-test-diff.command")]
+        # one option and its value per line: the changed port is one changed line
+        assert f"\n--bind 127.0.0.1\n{first}\n" in command["before"], command
+        assert f"\n--bind 127.0.0.1\n{second}\n" in command["after"], command
+        hidden = changed[str(config / "kvplan-test-diff.secret.env")]
+        assert "not shown" in hidden["after"], hidden
+        assert secret not in would.stdout.read() and secret not in str(list(would.events)), "a secret reached the output"
+        assert not any("stamp" in path for path in changed), "the stamp's hash is no diff a reader needs"
+        assert (config / "kvplan-test-diff.env").read_text().count('GENERATION="1"') == 1, "check mode wrote"
     finally:
         stop_all(tmp_path)
 

@@ -159,10 +159,29 @@ def _print_run(result) -> None:
     out.print(table)
 
 
+def _print_diffs(diffs: list, check: bool) -> None:
+    """Each changed file's unified diff, in the order the deploy reached them."""
+    verb = "would change" if check else "changed"
+    if not diffs:
+        out.print(f"diff: no file's content {verb}")
+        return
+    out.print(f"diff: {len(diffs)} file(s) {verb}")
+    for d in diffs:
+        out.print(f"{d.host}: {d.task}")
+        for line in d.unified():
+            style = "green" if line.startswith("+") and not line.startswith("+++") else \
+                "red" if line.startswith("-") and not line.startswith("---") else ""
+            out.print(styled((line, style)) if style else line)
+
+
 def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
            inventory: str = typer.Option(..., "-i", "--inventory", help="Ansible inventory (YAML file or directory)."),
            check: bool = typer.Option(False, "--check", help="Change nothing: show what a deploy would change "
                                                              "(kvplan's Ceph diff plus Ansible's check mode)."),
+           diff: bool = typer.Option(False, "--diff", help="Also show the content that changes (with --check: would "
+                                                           "change), file by file and host by host, as unified diffs "
+                                                           "from Ansible's diff mode; a secret file is named, its "
+                                                           "content never shown."),
            tags: Optional[str] = typer.Option(None, "--tags", help="Only these components, comma-separated: "
                                                                     "ceph, lmcache, vllm (with the router and the "
                                                                     "warm-up), router, warmup, monitoring."),
@@ -181,8 +200,9 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     if unknown:
         raise typer.BadParameter(f"unknown component(s) {', '.join(unknown)}; use {', '.join(components)}",
                                  param_hint="--tags")
-    if down and check:
-        raise typer.BadParameter("--down and --check cannot be combined", param_hint="--down")
+    if down and (check or diff):
+        raise typer.BadParameter(f"--down and {'--check' if check else '--diff'} cannot be combined: --down stops the "
+                                 "services and changes no file", param_hint="--down")
     rendered = _rendered(spec, inventory, None, state_dir)
     out.print(f"run directory: {rendered.root}")
     status = err.status("starting ansible-playbook") if sys.stderr.isatty() else None
@@ -207,11 +227,12 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                         out.print(f"  {change}")
             others = [t for t in (wanted or ["lmcache", "vllm", "monitoring"]) if t != "ceph"]
             if others:
-                results.append(runner.run(rendered.root, tags=others, check=True, on_event=progress, ident="check"))
+                results.append(runner.run(rendered.root, tags=others, check=True, diff=diff, on_event=progress,
+                                          ident="check"))
         elif down:
             results.append(runner.run(rendered.root, "down.yml", tags=wanted, on_event=progress, ident="down"))
         else:
-            results.append(runner.run(rendered.root, tags=wanted, on_event=progress, ident="apply"))
+            results.append(runner.run(rendered.root, tags=wanted, diff=diff, on_event=progress, ident="apply"))
     except SpecError as exc:
         _fail(exc)
     finally:
@@ -221,6 +242,8 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         _print_run(result)
         if check and result.playbook == "site.yml" and result.changed_tasks:
             out.print("Ansible check mode: would change " + ", ".join(sorted({t for _, t in result.changed_tasks})))
+        if diff and result.playbook == "site.yml":
+            _print_diffs(result.diffs, check)
     failed = [r for r in results if not r.ok]
     for result in failed:
         for f in result.failures:
