@@ -57,12 +57,18 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                                            "each vLLM pod requests, "
                                                                                            "e.g. 64Gi."),
                state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP),
+               diff: bool = typer.Option(False, "--diff", help="Replacing an earlier render in -o: also show each "
+                                                               "changed file's lines, as unified diffs (files that may "
+                                                               "hold secrets are named, never shown)."),
                overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP + " With --format "
                                                                                         "production-stack only: a "
                                                                                         "render directory is never "
                                                                                         "replaced unless kvplan made it.")) -> None:
     """Write the Ansible that deploys the spec (inventory/, project/site.yml and roles, env/) without running it,
     or the Helm values that deploy its vLLM + LMCache with production-stack."""
+    if diff and fmt != "ansible":
+        raise typer.BadParameter("--diff compares a render directory with the earlier render it replaces "
+                                 "(--format ansible)", param_hint="--diff")
     if fmt == "production-stack":
         return _render_production_stack(spec, out_dir, request_cpu, request_memory, overwrite)
     if fmt != "ansible":
@@ -77,6 +83,10 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     s = rendered.stack
     out.print(styled(("rendered:", "bold green"),
                      f" {rendered.root}  ({rendered.resolved.name}, spec {rendered.resolved.spec_hash[:12]})"))
+    if rendered.changes is not None:
+        out.print(f"  {rendered.changes.summary()}")
+        for line in rendered.changes.unified() if diff else []:
+            out.print(line)
     parts = [f"vllm: {sum(len(v) for v in s.instances.values())} instance(s) on {len(s.instances)} host(s)"]
     if s.lmcache:
         parts.append(f"lmcache: {s.lmcache.lmcache_mode} mode")

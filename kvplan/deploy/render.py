@@ -36,7 +36,7 @@ from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from ..resources import data_root
 from ..spec.grammar import host_problem
-from . import ansible_yaml, inventory as inventory_mod, output as output_mod
+from . import ansible_yaml, inventory as inventory_mod, output as output_mod, rerender
 from .secrets import Secrets
 from .stack import Stack, build
 
@@ -48,8 +48,10 @@ ROLES = ("ceph", "lmcache", "vllm", "router", "warmup", "monitoring", "daemon")
 class Rendered:
     """A rendered private_data_dir."""
 
-    def __init__(self, root: Path, stack: Stack, resolved: Resolved):
+    def __init__(self, root: Path, stack: Stack, resolved: Resolved, changes: rerender.Changes | None = None):
         self.root, self.stack, self.resolved = root, stack, resolved
+        self.changes = changes
+        """What this render changed against an earlier one it replaced in the same directory (None: there was none)."""
 
     @property
     def project(self) -> Path:
@@ -125,6 +127,7 @@ def render(r: Resolved, inv: inventory_mod.Inventory, out: Path,
     check_deployable(r, inv)
     out = Path(out)
     earlier = output_mod.claim(out)
+    before = rerender.read(out, earlier, output_mod.marker(out))
     keys = secrets() if callable(secrets) else secrets
     output_mod.clear(out, earlier)
     output = output_mod.Output(out)
@@ -133,7 +136,8 @@ def render(r: Resolved, inv: inventory_mod.Inventory, out: Path,
     except BaseException:
         output.discard()
         raise
-    return Rendered(out, stack, r)
+    written = {rel: (out / rel).read_bytes() for rel in output.files}
+    return Rendered(out, stack, r, rerender.compare(before, written, r.spec_hash, __version__))
 
 
 def _write(r: Resolved, inv: inventory_mod.Inventory, secrets: Secrets, output: output_mod.Output) -> Stack:
