@@ -32,6 +32,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
+from pydantic import SerializerFunctionWrapHandler, model_serializer
+
 from .catalog import Catalog, CephDeviceClass, Device, Nic, load_catalog, lookup
 from .errors import Problem, SpecError, did_you_mean
 from .kv_capacity import ProfiledMemory, profiled_memory
@@ -40,6 +42,7 @@ from .offload import ResolvedOffload, resolve_offload
 from .spec import Topology
 from .spec.architecture import Architecture
 from .spec.base import SpecModel
+from .spec.disaggregation import POOL_FIELDS, Pool
 from .spec.grammar import local_address
 from .spec.cost import CostOverrides
 from .spec.profile import read_profile
@@ -353,11 +356,45 @@ class Resolved(SpecModel):
     slo: Slo
     monitoring: Monitoring
     cost: CostOverrides
+    disaggregation: "ResolvedDisaggregation | None" = None
+    """Prefill/decode pools (serving.disaggregation); None: aggregated. With it, instances, gpus_total, nodes and
+    hbm_bytes count both pools, and every per-instance figure above is the prefill pool's (each pool's own are in
+    disaggregation.prefill and .decode)."""
+
+    @model_serializer(mode="wrap")
+    def _aggregated_as_before(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """An aggregated spec's Resolved serialises as it did before disaggregation existed: no such key."""
+        data = handler(self)
+        if self.disaggregation is None:
+            data.pop("disaggregation", None)
+        return data
+
+
+class ResolvedDisaggregation(SpecModel):
+    """Each pool resolved as an aggregated deployment of its own, and the KV transfer's numbers (kvplan.sim.disagg)."""
+
+    connector: Literal["nixl", "lmcache"]
+    proxy: Literal["round_robin"]
+    prefill: Resolved
+    decode: Resolved
+    network: Nic
+    """The NIC class of each GPU's port (bandwidth one direction, one-way latency per transfer)."""
+    prefill_bytes_per_token_per_port: int
+    """KV bytes one prefill rank sends per prompt token: its KV heads' (all of MLA's latent); every rank sends at once
+    over its own port."""
+    decode_bytes_per_token_per_port: int
+    """KV bytes one decode rank receives per prompt token: the heads it holds, read from one prefill rank (vLLM's
+    NixlConnector: rank r reads from prefill rank r // (decode TP / prefill TP))."""
+    buffer_copy_bandwidth: float
+    """Bytes/s of the decode side's copy out of LMCache's PD receive buffer into vLLM's blocks (connector: lmcache;
+    a copy within the GPU's memory, at its bandwidth)."""
 
 
 def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
     """Derive every number; raise SpecError listing all catalog-dependent problems."""
     catalog = catalog or load_catalog()
+    if topo.serving.disaggregation is not None:
+        return _disaggregated(topo, catalog)
     problems: list[Problem] = []
     s, lm = topo.serving, topo.lmcache
     model, device, nvme_class, ceph_class, nic = _entries(topo, catalog, problems)
@@ -470,6 +507,58 @@ def catalog_problems(topo: "Sections", found: list[Problem], catalog: Catalog | 
         mem = _accelerator_memory(model, device, spec.serving, catalog, problems)
         _peak_tflops(device, mem.weights_dtype, problems)
     return problems
+
+
+def _disaggregated(topo: Topology, catalog: Catalog) -> Resolved:
+    """A spec with prefill and decode pools: each pool resolved as an aggregated deployment of its pool's GPU, TP,
+    count and limits (its problems named by the pool's fields), the transfer's numbers beside them."""
+    s = topo.serving
+    d = s.disaggregation
+    assert d is not None
+    problems: list[Problem] = []
+    pools: list[Resolved] = []
+    for role, pool in (("prefill", d.prefill), ("decode", d.decode)):
+        try:
+            pools.append(resolve(_pool_topology(topo, pool), catalog))
+        except SpecError as exc:
+            problems += [_pool_problem(p, role) for p in exc.problems]
+    nic = None
+    try:
+        nic = lookup(catalog.nics, d.network, "serving.disaggregation.network", "NIC class")
+    except SpecError as exc:
+        problems += exc.problems
+    if problems or nic is None:
+        raise SpecError(problems)
+    network = nic if d.network_bandwidth is None else nic.model_copy(update={"bandwidth": d.network_bandwidth})
+    prefill, decode = pools
+    transfer = ResolvedDisaggregation(
+        connector=d.connector, proxy=d.proxy, prefill=prefill, decode=decode, network=network,
+        prefill_bytes_per_token_per_port=prefill.kv_bytes_per_token_per_rank,
+        decode_bytes_per_token_per_port=decode.kv_bytes_per_token_per_rank,
+        buffer_copy_bandwidth=decode.hbm_bandwidth)
+    return prefill.model_copy(update={
+        "spec_hash": topo.spec_hash(), "simulate_only": topo.simulate_only,
+        "simulation_only": _simulation_only(topo, prefill.device) if topo.simulate_only else [],
+        "instances": prefill.instances + decode.instances, "gpus_total": prefill.gpus_total + decode.gpus_total,
+        "nodes": prefill.nodes + decode.nodes, "hbm_bytes": prefill.hbm_bytes + decode.hbm_bytes,
+        "disaggregation": transfer})
+
+
+def _pool_topology(topo: Topology, pool: Pool) -> Topology:
+    """The spec as an aggregated deployment of one pool: its GPU, TP, count and scheduler limits in serving."""
+    s = topo.serving
+    serving = s.model_copy(update={"gpu": pool.gpu or s.gpu, "instances": pool.instances,
+                                   "tensor_parallel": pool.tensor_parallel, "max_num_seqs": pool.max_num_seqs,
+                                   "max_num_batched_tokens": pool.max_num_batched_tokens, "disaggregation": None})
+    return topo.model_copy(update={"serving": serving})
+
+
+def _pool_problem(p: Problem, role: str) -> Problem:
+    """A pool's problem, named by the pool's field where the pool sets it, else said to be the pool's."""
+    field = p.path.removeprefix("serving.")
+    if p.path.startswith("serving.") and (field in POOL_FIELDS or field == "gpu"):
+        return Problem(f"serving.disaggregation.{role}.{field}", p.message, p.value, p.allowed, p.fix)
+    return Problem(p.path, f"(the {role} pool) {p.message}", p.value, p.allowed, p.fix)
 
 
 def _simulation_only(topo: Topology, device: Device) -> list[tuple[str, str]]:
@@ -825,3 +914,6 @@ def unloaded_op_latency(dev: CephDeviceClass, network: Nic, pool_size: int, s3_o
     write = (dev.write_latency + (pool_size - 1) * op / network.bandwidth
              + max(op / dev.osd_write_bandwidth, 1 / dev.osd_write_iops))
     return max(read, write)
+
+
+Resolved.model_rebuild()

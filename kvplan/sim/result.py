@@ -11,7 +11,7 @@ requests admitted again are reported apart (`relookup_*`, `relookups`). docs/sim
 
 from __future__ import annotations
 
-from typing import Annotated, Iterator, NamedTuple, get_type_hints
+from typing import Annotated, ClassVar, Iterator, NamedTuple, get_type_hints
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, PlainSerializer, PlainValidator, SerializerFunctionWrapHandler,
@@ -180,6 +180,41 @@ class StageResult(_Result):
     goodput_per_s: float
 
 
+class DisaggResult(_Result):
+    """Where a disaggregated run's time went (kvplan.sim.disagg): per request, the phases that add up to its TTFT
+    less the decode leg's request_overhead, and the KV transfer's totals."""
+
+    PHASES: ClassVar[tuple[str, ...]] = ("prefill_queue", "prefill", "handoff", "transfer", "decode_queue",
+                                         "first_step")
+
+    connector: str
+    prefill_instances: int
+    decode_instances: int
+    """engine_* lists of the result: the prefill instances first, then the decode instances."""
+    transfers: int
+    transfer_bytes: int
+    """KV bytes the decode instances received over the network (all ranks)."""
+    send_utilisation: list[float]
+    """Per prefill instance, the share of the run its KV port was sending."""
+    receive_utilisation: list[float]
+    """Per decode instance, the share of the run its KV port was receiving."""
+    prefill_queue: Summary
+    """Arrival at the proxy to first scheduled on a prefill instance."""
+    prefill: Summary
+    """First scheduled to the prompt computed (its LMCache loads included) on the prefill instance."""
+    handoff: Summary
+    """The prefill response back to the proxy and the request on to the decode instance (the prefill leg's
+    request_overhead)."""
+    transfer: Summary
+    """The KV over the network (nixl: the decode instance's read; lmcache: the prefill instance's push), NIC latency
+    included; 0 for a request that needed none."""
+    decode_queue: Summary
+    """Handed to the decode instance to admitted there (blocks and a batch slot for it)."""
+    first_step: Summary
+    """The KV in (nixl) or admitted (lmcache: its copy out of the receive buffer) to the first token: the decode
+    instance's next schedule point and the step that computes the prompt's last tokens."""
+
+
 class SimResult(_Result):
     name: str
     spec_hash: str
@@ -262,6 +297,8 @@ class SimResult(_Result):
     """Per offload tier, how a warm start's warm-up left it (kvplan.sim.warm); empty, and absent from the JSON,
     when the run started cold."""
     per_request: RequestTable
+    disaggregation: DisaggResult | None = None
+    """Prefill/decode phases and the KV transfer, for a disaggregated spec; absent from the JSON otherwise."""
 
     def tier(self, name: str) -> TierResult | None:
         return next((t for t in self.tiers if t.name == name), None)
@@ -274,8 +311,11 @@ class SimResult(_Result):
             data.pop("stages", None)
         if not self.warm_start:
             data.pop("warm_start", None)
+        if self.disaggregation is None:
+            data.pop("disaggregation", None)
         return data
 
     def fields(self) -> dict:
         """Its fields by name, as its JSON has them: `stages` only when the run has stages."""
-        return {name: value for name, value in self if name not in ("stages", "warm_start") or value}
+        return {name: value for name, value in self
+                if name not in ("stages", "warm_start", "disaggregation") or value}

@@ -90,14 +90,7 @@ class Simulation:
         self.progress = progress
         self.request_overhead = r.step.request_overhead     # HTTP and streaming: a pure delay, outside the engine
         self.env = Environment()
-        self.fabric = Fabric(self.env, r)
-        self.hbm = [PrefixCache(r.hbm_blocks) for _ in range(r.instances)]
-        self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
-        self.native = NativeOffload(self.env, r, self.fabric) if r.kv_offloading else None
-        self.offload = self.lmcache or self.native         # the offload engine, LMCache or vLLM's native (or none)
-        self.engines = [Engine(r, i, self.env, self.hbm[i], self.lmcache, StepTime(r), self.finished, self.native)
-                        for i in range(r.instances)]
-        self.router = Router(r.router, self.engines, r.block_size, r.router_thresholds, r.llm_d, self.seed)
+        self._build(r)
         self.ledger = Ledger(0, 0.0, self.request_overhead)   # the per-request table (sized once the requests are known)
         self.finished_count = 0
         self.offset = 0.0                        # traffic starts after the warm-up
@@ -111,6 +104,22 @@ class Simulation:
         self.warm: list[WarmTier] = []           # how a warm start left each tier (kvplan.sim.warm); [] cold
         self.warm_counts: dict[str, tuple[int, int, int]] = {}   # tier -> the warm-up's evictions, bytes, expiries
         self.sessions = 0                        # sessions whose first turn finished (workloads with sessions)
+
+    def _build(self, r: Resolved) -> None:
+        """The instances and what they share: links, HBM prefix caches, the offload engine, the router
+        (kvplan.sim.disagg builds prefill and decode pools instead)."""
+        self.fabric = Fabric(self.env, r)
+        self.hbm = [PrefixCache(r.hbm_blocks) for _ in range(r.instances)]
+        self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
+        self.native = NativeOffload(self.env, r, self.fabric) if r.kv_offloading else None
+        self.offload = self.lmcache or self.native         # the offload engine, LMCache or vLLM's native (or none)
+        self.engines = [Engine(r, i, self.env, self.hbm[i], self.lmcache, StepTime(r), self.finished, self.native)
+                        for i in range(r.instances)]
+        self.router = Router(r.router, self.engines, r.block_size, r.router_thresholds, r.llm_d, self.seed)
+
+    def links(self) -> list:
+        """Every link of the run, for its result."""
+        return self.fabric.links()
 
     # ---- requests
     def finished(self, instance: int, seq: Seq, now: float) -> None:
@@ -319,7 +328,7 @@ class Simulation:
         generated = int(recs.output_tokens.sum())
         span = self.env.now - self.offset           # the links worked until the last write landed
         links = [LinkResult(name=link.name, transfers=link.transfers, work=link.work_done,
-                            utilisation=link.utilisation(span)) for link in self.fabric.links()]
+                            utilisation=link.utilisation(span)) for link in self.links()]
         return SimResult(
             name=r.name, spec_hash=r.spec_hash, seed=self.seed, lmcache_mode=r.lmcache.mode if r.lmcache else None,
             requests=len(recs), warmup_requests=len(warm), rejected_requests=reqs.rejected,
@@ -385,7 +394,12 @@ def run(r: Resolved, seed: int | None = None, progress: Progress | None = None, 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        sim = Simulation(r, seed, progress, bounds, stop_at_miss, requests)
+        if r.disaggregation is not None:
+            from .disagg import Disaggregation
+
+            sim = Disaggregation(r, seed, progress, bounds, stop_at_miss, requests)
+        else:
+            sim = Simulation(r, seed, progress, bounds, stop_at_miss, requests)
         try:
             return sim.run()
         finally:

@@ -90,6 +90,9 @@ LEDGER: dict[str, tuple[Kind, str]] = {
                                              "of --kv-transfer-config (--kv-offloading-size, in exact bytes)"),
     "serving.kv_offloading.eviction": (DEPLOYED, "the OffloadingConnector's eviction_policy (lru or arc)"),
     "serving.kv_offloading.block_size": (DEPLOYED, "the OffloadingConnector's block_size (tokens per offloaded chunk)"),
+    "serving.disaggregation": (SIMULATION_ONLY, "kvplan's render does not write prefill and decode pools, their KV "
+                                                "connector (NIXL) or the proxy yet; it refuses the spec rather than "
+                                                "deploy it aggregated"),
     "serving.router": (DEPLOYED, "the router in front of the instances (vllm-router) and its --policy; llm_d: llm-d's "
                                  "EndpointPickerConfig (render --format production-stack), which the Ansible render "
                                  "refuses: vllm-router has no weighted scorers"),

@@ -17,7 +17,7 @@ import re
 from typing import TYPE_CHECKING, Iterator, cast
 
 from ..errors import Problem
-from . import stages
+from . import disaggregation, stages
 from .deployment import simulation_only
 
 if TYPE_CHECKING:
@@ -303,4 +303,4 @@ def _benchmark_shapes(topo: "Topology") -> Iterator[Problem]:
                           f"{where}", None, fix=f"remove workload.{name}")
 
 
-RULES = (_serving, _quantization, _lmcache, _offload, _ceph, _workload, stages.problems)
+RULES = (_serving, _quantization, _lmcache, _offload, _ceph, _workload, stages.problems, disaggregation.problems)

@@ -13,6 +13,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from ..units import Duration, Size
 from .base import MAX_INT32, SpecModel, spec_file
 from .grammar import HostName, ModelId
+from .disaggregation import Disaggregation
 from .offload import KvOffloading
 
 Router = Literal["round_robin", "least_loaded", "session_affinity", "prefix_aware", "llm_d"]
@@ -208,6 +209,10 @@ class Serving(SpecModel):
 
     step_model: StepModel | None = None
     """Step-time coefficients that override the accelerator's catalog defaults (any subset)."""
+
+    disaggregation: Disaggregation | None = None
+    """Prefill/decode disaggregation: separate prefill and decode pools, the prompt's KV sent between them
+    (docs/disaggregation.md); simulated only for now (needs simulate_only: true). Absent: aggregated serving."""
 
     step_profile: str | None = None
     """A device profile file (`kvplan calibrate -o`) whose step_model the simulator uses for this accelerator;

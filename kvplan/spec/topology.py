@@ -82,7 +82,7 @@ class Topology(SpecModel):
 
         # fields that came after many specs were hashed (serving.kv_offloading, serving.host_memory, the nvme tier's
         # drives, ceph.allow_no_auth): a spec that leaves them at their defaults keeps the hash it had
-        serving = {name for name in ("kv_offloading", "host_memory") if getattr(self.serving, name) is None}
+        serving = {name for name in ("kv_offloading", "host_memory", "disaggregation") if getattr(self.serving, name) is None}
         unset: dict = {"serving": serving} if serving else {}
         nvme = self.lmcache.nvme if self.lmcache is not None else None
         if nvme is not None and nvme.drives == 1 and nvme.layout == "raid0" and not nvme.paths:

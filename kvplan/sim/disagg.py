@@ -1,0 +1,293 @@
+"""Prefill/decode disaggregation: a prefill pool and a decode pool of vLLM instances, the KV sent between them.
+
+What the real systems do, and what is copied here (vLLM's v1 KV connectors, the NixlConnector as in
+vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py, vLLM 0.10-0.11 and unchanged in what follows here
+since; its proxy tests/v1/kv_connector/nixl_integration/toy_proxy_server.py and
+examples/online_serving/disaggregated_serving/; LMCache's PD mode, lmcache/v1 with enable_pd, pd_role
+sender/receiver and transfer_channel: nixl, and its examples/disagg_prefill/ proxy):
+
+1. The proxy sends each request to a prefill instance, round robin, with max_tokens=1 and kv_transfer_params
+   {do_remote_decode: true}. The prefill instance schedules it like any request (its prefix cache, the LMCache
+   tiers behind it: a `PrefillEngine` is an `Engine`), computes the prompt and samples one token, which the proxy
+   drops. Its response (carrying the KV's block ids) goes back to the proxy: a second HTTP leg, which costs the
+   step model's request_overhead.
+2. nixl: the request finishes on the prefill instance FINISHED_LENGTH_CAPPED, and request_finished returns
+   delay_free_blocks: its blocks stay held until the decode instance has read them (then NIXL notifies it). The
+   proxy sends the request to a decode instance, round robin, with {do_remote_prefill: true}.
+   get_num_new_matched_tokens returns the prompt's whole blocks (round_down(prompt, block_size)) less the decode
+   instance's own prefix-cache hit, loaded asynchronously: the decode scheduler gives the request its blocks when it
+   admits it and parks it as WAITING_FOR_REMOTE_KVS (no batch slot, no token budget, as native offloading's loads
+   in engine.py), and its worker reads the blocks over NIXL. When they are in, the request rejoins the waiting queue
+   with those tokens computed (all but the last prompt token when the prompt is whole blocks: vLLM recomputes one)
+   and its first step computes the rest of the prompt (under one block) and samples the first token.
+   lmcache: the prefill instance sends the KV as it saves it (LMCache's PD sender pushes it over NIXL into the
+   decode instance's receive buffer before the prefill response returns), then frees its blocks; the proxy chose
+   the decode instance before the prefill (round robin) and now sends it the request, whose LMCache lookup finds
+   the whole prompt in the buffer: it is copied into vLLM's blocks (within the GPU, at its memory bandwidth) and
+   the last prompt token is recomputed.
+3. The decode instance decodes in batches that carry no prefill besides those few tokens per request.
+
+TTFT, as the proxy's client sees it, is the time from the request's arrival at the proxy to the first token the
+decode instance streams back: prefill queue + prefill compute (and its LMCache loads) + the prefill leg's HTTP
+overhead + (lmcache: the push) + the wait for a decode admission + (nixl: the read) + the decode instance's first
+step, + request_overhead for the decode leg (as aggregated). SimResult.disaggregation splits it into those phases.
+
+The transfer is one `Link` per instance per direction of its network (each GPU has its own port, every rank moves
+its share at once, so a link carries one rank's bytes at one port's bandwidth): the prefill instance's send link
+and the decode instance's receive link, after the NIC's one-way latency. Concurrent transfers share them. The KV
+network is separate from the Ceph storage network (fabric.py), as the GPU ports of a server are from its storage
+NIC.
+
+Not modelled (docs/disaggregation.md): LMCache's decode-side receive buffer's size (pd_buffer_size) as a bound
+(transfers never wait for room in it); the prefill step's wait for LMCache's push (the push overlaps the prefill
+instance's next steps here); NIXL's handshake on a pair's first transfer; offload tiers on the decode side (the
+lmcache section gives the prefill pool its tiers); a decode instance preempting a request re-computes it (vLLM
+reads the remote KV only once) and never asks the prefill pool again.
+"""
+
+from __future__ import annotations
+
+from array import array
+from itertools import count
+from typing import TYPE_CHECKING
+
+from .clock import Steps
+from .engine import Engine
+from .fabric import Fabric
+from .links import Link, served
+from .lmcache import LMCacheModel
+from .metrics import summary
+from .prefix_cache import Holding, PrefixCache
+from .result import DisaggResult
+from .router import Router
+from .run import Simulation
+from .seq import Seq
+from .steptime import StepTime
+
+if TYPE_CHECKING:
+    from ..resolve import Resolved, ResolvedDisaggregation
+    from .workload import Request
+
+
+class PrefillEngine(Engine):
+    """A prefill instance: its requests come with max_tokens=1, and a finished one keeps its blocks until its KV
+    has been sent (`release`)."""
+
+    def __init__(self, *args, outputs: dict[int, int]):
+        super().__init__(*args)
+        self.outputs = outputs                   # request id -> its output tokens (the proxy's copy of the request)
+
+    def submit(self, req: "Request", record: bool = True) -> None:
+        if record:
+            self.outputs[req.id] = req.output_tokens
+            req = req._replace(output_tokens=1)  # the proxy's prefill request: max_tokens=1
+        super().submit(req, record)
+
+    def _finish(self, seq: Seq) -> None:
+        self.running.remove(seq)
+        if self.prefix_caching:
+            self.hbm.commit(seq.holding, seq.blocks, min(seq.length, len(seq.blocks) * self.bs) // self.bs)
+        self.on_finish(self.index, seq, self.env.now)
+        self._wake()
+
+    def release(self, seq: Seq) -> None:
+        """The request's KV has been sent (or will never be): its blocks go back to the free queue."""
+        self.hbm.release(seq.holding)
+        seq.holding = Holding([], 0, 0)
+        self._wake()
+
+
+class DecodeEngine(Engine):
+    """A decode instance: a request handed to it has its prompt's KV elsewhere (`Handoff`), which it receives into
+    the blocks it gives the request when it admits it."""
+
+    def __init__(self, *args, disagg: "Disaggregation"):
+        super().__init__(*args)
+        self.disagg = disagg
+
+    def _admit(self, seq: Seq, budget: int) -> int:
+        if seq.loaded:
+            return self._admit_loaded(seq, budget)
+        handoff = self.disagg.pending.pop(id(seq), None)
+        if handoff is None:                      # a warm-up, or re-admitted after a preemption: computed here
+            return super()._admit(seq, budget)
+        req, bs = seq.req, self.bs
+        if not seq.blocks and self.keyed:
+            seq.blocks = req.content.keys(bs, req.prompt_tokens + req.output_tokens)
+        hit = min(self.hbm.match(seq.blocks[: seq.target // bs]), (seq.target - 1) // bs) if self.prefix_caching else 0
+        local = hit * bs
+        end = handoff.end
+        if end <= local:                         # nothing to read (vLLM still tells the prefill side to free)
+            self.disagg.sent(handoff)
+            return super()._admit(seq, budget)
+        holding = self.hbm.allocate(seq.blocks, hit, self._blocks_for(end))
+        if holding is None:
+            self.disagg.pending[id(seq)] = handoff
+            return 0
+        seq.holding, seq.computed = holding, min(end, seq.target - 1)
+        seq.admitted = self.env.now
+        self.hbm.commit(holding, seq.blocks, hit)
+        self.env.process(self._fetch(seq, self.disagg.receive(handoff, self.index, local, end)))
+        return -1
+
+
+class Handoff:
+    """One request between its pools: its prefill-side seq and instance, what the decode side reads, and the phase
+    times (seconds of the simulated clock)."""
+
+    __slots__ = ("prefill", "engine", "decode", "end", "done_prefill", "submitted", "transfer_start", "transfer_end",
+                 "pushed")
+
+    def __init__(self, prefill: Seq, engine: PrefillEngine, decode: int, end: int, now: float):
+        self.prefill, self.engine, self.decode, self.end = prefill, engine, decode, end
+        self.done_prefill = now
+        self.submitted = self.transfer_start = self.transfer_end = -1.0
+        self.pushed = False
+
+
+class Disaggregation(Simulation):
+    """The simulation of a spec with serving.disaggregation (see the module docstring): the run, the ledger and the
+    result of `Simulation`, over prefill engines then decode engines."""
+
+    def _build(self, r: "Resolved") -> None:
+        d = r.disaggregation
+        assert d is not None
+        self.d: ResolvedDisaggregation = d
+        p, dec = d.prefill, d.decode
+        env = self.env
+        self.fabric = Fabric(env, p)             # the prefill pool's PCIe, NVMe and Ceph paths
+        self.hbm = [PrefixCache(p.hbm_blocks) for _ in range(p.instances)] + \
+                   [PrefixCache(dec.hbm_blocks) for _ in range(dec.instances)]
+        self.lmcache = LMCacheModel(env, p, self.fabric) if p.lmcache else None
+        self.native = None                       # refused beside a P/D connector (spec.disaggregation)
+        self.offload = self.lmcache
+        self.outputs: dict[int, int] = {}
+        self.prefills = [PrefillEngine(p, i, env, self.hbm[i], self.lmcache, StepTime(p), self.prefilled,
+                                       outputs=self.outputs) for i in range(p.instances)]
+        self.decodes = [DecodeEngine(dec, p.instances + j, env, self.hbm[p.instances + j], None, StepTime(dec),
+                                     self.decoded, disagg=self) for j in range(dec.instances)]
+        self.engines = [*self.prefills, *self.decodes]
+        self.router = Router(d.proxy, self.prefills, p.block_size, p.router_thresholds, None, self.seed)
+        self._decode_turn = count()
+        net = d.network
+        self.send = [Link(env, f"kv-tx/prefill{i}", net.bandwidth) for i in range(p.instances)]
+        self.recv = [Link(env, f"kv-rx/decode{j}", net.bandwidth) for j in range(dec.instances)]
+        self.pending: dict[int, Handoff] = {}    # id(decode seq) -> its handoff, until the decode side admits it
+        self.handoffs: dict[int, Handoff] = {}   # request id -> its handoff, until it finishes
+        self.phases = {name: array("d") for name in DisaggResult.PHASES}
+        self.transfers = 0
+        self.transfer_bytes = 0
+
+    # ---- the prefill side
+    def prefilled(self, instance: int, seq: Seq, now: float) -> None:
+        """A prefill instance computed `seq`'s prompt and sampled its one token."""
+        engine = self.prefills[instance]
+        if not seq.record:                       # a warm-up: nothing goes on to a decode instance
+            engine.release(seq)
+            self.finished(instance, seq, now)
+            return
+        req = seq.req
+        bs = self.d.decode.block_size
+        lmcache = self.d.connector == "lmcache"
+        end = req.prompt_tokens if lmcache else req.prompt_tokens // bs * bs
+        handoff = Handoff(seq, engine, next(self._decode_turn) % len(self.decodes), end, now)
+        self.handoffs[req.id] = handoff
+        if lmcache:
+            self.env.process(self._push(handoff))
+        else:
+            self.env.process(self._hand_over(handoff))
+
+    def _push(self, handoff: Handoff) -> Steps:
+        """LMCache's PD sender: the KV to the decode instance's receive buffer, then the prefill response."""
+        handoff.transfer_start = self.env.now
+        yield from self._transfer(handoff.engine.index, handoff.decode, handoff.end)
+        handoff.transfer_end = self.env.now
+        handoff.pushed = True
+        self.sent(handoff)
+        yield from self._hand_over(handoff)
+
+    def _hand_over(self, handoff: Handoff) -> Steps:
+        """The prefill response back to the proxy (an HTTP leg), then the request to its decode instance."""
+        yield self.env.timeout(self.request_overhead)
+        handoff.submitted = self.env.now
+        req = handoff.prefill.req
+        full = req._replace(output_tokens=self.outputs.pop(req.id))
+        engine = self.decodes[handoff.decode]
+        engine.submit(full)
+        self.pending[id(engine.waiting[-1])] = handoff
+
+    def sent(self, handoff: Handoff) -> None:
+        """The prefill instance may free the request's blocks (its KV has been read or pushed, or is not needed)."""
+        if handoff.prefill.holding.blocks:
+            handoff.engine.release(handoff.prefill)
+
+    # ---- the transfer
+    def receive(self, handoff: Handoff, index: int, local: int, end: int) -> Steps:
+        """A process: the decode side receives tokens [local, end) of the prompt (nixl: reads them from the prefill
+        instance's GPU; lmcache: copies them out of its receive buffer)."""
+        tokens = end - local
+        if handoff.pushed:
+            nbytes = tokens * self.d.decode_bytes_per_token_per_port
+            yield self.env.timeout(nbytes / self.d.buffer_copy_bandwidth)
+            return
+        handoff.transfer_start = self.env.now
+        yield from self._transfer(handoff.engine.index, index - len(self.prefills), tokens)
+        handoff.transfer_end = self.env.now
+        self.sent(handoff)
+
+    def _transfer(self, prefill: int, decode: int, tokens: int) -> Steps:
+        """`tokens` of KV from prefill instance `prefill` to decode instance `decode`: every rank over its own port at
+        once, after the NIC's latency."""
+        d = self.d
+        yield self.env.timeout(d.network.latency)
+        send, recv = tokens * d.prefill_bytes_per_token_per_port, tokens * d.decode_bytes_per_token_per_port
+        yield from served(self.env, (self.send[prefill].transfer(send), self.recv[decode].transfer(recv)))
+        self.transfers += 1
+        self.transfer_bytes += recv * d.decode.tensor_parallel
+
+    # ---- the decode side
+    def decoded(self, instance: int, seq: Seq, now: float) -> None:
+        """A decode instance emitted the request's last token: its row, with where its prompt's KV came from and how
+        long it queued as the prefill side saw it, and its phases (which add up to its TTFT less the decode leg's
+        request_overhead)."""
+        if not seq.record:
+            self.finished(instance, seq, now)
+            return
+        h = self.handoffs.pop(seq.req.id)
+        p = h.prefill
+        admitted = seq.admitted                  # its first admission on the decode side
+        moved = h.transfer_end - h.transfer_start if h.transfer_end >= 0 else 0.0
+        if h.pushed:                             # lmcache: pushed before the prefill response
+            phases = (h.transfer_end - h.done_prefill - moved, h.submitted - h.transfer_end,
+                      admitted - h.submitted, seq.first_token - admitted)
+        else:                                    # nixl: read once the decode side admitted it
+            phases = (0.0, h.submitted - h.done_prefill, admitted - h.submitted,
+                      seq.first_token - (h.transfer_end if h.transfer_end >= 0 else admitted))
+        start, handoff, decode_queue, first_step = phases
+        arrival = seq.req.arrival + self.offset
+        for name, value in (("prefill_queue", p.admitted - arrival), ("prefill", h.done_prefill - p.admitted),
+                            ("handoff", start + handoff), ("decode_queue", decode_queue), ("transfer", moved),
+                            ("first_step", first_step)):
+            self.phases[name].append(value)
+        seq.hbm_tokens, seq.tiers, seq.load_wait = p.hbm_tokens, p.tiers, p.load_wait
+        seq.admitted = p.admitted                # the queue column: arrival to first scheduled, as aggregated
+        seq.preemptions += p.preemptions
+        seq.req.content.forget()
+        self.finished(instance, seq, now)
+
+    # ---- the result
+    def links(self) -> list[Link]:
+        return [*self.fabric.links(), *self.send, *self.recv]
+
+    def _result(self, reqs, warm, duration: float):
+        result = super()._result(reqs, warm, duration)
+        span = self.env.now - self.offset
+        d = self.d
+        return result.model_copy(update={"disaggregation": DisaggResult(
+            connector=d.connector, prefill_instances=len(self.prefills), decode_instances=len(self.decodes),
+            transfers=self.transfers, transfer_bytes=self.transfer_bytes,
+            send_utilisation=[link.utilisation(span) for link in self.send],
+            receive_utilisation=[link.utilisation(span) for link in self.recv],
+            **{name: summary(values) for name, values in self.phases.items()})})
+
+

@@ -1,0 +1,129 @@
+"""Prefill/decode disaggregation: prefill instances and decode instances, the KV sent from one to the other.
+
+Aggregated serving (the default, no `serving.disaggregation`) runs every request's prefill and decode on one vLLM
+instance. Disaggregated, a proxy sends each request first to a prefill instance (with max_tokens=1), then to a decode
+instance, which receives the prompt's KV over the network instead of computing it (vLLM's
+examples/online_serving/disaggregated_serving/ and tests/v1/kv_connector/nixl_integration/toy_proxy_server.py; the
+simulator's model and its sources are in kvplan/sim/disagg.py, docs/disaggregation.md).
+
+The section says the two pools (GPU, tensor-parallel size, count, scheduler limits each), the connector that moves
+the KV (vLLM's NixlConnector, or LMCache's PD mode over NIXL), the network it crosses (a NIC class of the catalog)
+and the proxy. kvplan simulates it; the render does not write it yet, so a spec with it needs `simulate_only: true`
+(the ledger, kvplan.spec.deployment).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, Literal
+
+from pydantic import Field
+
+from ..errors import Problem
+from ..units import Bandwidth
+from .base import MAX_INT32, SpecModel
+from .deployment import simulation_only
+
+if TYPE_CHECKING:
+    from .topology import Topology
+
+Connector = Literal["nixl", "lmcache"]
+Proxy = Literal["round_robin"]
+
+POOL_FIELDS = ("instances", "tensor_parallel", "max_num_seqs", "max_num_batched_tokens")
+"""serving's fields that each pool sets for itself under serving.disaggregation."""
+
+
+class Pool(SpecModel):
+    """One pool of vLLM instances: all prefill or all decode."""
+
+    instances: int = Field(1, ge=1, le=4096)
+    """vLLM instances in the pool."""
+
+    tensor_parallel: int = Field(1, ge=1, le=64)
+    """vLLM --tensor-parallel-size of each of them."""
+
+    gpu: str | None = None
+    """Accelerator of the pool, by catalog name; default: serving.gpu."""
+
+    max_num_seqs: int | None = Field(None, ge=1, le=MAX_INT32)
+    """vLLM --max-num-seqs of the pool's instances; default: vLLM's per-GPU default."""
+
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
+    """vLLM --max-num-batched-tokens of the pool's instances; default: vLLM's per-GPU default."""
+
+
+class Disaggregation(SpecModel):
+    """Prefill and decode pools, the KV transfer between them and the proxy in front (docs/disaggregation.md)."""
+
+    prefill: Pool
+    """The instances that compute prompts (their prefix cache and LMCache tiers as in aggregated serving)."""
+
+    decode: Pool
+    """The instances that receive a prompt's KV and generate its output tokens."""
+
+    connector: Connector = "nixl"
+    """How the KV moves: nixl (vLLM's NixlConnector: the decode instance reads the prompt's blocks from the prefill
+    instance's GPU once it has given the request its blocks) or lmcache (LMCache's PD mode: the prefill instance
+    sends the KV over NIXL into the decode instance's receive buffer as it finishes, and the decode instance loads
+    it from there)."""
+
+    network: str = "100GbE"
+    """NIC class of the network the KV crosses, by catalog name (`kvplan catalog`): one port per GPU, as on a GPU
+    server with a NIC per accelerator."""
+
+    network_bandwidth: Bandwidth | None = None
+    """Bandwidth of each GPU's port when it differs from the NIC class's, e.g. 200Gbit."""
+
+    proxy: Proxy = "round_robin"
+    """How the proxy picks the prefill and the decode instance of a request: round_robin over each pool, as vLLM's
+    toy proxy (toy_proxy_server.py) and LMCache's disagg proxy do."""
+
+    @property
+    def gpus(self) -> int:
+        return self.prefill.instances * self.prefill.tensor_parallel + self.decode.instances * self.decode.tensor_parallel
+
+
+def problems(topo: "Topology") -> Iterator[Problem]:
+    """What a disaggregated spec sets that cannot combine with it (each with the reason and a fix)."""
+    s = topo.serving
+    d = s.disaggregation
+    if d is None:
+        return
+    if not topo.simulate_only:
+        yield Problem("serving.disaggregation", simulation_only("serving.disaggregation"), "set",
+                      fix="remove serving.disaggregation, or set simulate_only: true to study it in simulation only "
+                          "(kvplan render then refuses the spec)")
+    set_fields = s.model_fields_set
+    for name in POOL_FIELDS:
+        if name in set_fields:
+            yield Problem(f"serving.{name}", "with serving.disaggregation each pool says its own; this setting would "
+                          "be ignored", getattr(s, name), "unset",
+                          f"move it to serving.disaggregation.prefill.{name} and .decode.{name}")
+    if s.router == "llm_d" or s.llm_d is not None:
+        yield Problem("serving.router", "llm-d's disaggregated path (its routing sidecar and P/D scorers) is not "
+                      "modelled; with serving.disaggregation the proxy sends every request (disaggregation.proxy)",
+                      s.router, "unset", "remove serving.router and serving.llm_d")
+    elif "router" in set_fields:
+        yield Problem("serving.router", "with serving.disaggregation the proxy picks the instances "
+                      "(disaggregation.proxy); serving.router would be ignored", s.router, "unset",
+                      "remove serving.router")
+    if s.kv_offloading is not None:
+        yield Problem("serving.kv_offloading", "vLLM's native offloading beside a P/D connector needs vLLM's "
+                      "MultiConnector, which kvplan does not model yet", "set",
+                      fix="remove serving.kv_offloading (an lmcache section gives the prefill pool its tiers)")
+    for role, pool in (("prefill", d.prefill), ("decode", d.decode)):
+        if s.gpus_per_node % pool.tensor_parallel:
+            divisors = [n for n in range(1, s.gpus_per_node + 1) if s.gpus_per_node % n == 0]
+            yield Problem(f"serving.disaggregation.{role}.tensor_parallel", f"must divide serving.gpus_per_node "
+                          f"({s.gpus_per_node}): a tensor-parallel group lives on one node", pool.tensor_parallel,
+                          ", ".join(map(str, divisors)), "pick one of the allowed sizes or change gpus_per_node")
+    p, dec = d.prefill.tensor_parallel, d.decode.tensor_parallel
+    if dec % p:
+        yield Problem("serving.disaggregation.decode.tensor_parallel", f"must be a multiple of the prefill pool's "
+                      f"({p}): each decode rank reads its heads from one prefill rank (vLLM's NixlConnector: "
+                      "tp_ratio = decode TP // prefill TP)", dec, f"{p}, {2 * p}, {4 * p}, ...",
+                      f"use decode.tensor_parallel: {p * max(1, dec // p)} or a prefill TP that divides {dec}")
+    if d.connector == "lmcache" and topo.lmcache is not None and topo.lmcache.mode == "mp":
+        yield Problem("serving.disaggregation.connector", "LMCache's PD mode runs inside vLLM (LMCacheConnectorV1, "
+                      "enable_pd); the lmcache section's mode is mp (a separate LMCache server)", d.connector,
+                      "nixl, or lmcache with lmcache.mode: inprocess", "set lmcache.mode: inprocess, or connector: nixl")
