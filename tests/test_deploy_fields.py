@@ -40,15 +40,17 @@ def models_in(annotation) -> list[type[SpecModel]]:
     return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
 
 
-def schema(model: type[SpecModel] = Topology, prefix: str = "") -> dict[str, bool]:
-    """Every field path of the spec, recursively -> whether it is a leaf (holds no spec model)."""
+def schema(model: type[SpecModel] = Topology, prefix: str = "", within: tuple[type, ...] = ()) -> dict[str, bool]:
+    """Every field path of the spec, recursively -> whether it is a leaf (holds no spec model). A model inside
+    itself (Resolved's disaggregation holds each pool's Resolved) is walked once."""
     out: dict[str, bool] = {}
     for name, field in model.model_fields.items():
         path = prefix + name
         inner = models_in(field.annotation)
         out[path] = not inner
         for sub in inner:
-            out.update(schema(sub, path + "."))
+            if sub not in within and sub is not model:
+                out.update(schema(sub, path + ".", (*within, model)))
     return out
 
 
@@ -388,6 +390,10 @@ SIMULATION_ONLY_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "lmcache.nvme.ttl": (LOCAL, {"lmcache__nvme__ttl": "1h"}),
     "lmcache.merging": (LOCAL, {"lmcache__merging": {"window": "20ms"}}),
     "ceph.cephfs_mount": (LOCAL, {"ceph__cephfs_mount": "/mnt/fs/kv"}),
+    "serving.disaggregation": (LOCAL, {"serving__instances": None, "serving__tensor_parallel": None,
+                                       "serving__max_num_seqs": None, "serving__max_num_batched_tokens": None,
+                                       "serving__disaggregation": {"prefill": {"max_num_batched_tokens": 4096},
+                                                                   "decode": {"max_num_seqs": 8}}}),
 }
 
 

@@ -1,0 +1,326 @@
+"""Prefill/decode disaggregation (issue 51): the spec, each pool resolved, the simulated KV transfer, the render's refusal.
+
+A spec says serving.disaggregation: prefill and decode pools, the connector and the network between them. Each pool
+resolves as an aggregated deployment of its own; the simulator sends each request to a prefill instance with
+max_tokens=1, moves its KV to a decode instance (vLLM's NixlConnector: the decode side reads it once it has given
+the request its blocks; LMCache's PD mode: the prefill side pushes it), and decodes it there in batches without
+prefills. An aggregated spec's results are what they were before disaggregation existed, byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+import pytest
+
+from kvplan.deploy.helm import refusals
+from kvplan.deploy.render import check_deployable
+from kvplan.errors import SpecError
+from kvplan.resolve import resolve
+from kvplan.sim.disagg import Disaggregation
+from kvplan.sim.run import run
+from kvplan.sim.steptime import StepTime
+from kvplan.spec import from_mapping
+
+from conftest import REPO, inventory_for, with_changes
+
+PROMPT, OUTPUT = 4000, 20
+"""One request's lengths in the timing tests: 250 blocks of 16 tokens, so the decode side reads the whole prompt."""
+
+BASE = {
+    "name": "pd-test", "simulate_only": True, "model": "Llama-3.1-8B",
+    "serving": {"gpu": "H100-SXM", "max_model_len": 8192,
+                "disaggregation": {"prefill": {"instances": 1, "tensor_parallel": 1, "max_num_batched_tokens": 8192},
+                                   "decode": {"instances": 1, "tensor_parallel": 2, "max_num_seqs": 64},
+                                   "connector": "nixl", "network": "100GbE"}},
+    "workload": {"kind": "rag", "seed": 1, "requests": 1, "arrivals": {"process": "poisson", "rate": "1/s"},
+                 "prompt": {"dist": "fixed", "mean": PROMPT}, "output": {"dist": "fixed", "mean": OUTPUT}},
+}
+"""Llama-3.1-8B on H100s: one prefill instance of TP 1, one decode instance of TP 2, one request, no LMCache."""
+
+
+def pd(**changes):
+    return from_mapping(with_changes(BASE, **changes))
+
+
+def problems(**changes) -> dict[str, str]:
+    with pytest.raises(SpecError) as err:
+        resolve(pd(**changes))
+    return {p.path: p.render() for p in err.value.problems}
+
+
+# ---------------------------------------------------------------------------------------------- the spec
+
+def test_each_pool_resolves_as_its_own_deployment_and_the_whole_counts_both():
+    r = resolve(pd())
+    d = r.disaggregation
+    assert (d.prefill.instances, d.prefill.tensor_parallel, d.decode.instances, d.decode.tensor_parallel) == (1, 1, 1, 2)
+    assert (d.prefill.max_num_batched_tokens, d.decode.max_num_seqs) == (8192, 64)
+    assert (r.instances, r.gpus_total) == (2, 3)
+    assert r.hbm_bytes == d.prefill.hbm_bytes + d.decode.hbm_bytes
+    # Llama-3.1-8B in bf16: 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 128 KiB per token. A decode rank holds 4 of
+    # the 8 heads and reads them from the one prefill rank, which sends all 8 (to both decode ranks).
+    assert (d.decode_bytes_per_token_per_port, d.prefill_bytes_per_token_per_port) == (64 * 1024, 128 * 1024)
+    assert d.network.bandwidth == 100e9 / 8 and d.connector == "nixl"
+
+
+def test_a_pool_may_run_on_another_gpu():
+    d = resolve(pd(serving__disaggregation__decode__gpu="H200")).disaggregation
+    assert (d.prefill.device.name, d.decode.device.name) == ("H100-SXM", "H200")
+    assert d.decode.hbm_blocks > d.prefill.hbm_blocks
+
+
+def test_an_aggregated_spec_keeps_its_hash_and_its_resolved_json():
+    plain = from_mapping(with_changes(BASE, serving__disaggregation=None, simulate_only=None))
+    same = from_mapping(with_changes(BASE, serving__disaggregation=None, simulate_only=None))
+    assert plain.serving.disaggregation is None and plain.spec_hash() == same.spec_hash()
+    assert "disaggregation" not in plain.model_dump_json(exclude={"serving": {"disaggregation"}})
+    r = resolve(plain)
+    assert r.disaggregation is None and '"disaggregation"' not in r.model_dump_json()
+
+
+def test_without_simulate_only_it_is_refused_because_the_render_cannot_deploy_it_yet():
+    with pytest.raises(SpecError) as err:
+        pd(simulate_only=None)
+    text = err.value.render()
+    assert "serving.disaggregation" in text and "render does not write prefill and decode pools" in text
+    assert "simulate_only: true" in text
+
+
+@pytest.mark.parametrize("field, value", [("instances", 4), ("tensor_parallel", 2), ("max_num_seqs", 32),
+                                          ("max_num_batched_tokens", 4096)])
+def test_an_aggregated_pool_setting_beside_the_pools_is_refused_not_ignored(field, value):
+    with pytest.raises(SpecError) as err:
+        pd(**{f"serving__{field}": value})
+    found = {p.path: p for p in err.value.problems}
+    assert found[f"serving.{field}"].fix == f"move it to serving.disaggregation.prefill.{field} and .decode.{field}"
+
+
+def test_llm_ds_router_is_refused_with_the_reason():
+    with pytest.raises(SpecError, match="llm-d's disaggregated path .* is not modelled"):
+        pd(serving__router="llm_d")
+    with pytest.raises(SpecError, match="the proxy picks the instances"):
+        pd(serving__router="least_loaded")
+
+
+def test_native_offloading_beside_it_is_refused_naming_multiconnector():
+    with pytest.raises(SpecError, match="MultiConnector"):
+        pd(serving__kv_offloading={"size": "8GiB"})
+
+
+def test_a_decode_tp_that_is_not_a_multiple_of_the_prefill_tp_is_refused():
+    with pytest.raises(SpecError) as err:
+        pd(serving__disaggregation__prefill__tensor_parallel=2, serving__disaggregation__decode__tensor_parallel=1)
+    p = next(p for p in err.value.problems if p.path == "serving.disaggregation.decode.tensor_parallel")
+    assert "tp_ratio" in p.message and p.allowed == "2, 4, 8, ..."
+
+
+def test_a_pool_tp_must_divide_the_node():
+    with pytest.raises(SpecError) as err:
+        pd(serving__gpus_per_node=4, serving__disaggregation__decode__tensor_parallel=8)
+    assert "serving.disaggregation.decode.tensor_parallel" in {p.path for p in err.value.problems}
+
+
+def test_lmcache_pd_mode_needs_lmcache_inside_vllm():
+    with pytest.raises(SpecError, match="LMCache's PD mode runs inside vLLM"):
+        pd(serving__disaggregation__connector="lmcache", lmcache={"mode": "mp", "ddr": {"size": "8GiB"}})
+
+
+def test_catalog_problems_are_named_by_the_pool_field():
+    found = problems(serving__disaggregation__decode__gpu="H900", serving__disaggregation__network="7GbE")
+    assert "serving.disaggregation.decode.gpu" in found and "serving.disaggregation.network" in found
+
+
+def test_a_pool_that_cannot_hold_the_model_says_which_pool():
+    # Llama-3.1-70B's weights do not fit one H100: the prefill pool (TP 1) is refused by its own field
+    found = problems(model="Llama-3.1-70B", serving__disaggregation__decode__tensor_parallel=4)
+    assert list(found) == ["serving.disaggregation.prefill.tensor_parallel"], found
+    # at TP 2 they fit, but not a whole 131072-token sequence beside them: a serving setting both pools share,
+    # said to be the prefill pool's problem (the decode pool, TP 4, holds one)
+    found = problems(model="Llama-3.1-70B", serving__max_model_len=None,
+                     serving__disaggregation__prefill__tensor_parallel=2,
+                     serving__disaggregation__decode__tensor_parallel=4)
+    assert list(found) == ["serving.max_model_len"] and found["serving.max_model_len"].startswith(
+        "serving.max_model_len: (the prefill pool) one 131072-token sequence does not fit"), found
+
+
+# ---------------------------------------------------------------------------------------------- the render
+
+def test_the_render_and_the_helm_path_refuse_it_with_the_reason(tmp_path):
+    r = resolve(pd())
+    assert [path for path, _ in r.simulation_only] == ["serving.disaggregation"]
+    with pytest.raises(SpecError) as err:
+        check_deployable(r, inventory_for(r, tmp_path))
+    why = {p.path: p.message for p in err.value.problems}
+    assert why["serving.disaggregation"].startswith("simulation-only: kvplan's render does not write prefill and decode")
+    assert "rather than deploy it aggregated" in why["serving.disaggregation"]
+    assert "serving.disaggregation" in {p.path for p in refusals(r)}
+
+
+# ---------------------------------------------------------------------------------------------- the simulation
+
+def idle_ttft_parts(r) -> tuple[float, float, float, float]:
+    """What one request on idle pools costs, from the same models the simulator uses: (prefill steps, transfer, the
+    decode instance's first step, the two legs' HTTP overheads)."""
+    d = r.disaggregation
+    p, dec = d.prefill, d.decode
+    prefill = StepTime(p).step([(PROMPT, 0)], 0, 0)                 # one chunk: the budget (8192) holds the prompt
+    end = PROMPT // dec.block_size * dec.block_size                 # whole blocks: all of them (4000 = 250 x 16)
+    transfer = d.network.latency + max(end * d.prefill_bytes_per_token_per_port,
+                                       end * d.decode_bytes_per_token_per_port) / d.network.bandwidth
+    first = StepTime(dec).step([(PROMPT - min(end, PROMPT - 1), min(end, PROMPT - 1))], 0, 0)   # the last token
+    return prefill, transfer, first, 2 * p.step.request_overhead
+
+
+def test_an_idle_requests_ttft_is_prefill_then_transfer_then_the_first_decode_step():
+    r = resolve(pd())
+    res = run(r)
+    prefill, transfer, first, http = idle_ttft_parts(r)
+    # On idle pools nothing waits: each engine schedules an arrival at once, the read starts when the decode
+    # instance admits the request, and the request is scheduled as soon as the read lands. Every part is a sum of
+    # the same floating-point numbers, so the only tolerance is rounding (1e-9 s).
+    assert res.ttft.mean == pytest.approx(prefill + transfer + first + http, abs=1e-9)
+    d = res.disaggregation
+    assert d.prefill.mean == pytest.approx(prefill, abs=1e-9)
+    assert d.transfer.mean == pytest.approx(transfer, abs=1e-9)
+    assert d.first_step.mean == pytest.approx(first, abs=1e-9)
+    assert d.prefill_queue.mean == d.decode_queue.mean == 0.0
+    assert (d.transfers, d.transfer_bytes) == (1, PROMPT * 128 * 1024)
+    assert res.per_request.instance[0] == 1                            # the decode instance's row
+
+
+def test_a_slower_link_raises_ttft_by_the_transfer_time():
+    fast = resolve(pd())
+    slow = resolve(pd(serving__disaggregation__network="25GbE"))
+    gap = run(slow).ttft.mean - run(fast).ttft.mean
+    # 4000 tokens x 128 KiB from the prefill rank's port: 524 MB at 25 Gbit/s instead of 100 Gbit/s
+    nbytes = PROMPT * 128 * 1024
+    assert gap == pytest.approx(nbytes / (25e9 / 8) - nbytes / (100e9 / 8), abs=1e-9)
+    assert gap > 0.1
+
+
+def test_a_port_bandwidth_override_is_the_links_rate():
+    r = resolve(pd(serving__disaggregation__network_bandwidth="400Gbit"))
+    assert r.disaggregation.network.bandwidth == 400e9 / 8
+    assert run(r).disaggregation.transfer.mean < run(resolve(pd())).disaggregation.transfer.mean
+
+
+class Watched:
+    """An engine's step-time model that tells `seen` each step's prefill chunks (new tokens, computed before)."""
+
+    def __init__(self, model, seen):
+        self.model, self.seen = model, seen
+
+    def step(self, prefills, decodes, context):
+        self.seen(list(prefills))
+        return self.model.step(prefills, decodes, context)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def recorded_steps(sim: Disaggregation) -> dict[int, list[list[tuple[int, int]]]]:
+    """Every step's prefill chunks, per engine, as the step-time model is asked."""
+    steps: dict[int, list] = {e.index: [] for e in sim.engines}
+    for engine in sim.engines:
+        engine.steptime = Watched(engine.steptime, steps[engine.index].append)
+    return steps
+
+
+def test_decode_batches_carry_no_prefill_besides_each_prompts_last_tokens():
+    # 60 requests of prompts that end inside a block: the decode side reads the whole blocks and computes the tail
+    r = resolve(pd(workload__requests=60, workload__arrivals__rate="20/s",
+                   workload__prompt={"dist": "lognormal", "mean": 3000, "cv": 0.5, "max": 6000}))
+    sim = Disaggregation(r)
+    steps = recorded_steps(sim)
+    res = sim.run()
+    assert res.requests == 60 and res.disaggregation.transfers == 60
+    decode = [chunk for step in steps[1] for chunk in step]
+    bs = r.disaggregation.decode.block_size
+    # the tail under one block after the whole blocks read, or the one token vLLM recomputes after a whole-block prompt
+    assert decode and all((0 < new < bs and done % bs == 0 and done > 0) or new == 1 for new, done in decode)
+    prefill = [chunk for step in steps[0] for chunk in step]
+    assert sum(new for new, _ in prefill) == int(res.per_request.prompt_tokens.sum())   # each prompt once, there
+    assert res.engine_steps[1] > res.engine_steps[0]                    # the decode instance steps every token
+
+
+def test_decode_kv_memory_bounds_admission():
+    # 1 GiB of KV per GPU: the decode instance (TP 2) holds 16384 tokens = 1024 blocks; each request takes
+    # 3000 + 64 tokens = 192 blocks by the end, so at most 5 hold KV there at once, and the others wait for blocks
+    # in the decode queue while prefill instances finish more.
+    r = resolve(pd(serving__kv_cache_memory="1GiB", serving__max_model_len=4096,
+                   serving__disaggregation__prefill__instances=4, workload__requests=40,
+                   workload__arrivals__rate="200/s", workload__prompt={"dist": "fixed", "mean": 3000},
+                   workload__output={"dist": "fixed", "mean": 64}))
+    dec = r.disaggregation.decode
+    assert dec.hbm_blocks == 1024
+    sim = Disaggregation(r)
+    decode = sim.decodes[0]
+    most = []
+    # requests holding KV there: running, receiving (`loading` counts them until they rejoin the queue), received
+    decode.steptime = Watched(decode.steptime, lambda _: most.append(
+        len(decode.running) + decode.loading + sum(seq.loaded for seq in decode.waiting)))
+    res = sim.run()
+    assert res.requests == 40 and max(most) == 1024 // 187        # 2992 tokens' 187 blocks each: 5 at most
+    assert res.disaggregation.decode_queue.p90 > 0.05
+    roomy = run(resolve(pd(serving__max_model_len=4096, serving__disaggregation__prefill__instances=4,
+                           workload__requests=40, workload__arrivals__rate="200/s",
+                           workload__prompt={"dist": "fixed", "mean": 3000},
+                           workload__output={"dist": "fixed", "mean": 64})))
+    assert roomy.disaggregation.decode_queue.p90 < res.disaggregation.decode_queue.p90
+
+
+def test_the_nixl_read_holds_the_prefill_blocks_until_it_is_done():
+    # the prefill instance's blocks stay held after its one token (delay_free_blocks) and are freed by the read
+    r = resolve(pd())
+    sim = Disaggregation(r)
+    held = []
+    original = sim.sent
+
+    def sent(handoff):
+        held.append(handoff.prefill.holding.blocks)
+        original(handoff)
+        held.append(handoff.prefill.holding.blocks)
+    sim.sent = sent
+    sim.run()
+    assert held == [PROMPT // 16, 0]             # the prompt's 250 blocks (the sampled token is never computed there)
+
+
+def test_lmcache_pd_mode_pushes_the_whole_prompt_before_the_decode_request():
+    r = resolve(pd(serving__disaggregation__connector="lmcache", lmcache={"mode": "inprocess",
+                                                                         "ddr": {"size": "8GiB"}}))
+    res = run(r)
+    d = res.disaggregation
+    assert d.connector == "lmcache" and d.transfers == 1 and d.transfer_bytes == PROMPT * 128 * 1024
+    nixl = run(resolve(pd(lmcache={"mode": "inprocess", "ddr": {"size": "8GiB"}}))).disaggregation
+    assert d.transfer.mean == pytest.approx(nixl.transfer.mean, abs=1e-9)   # the same bytes over the same ports
+    assert d.decode_queue.mean == 0.0 and d.first_step.mean > 0
+
+
+def test_the_prefill_pool_keeps_its_lmcache_tier():
+    # two requests with the same prompt: the second prefill finds it in LMCache's ddr tier or its prefix cache
+    r = resolve(pd(workload__requests=6, workload__kind="chat", workload__prompt={"dist": "fixed", "mean": 500},
+                   workload__shared_prefixes={"count": 1, "tokens": 2048},
+                   lmcache={"mode": "inprocess", "ddr": {"size": "8GiB"}}))
+    res = run(r)
+    assert res.lmcache_mode == "inprocess" and res.tiers[0].served_tokens > 0
+    assert res.recomputed_tokens < res.prompt_tokens
+
+
+# ---------------------------------------------------------------------------------------------- aggregated
+
+AGGREGATED_JSON = {
+    "docs/examples/native-offload.yaml": "cc443198f7f0aba15dc9342f670cef7e3e62fd8fafefb3875127bd8c28d3b37c",
+    "examples/local.yaml": "ab650c44470bd0cb67ae27c7140f727a8499c0b6314c59a6610c6e019182d485",
+}
+"""sha256 of `kvplan simulate EXAMPLE --seed 3 --out FILE` at the commit before disaggregation (7c21335)."""
+
+
+@pytest.mark.parametrize("example", sorted(AGGREGATED_JSON))
+def test_an_aggregated_examples_result_is_byte_identical_to_before(example, tmp_path):
+    out = tmp_path / "result.json"
+    subprocess.run([sys.executable, "-m", "kvplan", "simulate", example, "--seed", "3", "--out", str(out)],
+                   cwd=REPO, check=True, capture_output=True, timeout=300)
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == AGGREGATED_JSON[example]
