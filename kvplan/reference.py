@@ -171,6 +171,9 @@ def schema_json() -> str:
         if branch.get("type") == "string":
             branch["enum"] = names
     defs["Serving"]["properties"]["gpu"]["enum"] = sorted(cat.devices)
+    for branch in defs["InstancePool"]["properties"]["gpu"]["anyOf"]:    # a disaggregated pool's own accelerator
+        if branch.get("type") == "string":
+            branch["enum"] = sorted(cat.devices)
     return json.dumps(schema, indent=2) + "\n"
 
 

@@ -42,7 +42,7 @@ from .offload import ResolvedOffload, resolve_offload
 from .spec import Topology
 from .spec.architecture import Architecture
 from .spec.base import SpecModel
-from .spec.disaggregation import POOL_FIELDS, Pool
+from .spec.disaggregation import POOL_FIELDS, InstancePool
 from .spec.grammar import local_address
 from .spec.cost import CostOverrides
 from .spec.profile import read_profile
@@ -544,7 +544,7 @@ def _disaggregated(topo: Topology, catalog: Catalog) -> Resolved:
         "disaggregation": transfer})
 
 
-def _pool_topology(topo: Topology, pool: Pool) -> Topology:
+def _pool_topology(topo: Topology, pool: InstancePool) -> Topology:
     """The spec as an aggregated deployment of one pool: its GPU, TP, count and scheduler limits in serving."""
     s = topo.serving
     serving = s.model_copy(update={"gpu": pool.gpu or s.gpu, "instances": pool.instances,

@@ -19,8 +19,7 @@ from kvplan.deploy.helm import refusals
 from kvplan.deploy.render import check_deployable
 from kvplan.errors import SpecError
 from kvplan.resolve import resolve
-from kvplan.sim.disagg import Disaggregation
-from kvplan.sim.run import run
+from kvplan.sim.run import Simulation, run
 from kvplan.sim.steptime import StepTime
 from kvplan.spec import from_mapping
 
@@ -221,7 +220,7 @@ class Watched:
         return getattr(self.model, name)
 
 
-def recorded_steps(sim: Disaggregation) -> dict[int, list[list[tuple[int, int]]]]:
+def recorded_steps(sim: Simulation) -> dict[int, list[list[tuple[int, int]]]]:
     """Every step's prefill chunks, per engine, as the step-time model is asked."""
     steps: dict[int, list] = {e.index: [] for e in sim.engines}
     for engine in sim.engines:
@@ -233,7 +232,7 @@ def test_decode_batches_carry_no_prefill_besides_each_prompts_last_tokens():
     # 60 requests of prompts that end inside a block: the decode side reads the whole blocks and computes the tail
     r = resolve(pd(workload__requests=60, workload__arrivals__rate="20/s",
                    workload__prompt={"dist": "lognormal", "mean": 3000, "cv": 0.5, "max": 6000}))
-    sim = Disaggregation(r)
+    sim = Simulation(r)
     steps = recorded_steps(sim)
     res = sim.run()
     assert res.requests == 60 and res.disaggregation.transfers == 60
@@ -256,8 +255,8 @@ def test_decode_kv_memory_bounds_admission():
                    workload__output={"dist": "fixed", "mean": 64}))
     dec = r.disaggregation.decode
     assert dec.hbm_blocks == 1024
-    sim = Disaggregation(r)
-    decode = sim.decodes[0]
+    sim = Simulation(r)
+    decode = sim.pools.decodes[0]
     most = []
     # requests holding KV there: running, receiving (`loading` counts them until they rejoin the queue), received
     decode.steptime = Watched(decode.steptime, lambda _: most.append(
@@ -275,15 +274,15 @@ def test_decode_kv_memory_bounds_admission():
 def test_the_nixl_read_holds_the_prefill_blocks_until_it_is_done():
     # the prefill instance's blocks stay held after its one token (delay_free_blocks) and are freed by the read
     r = resolve(pd())
-    sim = Disaggregation(r)
+    sim = Simulation(r)
     held = []
-    original = sim.sent
+    original = sim.pools.sent
 
     def sent(handoff):
         held.append(handoff.prefill.holding.blocks)
         original(handoff)
         held.append(handoff.prefill.holding.blocks)
-    sim.sent = sent
+    sim.pools.sent = sent
     sim.run()
     assert held == [PROMPT // 16, 0]             # the prompt's 250 blocks (the sampled token is never computed there)
 

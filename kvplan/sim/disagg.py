@@ -60,12 +60,12 @@ from .metrics import summary
 from .prefix_cache import Holding, PrefixCache
 from .result import DisaggResult
 from .router import Router
-from .run import Simulation
 from .seq import Seq
 from .steptime import StepTime
 
 if TYPE_CHECKING:
     from ..resolve import Resolved, ResolvedDisaggregation
+    from .run import Simulation
     from .workload import Request
 
 
@@ -101,7 +101,7 @@ class DecodeEngine(Engine):
     """A decode instance: a request handed to it has its prompt's KV elsewhere (`Handoff`), which it receives into
     the blocks it gives the request when it admits it."""
 
-    def __init__(self, *args, disagg: "Disaggregation"):
+    def __init__(self, *args, disagg: "Pools"):
         super().__init__(*args)
         self.disagg = disagg
 
@@ -145,29 +145,29 @@ class Handoff:
         self.pushed = False
 
 
-class Disaggregation(Simulation):
-    """The simulation of a spec with serving.disaggregation (see the module docstring): the run, the ledger and the
-    result of `Simulation`, over prefill engines then decode engines."""
+class Pools:
+    """The prefill and decode pools of a simulation (`Simulation._build` makes them for a spec with
+    serving.disaggregation), the proxy between them and the KV transfers (see the module docstring). The run, its
+    ledger and its result stay `Simulation`'s; it is told when a request has finished (`finished`)."""
 
-    def _build(self, r: "Resolved") -> None:
+    def __init__(self, sim: "Simulation", r: "Resolved"):
         d = r.disaggregation
         assert d is not None
-        self.d: ResolvedDisaggregation = d
+        self.sim, self.d = sim, d
         p, dec = d.prefill, d.decode
-        env = self.env
+        self.env = env = sim.env
+        self.request_overhead = sim.request_overhead
         self.fabric = Fabric(env, p)             # the prefill pool's PCIe, NVMe and Ceph paths
         self.hbm = [PrefixCache(p.hbm_blocks) for _ in range(p.instances)] + \
                    [PrefixCache(dec.hbm_blocks) for _ in range(dec.instances)]
         self.lmcache = LMCacheModel(env, p, self.fabric) if p.lmcache else None
-        self.native = None                       # refused beside a P/D connector (spec.disaggregation)
-        self.offload = self.lmcache
         self.outputs: dict[int, int] = {}
         self.prefills = [PrefillEngine(p, i, env, self.hbm[i], self.lmcache, StepTime(p), self.prefilled,
                                        outputs=self.outputs) for i in range(p.instances)]
         self.decodes = [DecodeEngine(dec, p.instances + j, env, self.hbm[p.instances + j], None, StepTime(dec),
                                      self.decoded, disagg=self) for j in range(dec.instances)]
-        self.engines = [*self.prefills, *self.decodes]
-        self.router = Router(d.proxy, self.prefills, p.block_size, p.router_thresholds, None, self.seed)
+        self.engines: list[Engine] = [*self.prefills, *self.decodes]
+        self.router = Router(d.proxy, self.prefills, p.block_size, p.router_thresholds, None, sim.seed)
         self._decode_turn = count()
         net = d.network
         self.send = [Link(env, f"kv-tx/prefill{i}", net.bandwidth) for i in range(p.instances)]
@@ -177,6 +177,9 @@ class Disaggregation(Simulation):
         self.phases = {name: array("d") for name in DisaggResult.PHASES}
         self.transfers = 0
         self.transfer_bytes = 0
+
+    def finished(self, instance: int, seq: Seq, now: float) -> None:
+        self.sim.finished(instance, seq, now)
 
     # ---- the prefill side
     def prefilled(self, instance: int, seq: Seq, now: float) -> None:
@@ -264,7 +267,7 @@ class Disaggregation(Simulation):
             phases = (0.0, h.submitted - h.done_prefill, admitted - h.submitted,
                       seq.first_token - (h.transfer_end if h.transfer_end >= 0 else admitted))
         start, handoff, decode_queue, first_step = phases
-        arrival = seq.req.arrival + self.offset
+        arrival = seq.req.arrival + self.sim.offset
         for name, value in (("prefill_queue", p.admitted - arrival), ("prefill", h.done_prefill - p.admitted),
                             ("handoff", start + handoff), ("decode_queue", decode_queue), ("transfer", moved),
                             ("first_step", first_step)):
@@ -277,17 +280,14 @@ class Disaggregation(Simulation):
 
     # ---- the result
     def links(self) -> list[Link]:
-        return [*self.fabric.links(), *self.send, *self.recv]
+        return [*self.send, *self.recv]
 
-    def _result(self, reqs, warm, duration: float):
-        result = super()._result(reqs, warm, duration)
-        span = self.env.now - self.offset
+    def result(self, span: float) -> DisaggResult:
+        """The phases and the transfers' totals of a run whose links worked for `span` seconds."""
         d = self.d
-        return result.model_copy(update={"disaggregation": DisaggResult(
+        return DisaggResult(
             connector=d.connector, prefill_instances=len(self.prefills), decode_instances=len(self.decodes),
             transfers=self.transfers, transfer_bytes=self.transfer_bytes,
             send_utilisation=[link.utilisation(span) for link in self.send],
             receive_utilisation=[link.utilisation(span) for link in self.recv],
-            **{name: summary(values) for name, values in self.phases.items()})})
-
-
+            **{name: summary(values) for name, values in self.phases.items()})

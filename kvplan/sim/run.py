@@ -29,6 +29,7 @@ from ..spec.stages import stages_of
 from . import metrics, steady
 from . import workload as wl
 from .clock import Environment, Event
+from .disagg import Pools
 from .engine import Engine
 from .fabric import Fabric
 from .ledger import Ledger
@@ -106,8 +107,15 @@ class Simulation:
         self.sessions = 0                        # sessions whose first turn finished (workloads with sessions)
 
     def _build(self, r: Resolved) -> None:
-        """The instances and what they share: links, HBM prefix caches, the offload engine, the router
-        (kvplan.sim.disagg builds prefill and decode pools instead)."""
+        """The instances and what they share: links, HBM prefix caches, the offload engine, the router; or, for a
+        spec with serving.disaggregation, its prefill and decode pools and the proxy (kvplan.sim.disagg)."""
+        self.pools: Pools | None = None
+        if r.disaggregation is not None:
+            self.pools = pools = Pools(self, r)
+            self.fabric, self.hbm, self.lmcache, self.engines = pools.fabric, pools.hbm, pools.lmcache, pools.engines
+            self.native = None                   # refused beside a P/D connector (kvplan.spec.disaggregation)
+            self.offload, self.router = self.lmcache, pools.router
+            return
         self.fabric = Fabric(self.env, r)
         self.hbm = [PrefixCache(r.hbm_blocks) for _ in range(r.instances)]
         self.lmcache = LMCacheModel(self.env, r, self.fabric) if r.lmcache else None
@@ -119,7 +127,7 @@ class Simulation:
 
     def links(self) -> list:
         """Every link of the run, for its result."""
-        return self.fabric.links()
+        return self.fabric.links() + (self.pools.links() if self.pools is not None else [])
 
     # ---- requests
     def finished(self, instance: int, seq: Seq, now: float) -> None:
@@ -352,7 +360,8 @@ class Simulation:
                                        can_start_warm(r.workload))
                           for t in tiers if t.name != "hbm"],
             warm_start=self.warm,
-            links=links, stages=self._stages(recs), per_request=recs)
+            links=links, stages=self._stages(recs), per_request=recs,
+            disaggregation=self.pools.result(span) if self.pools is not None else None)
 
     def _ttl(self, tier: str) -> float | None:
         """A tier's expiry (LMCache's ceph tier only; vLLM's native CPU tier has none)."""
@@ -394,12 +403,7 @@ def run(r: Resolved, seed: int | None = None, progress: Progress | None = None, 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        if r.disaggregation is not None:
-            from .disagg import Disaggregation
-
-            sim = Disaggregation(r, seed, progress, bounds, stop_at_miss, requests)
-        else:
-            sim = Simulation(r, seed, progress, bounds, stop_at_miss, requests)
+        sim = Simulation(r, seed, progress, bounds, stop_at_miss, requests)
         try:
             return sim.run()
         finally:

@@ -33,7 +33,7 @@ POOL_FIELDS = ("instances", "tensor_parallel", "max_num_seqs", "max_num_batched_
 """serving's fields that each pool sets for itself under serving.disaggregation."""
 
 
-class Pool(SpecModel):
+class InstancePool(SpecModel):
     """One pool of vLLM instances: all prefill or all decode."""
 
     instances: int = Field(1, ge=1, le=4096)
@@ -55,10 +55,10 @@ class Pool(SpecModel):
 class Disaggregation(SpecModel):
     """Prefill and decode pools, the KV transfer between them and the proxy in front (docs/disaggregation.md)."""
 
-    prefill: Pool
+    prefill: InstancePool
     """The instances that compute prompts (their prefix cache and LMCache tiers as in aggregated serving)."""
 
-    decode: Pool
+    decode: InstancePool
     """The instances that receive a prompt's KV and generate its output tokens."""
 
     connector: Connector = "nixl"
