@@ -1,31 +1,34 @@
 """Prefill/decode disaggregation: a prefill pool and a decode pool of vLLM instances, the KV sent between them.
 
-What the real systems do, and what is copied here (vLLM's v1 KV connectors, the NixlConnector as in
-vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py, vLLM 0.10-0.11 and unchanged in what follows here
-since; its proxy tests/v1/kv_connector/nixl_integration/toy_proxy_server.py and
-examples/online_serving/disaggregated_serving/; LMCache's PD mode, lmcache/v1 with enable_pd, pd_role
-sender/receiver and transfer_channel: nixl, and its examples/disagg_prefill/ proxy):
+What the real systems do, and what is copied here. vLLM: its NixlConnector, read at vLLM commit 053da34b
+(vllm/distributed/kv_transfer/kv_connector/v1/nixl/scheduler.py, NixlConnectorScheduler; releases before the
+nixl/ package kept it in nixl_connector.py, where the decode side read only the prompt's whole blocks), and the
+proxy of tests/v1/kv_connector/nixl_integration/toy_proxy_server.py and examples/online_serving/
+disaggregated_serving/. LMCache: its PD mode (LMCacheConnectorV1 with enable_pd, pd_role sender / receiver,
+transfer_channel nixl; examples/disagg_prefill/ and its proxy), as its documentation describes it: ASSUMED, not
+read from LMCache's source in this session.
 
 1. The proxy sends each request to a prefill instance, round robin, with max_tokens=1 and kv_transfer_params
    {do_remote_decode: true}. The prefill instance schedules it like any request (its prefix cache, the LMCache
    tiers behind it: a `PrefillEngine` is an `Engine`), computes the prompt and samples one token, which the proxy
    drops. Its response (carrying the KV's block ids) goes back to the proxy: a second HTTP leg, which costs the
    step model's request_overhead.
-2. nixl: the request finishes on the prefill instance FINISHED_LENGTH_CAPPED, and request_finished returns
-   delay_free_blocks: its blocks stay held until the decode instance has read them (then NIXL notifies it). The
+2. nixl: the request finishes on the prefill instance FINISHED_LENGTH_CAPPED and request_finished returns
+   delay_free_blocks: its blocks stay held until the decode instance has read them (NIXL then notifies it). The
    proxy sends the request to a decode instance, round robin, with {do_remote_prefill: true}.
-   get_num_new_matched_tokens returns the prompt's whole blocks (round_down(prompt, block_size)) less the decode
-   instance's own prefix-cache hit, loaded asynchronously: the decode scheduler gives the request its blocks when it
-   admits it and parks it as WAITING_FOR_REMOTE_KVS (no batch slot, no token budget, as native offloading's loads
-   in engine.py), and its worker reads the blocks over NIXL. When they are in, the request rejoins the waiting queue
-   with those tokens computed (all but the last prompt token when the prompt is whole blocks: vLLM recomputes one)
-   and its first step computes the rest of the prompt (under one block) and samples the first token.
+   get_num_new_matched_tokens returns the prompt's tokens less the decode instance's own prefix-cache hit, loaded
+   asynchronously: the decode scheduler gives the request its blocks when it admits it and parks it as
+   WAITING_FOR_REMOTE_KVS (no batch slot, no token budget, as native offloading's loads in engine.py), and its
+   worker reads the blocks over NIXL. When they are in, the request rejoins the waiting queue with all but the last
+   prompt token computed (vLLM recomputes one, as after any full external hit), and its first step computes that
+   token and samples the first output token.
    lmcache: the prefill instance sends the KV as it saves it (LMCache's PD sender pushes it over NIXL into the
    decode instance's receive buffer before the prefill response returns), then frees its blocks; the proxy chose
    the decode instance before the prefill (round robin) and now sends it the request, whose LMCache lookup finds
    the whole prompt in the buffer: it is copied into vLLM's blocks (within the GPU, at its memory bandwidth) and
    the last prompt token is recomputed.
-3. The decode instance decodes in batches that carry no prefill besides those few tokens per request.
+3. The decode instance decodes in batches that carry no prefill besides that one token per request (a request it
+   preempts is recomputed there: vLLM reads the remote KV once).
 
 TTFT, as the proxy's client sees it, is the time from the request's arrival at the proxy to the first token the
 decode instance streams back: prefill queue + prefill compute (and its LMCache loads) + the prefill leg's HTTP
@@ -41,8 +44,7 @@ NIC.
 Not modelled (docs/disaggregation.md): LMCache's decode-side receive buffer's size (pd_buffer_size) as a bound
 (transfers never wait for room in it); the prefill step's wait for LMCache's push (the push overlaps the prefill
 instance's next steps here); NIXL's handshake on a pair's first transfer; offload tiers on the decode side (the
-lmcache section gives the prefill pool its tiers); a decode instance preempting a request re-computes it (vLLM
-reads the remote KV only once) and never asks the prefill pool again.
+lmcache section gives the prefill pool its tiers).
 """
 
 from __future__ import annotations
@@ -190,10 +192,8 @@ class Pools:
             self.finished(instance, seq, now)
             return
         req = seq.req
-        bs = self.d.decode.block_size
         lmcache = self.d.connector == "lmcache"
-        end = req.prompt_tokens if lmcache else req.prompt_tokens // bs * bs
-        handoff = Handoff(seq, engine, next(self._decode_turn) % len(self.decodes), end, now)
+        handoff = Handoff(seq, engine, next(self._decode_turn) % len(self.decodes), req.prompt_tokens, now)
         self.handoffs[req.id] = handoff
         if lmcache:
             self.env.process(self._push(handoff))
