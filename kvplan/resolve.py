@@ -388,6 +388,12 @@ class ResolvedDisaggregation(SpecModel):
     buffer_copy_bandwidth: float
     """Bytes/s of the decode side's copy out of LMCache's PD receive buffer into vLLM's blocks (connector: lmcache;
     a copy within the GPU's memory, at its bandwidth)."""
+    buffer_chunk_tokens: int = 0
+    """connector: lmcache: tokens of one slot of the proxy's buffer semaphore (LMCache's chunk_size)."""
+    buffer_slots: int = 0
+    """connector: lmcache: the proxy's semaphore, pd_buffer_size // (KV bytes per token x chunk_size) slots; a
+    request holds ceil(prompt / chunk_size) of them from before its prefill until its KV is in the decode instance's
+    buffer (LMCache examples/disagg_prefill/disagg_proxy_server.py, WeightedSemaphore)."""
 
 
 def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
@@ -531,17 +537,36 @@ def _disaggregated(topo: Topology, catalog: Catalog) -> Resolved:
         raise SpecError(problems)
     network = nic if d.network_bandwidth is None else nic.model_copy(update={"bandwidth": d.network_bandwidth})
     prefill, decode = pools
+    chunk = slots = 0
+    if d.connector == "lmcache":
+        chunk = prefill.lmcache.chunk_size if prefill.lmcache is not None else LMCACHE_CHUNK_DEFAULT
+        buffer = d.buffer_size if d.buffer_size is not None else PD_BUFFER_DEFAULT
+        slots = int(buffer // (prefill.kv_bytes_per_token * chunk))
+        need = -(-prefill.max_model_len // chunk)
+        if slots < need:
+            raise SpecError([Problem("serving.disaggregation.buffer_size", f"LMCache's proxy holds a request back "
+                                     f"until ceil(prompt / {chunk}) chunks fit in the decode buffer, and refuses one "
+                                     f"that never can: this buffer has {slots} chunks, a {prefill.max_model_len}-token "
+                                     f"prompt (max_model_len) needs {need}", fmt_bytes(buffer),
+                                     f">= {fmt_bytes(need * chunk * prefill.kv_bytes_per_token)}",
+                                     "raise buffer_size, or lower serving.max_model_len")])
     transfer = ResolvedDisaggregation(
         connector=d.connector, proxy=d.proxy, prefill=prefill, decode=decode, network=network,
         prefill_bytes_per_token_per_port=prefill.kv_bytes_per_token_per_rank,
         decode_bytes_per_token_per_port=decode.kv_bytes_per_token_per_rank,
-        buffer_copy_bandwidth=decode.hbm_bandwidth)
+        buffer_copy_bandwidth=decode.hbm_bandwidth, buffer_chunk_tokens=chunk, buffer_slots=slots)
     return prefill.model_copy(update={
         "spec_hash": topo.spec_hash(), "simulate_only": topo.simulate_only,
         "simulation_only": _simulation_only(topo, prefill.device) if topo.simulate_only else [],
         "instances": prefill.instances + decode.instances, "gpus_total": prefill.gpus_total + decode.gpus_total,
         "nodes": prefill.nodes + decode.nodes, "hbm_bytes": prefill.hbm_bytes + decode.hbm_bytes,
         "disaggregation": transfer})
+
+
+LMCACHE_CHUNK_DEFAULT = 256
+"""LMCache's chunk_size when the spec has no lmcache section (LMCache's default, and its disagg proxy's)."""
+PD_BUFFER_DEFAULT = 2 * 2**30
+"""LMCache's disagg proxy's --pd-buffer-size default, 2 GiB."""
 
 
 def _pool_topology(topo: Topology, pool: InstancePool) -> Topology:

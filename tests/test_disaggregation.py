@@ -285,15 +285,58 @@ def test_the_nixl_read_holds_the_prefill_blocks_until_it_is_done():
     assert held == [PROMPT // 16, 0]             # the prompt's 250 blocks (the sampled token is never computed there)
 
 
-def test_lmcache_pd_mode_pushes_the_whole_prompt_before_the_decode_request():
-    r = resolve(pd(serving__disaggregation__connector="lmcache", lmcache={"mode": "inprocess",
-                                                                         "ddr": {"size": "8GiB"}}))
+LMCACHE = {"serving__disaggregation__connector": "lmcache", "lmcache": {"mode": "inprocess", "ddr": {"size": "8GiB"}}}
+
+
+def test_with_lmcache_the_client_gets_the_prefills_token_once_the_kv_is_in_the_decode_buffer():
+    # LMCache's proxy streams the prefill's token (ret_first_tok) after the KV is ready at the decode instance, and
+    # asks the decode instance for the other output tokens: TTFT has no decode step in it, but the push
+    r = resolve(pd(**LMCACHE))
     res = run(r)
     d = res.disaggregation
+    prefill, transfer, _, http = idle_ttft_parts(r)
     assert d.connector == "lmcache" and d.transfers == 1 and d.transfer_bytes == PROMPT * 128 * 1024
-    nixl = run(resolve(pd(lmcache={"mode": "inprocess", "ddr": {"size": "8GiB"}}))).disaggregation
-    assert d.transfer.mean == pytest.approx(nixl.transfer.mean, abs=1e-9)   # the same bytes over the same ports
-    assert d.decode_queue.mean == 0.0 and d.first_step.mean > 0
+    assert d.transfer.mean == pytest.approx(transfer, abs=1e-9)        # the same bytes over the same ports as nixl
+    assert d.prefill.mean > prefill                                     # its step also saves the chunks to ddr
+    assert res.ttft.mean == pytest.approx(d.prefill.mean + transfer + http, abs=1e-9)
+    assert d.decode_queue.mean == 0.0 and d.first_step.mean > 0         # after the client's first token
+    assert res.per_request[0].output_tokens == OUTPUT and res.tpot.mean > 0
+
+
+def test_with_lmcache_a_one_token_request_never_reaches_the_decode_pool():
+    res = run(resolve(pd(workload__output={"dist": "fixed", "mean": 1}, **LMCACHE)))
+    assert res.requests == 1 and res.engine_steps[1] == 0 and res.per_request.instance[0] == 0
+    assert res.tpot.mean == 0.0
+
+
+def test_lmcaches_proxy_holds_requests_until_their_chunks_fit_in_the_decode_buffer():
+    # 2 GiB by default: 2 GiB / (128 KiB x 256) = 64 chunks; a 4000-token prompt takes 16, so 4 at once; a buffer of
+    # 512 MiB (16 chunks, a 4096-token prompt's) lets one through at a time, and the others wait before their prefill
+    many = dict(workload__requests=8, workload__arrivals__rate="100/s", serving__disaggregation__prefill__instances=4,
+                serving__max_model_len=4096)
+    roomy = resolve(pd(**many, **LMCACHE))
+    tight = resolve(pd(**many, **LMCACHE, serving__disaggregation__buffer_size="512MiB"))
+    assert (roomy.disaggregation.buffer_slots, tight.disaggregation.buffer_slots) == (64, 16)
+    sim = Simulation(tight)
+    prefilling = []                              # requests in the prefill pool at each of its steps
+    for engine in sim.pools.prefills:
+        engine.steptime = Watched(engine.steptime, lambda _: prefilling.append(
+            sum(len(e.running) + len(e.waiting) for e in sim.pools.prefills)))
+    res = sim.run()
+    assert res.requests == 8 and max(prefilling) == 1
+    assert res.disaggregation.prefill_queue.p90 > run(roomy).disaggregation.prefill_queue.p90 + 0.05
+
+
+def test_a_buffer_too_small_for_the_longest_prompt_is_refused():
+    # LMCache's proxy raises for a request needing more slots than the buffer has: kvplan refuses the spec instead
+    found = problems(serving__disaggregation__buffer_size="64MiB", **LMCACHE)
+    assert "serving.disaggregation.buffer_size" in found
+    assert "a 8192-token prompt (max_model_len) needs 32" in found["serving.disaggregation.buffer_size"]
+
+
+def test_a_buffer_size_without_lmcaches_pd_mode_is_refused():
+    with pytest.raises(SpecError, match="only connector: lmcache has"):
+        pd(serving__disaggregation__buffer_size="1GiB")
 
 
 def test_the_prefill_pool_keeps_its_lmcache_tier():

@@ -4,9 +4,10 @@ What the real systems do, and what is copied here. vLLM: its NixlConnector, read
 (vllm/distributed/kv_transfer/kv_connector/v1/nixl/scheduler.py, NixlConnectorScheduler; releases before the
 nixl/ package kept it in nixl_connector.py, where the decode side read only the prompt's whole blocks), and the
 proxy of tests/v1/kv_connector/nixl_integration/toy_proxy_server.py and examples/online_serving/
-disaggregated_serving/. LMCache: its PD mode (LMCacheConnectorV1 with enable_pd, pd_role sender / receiver,
-transfer_channel nixl; examples/disagg_prefill/ and its proxy), as its documentation describes it: ASSUMED, not
-read from LMCache's source in this session.
+disaggregated_serving/. LMCache: its disagg proxy, examples/disagg_prefill/disagg_proxy_server.py (LMCache main,
+read in this session: its WeightedSemaphore, ret_first_tok, max_tokens - 1 for the decoder); its PD mode's workers
+(LMCacheConnectorV1 with enable_pd, pd_role sender / receiver, transfer_channel nixl) as its documentation describes
+them: ASSUMED, not read from LMCache's source here.
 
 1. The proxy sends each request to a prefill instance, round robin, with max_tokens=1 and kv_transfer_params
    {do_remote_decode: true}. The prefill instance schedules it like any request (its prefix cache, the LMCache
@@ -22,18 +23,23 @@ read from LMCache's source in this session.
    worker reads the blocks over NIXL. When they are in, the request rejoins the waiting queue with all but the last
    prompt token computed (vLLM recomputes one, as after any full external hit), and its first step computes that
    token and samples the first output token.
-   lmcache: the prefill instance sends the KV as it saves it (LMCache's PD sender pushes it over NIXL into the
-   decode instance's receive buffer before the prefill response returns), then frees its blocks; the proxy chose
-   the decode instance before the prefill (round robin) and now sends it the request, whose LMCache lookup finds
-   the whole prompt in the buffer: it is copied into vLLM's blocks (within the GPU, at its memory bandwidth) and
-   the last prompt token is recomputed.
+   lmcache: the proxy picks the decode instance first (round robin) and takes ceil(prompt / chunk_size) slots of
+   its semaphore over the decode buffer (pd_buffer_size) before it sends the prefill, holding the request while
+   they are not free (`Buffer`). The prefill instance pushes the KV over NIXL into the decode instance's receive
+   buffer as it saves it and frees its blocks; once the KV is there the proxy gives the slots back, streams the
+   prefill's token to the client (ret_first_tok: the client's first token) and sends the decode instance the prompt
+   and that token with max_tokens one less (nothing, for a one-token answer). Its LMCache lookup finds the prompt in
+   the buffer, copied into vLLM's blocks (within the GPU, at its memory bandwidth), and its first step computes the
+   prefill's token and samples the second.
 3. The decode instance decodes in batches that carry no prefill besides that one token per request (a request it
    preempts is recomputed there: vLLM reads the remote KV once).
 
-TTFT, as the proxy's client sees it, is the time from the request's arrival at the proxy to the first token the
-decode instance streams back: prefill queue + prefill compute (and its LMCache loads) + the prefill leg's HTTP
-overhead + (lmcache: the push) + the wait for a decode admission + (nixl: the read) + the decode instance's first
-step, + request_overhead for the decode leg (as aggregated). SimResult.disaggregation splits it into those phases.
+TTFT, as the proxy's client sees it, is the time from the request's arrival at the proxy to the first token it
+streams back, + request_overhead for the client's own leg (as aggregated). nixl: prefill queue + prefill compute
+(and its LMCache loads) + the prefill leg's HTTP overhead + the wait for a decode admission + the read + the decode
+instance's first step. lmcache: the wait for buffer room and the prefill queue + prefill compute + the push + the
+prefill leg's HTTP overhead (the decode leg comes after it, in TPOT). SimResult.disaggregation splits it into
+those phases.
 
 The transfer is one `Link` per instance per direction of its network (each GPU has its own port, every rank moves
 its share at once, so a link carries one rank's bytes at one port's bandwidth): the prefill instance's send link
@@ -41,8 +47,7 @@ and the decode instance's receive link, after the NIC's one-way latency. Concurr
 network is separate from the Ceph storage network (fabric.py), as the GPU ports of a server are from its storage
 NIC.
 
-Not modelled (docs/disaggregation.md): LMCache's decode-side receive buffer's size (pd_buffer_size) as a bound
-(transfers never wait for room in it); the prefill step's wait for LMCache's push (the push overlaps the prefill
+Not modelled (docs/disaggregation.md): the prefill step's wait for LMCache's push (the push overlaps the prefill
 instance's next steps here); NIXL's handshake on a pair's first transfer; offload tiers on the decode side (the
 lmcache section gives the prefill pool its tiers).
 """
@@ -67,23 +72,30 @@ from .steptime import StepTime
 
 if TYPE_CHECKING:
     from ..resolve import Resolved, ResolvedDisaggregation
+    from .request import Request
     from .run import Simulation
-    from .workload import Request
 
 
 class PrefillEngine(Engine):
     """A prefill instance: its requests come with max_tokens=1, and a finished one keeps its blocks until its KV
     has been sent (`release`)."""
 
-    def __init__(self, *args, outputs: dict[int, int]):
+    def __init__(self, *args, pools: "Pools"):
         super().__init__(*args)
-        self.outputs = outputs                   # request id -> its output tokens (the proxy's copy of the request)
+        self.pools = pools
 
     def submit(self, req: "Request", record: bool = True) -> None:
         if record:
-            self.outputs[req.id] = req.output_tokens
+            self.pools.originals[req.id] = req
             req = req._replace(output_tokens=1)  # the proxy's prefill request: max_tokens=1
+            if self.pools.buffer is not None:    # LMCache's proxy: its chunks' room in the decode buffer first
+                self.pools.buffer.acquire(req, self)
+                return
         super().submit(req, record)
+
+    def enter(self, req: "Request") -> None:
+        """The proxy's prefill request, let through (its buffer room taken)."""
+        Engine.submit(self, req)
 
     def _finish(self, seq: Seq) -> None:
         self.running.remove(seq)
@@ -133,6 +145,39 @@ class DecodeEngine(Engine):
         return -1
 
 
+class Buffer:
+    """LMCache's disagg proxy's WeightedSemaphore over the decode buffer (examples/disagg_prefill/
+    disagg_proxy_server.py): a request takes ceil(prompt / chunk_size) slots before its prefill is sent and gives them
+    back once its KV is in the decode instance's buffer. An asyncio Condition's wait_for: an arrival that fits goes at
+    once; a release wakes the waiters in order, each going if it fits now."""
+
+    def __init__(self, slots: int, chunk_tokens: int):
+        self.available, self.chunk_tokens = slots, chunk_tokens
+        self.waiting: list[tuple[int, "Request", PrefillEngine]] = []
+
+    def slots(self, req: "Request") -> int:
+        return -(-req.prompt_tokens // self.chunk_tokens)
+
+    def acquire(self, req: "Request", engine: PrefillEngine) -> None:
+        need = self.slots(req)
+        if need <= self.available:
+            self.available -= need
+            engine.enter(req)
+        else:
+            self.waiting.append((need, req, engine))
+
+    def release(self, req: "Request") -> None:
+        self.available += self.slots(req)
+        still = []
+        for need, waiter, engine in self.waiting:
+            if need <= self.available:
+                self.available -= need
+                engine.enter(waiter)
+            else:
+                still.append((need, waiter, engine))
+        self.waiting = still
+
+
 class Handoff:
     """One request between its pools: its prefill-side seq and instance, what the decode side reads, and the phase
     times (seconds of the simulated clock)."""
@@ -163,9 +208,10 @@ class Pools:
         self.hbm = [PrefixCache(p.hbm_blocks) for _ in range(p.instances)] + \
                    [PrefixCache(dec.hbm_blocks) for _ in range(dec.instances)]
         self.lmcache = LMCacheModel(env, p, self.fabric) if p.lmcache else None
-        self.outputs: dict[int, int] = {}
+        self.originals: dict[int, "Request"] = {}   # request id -> the request as the client sent it, until it ends
+        self.buffer = Buffer(d.buffer_slots, d.buffer_chunk_tokens) if d.connector == "lmcache" else None
         self.prefills = [PrefillEngine(p, i, env, self.hbm[i], self.lmcache, StepTime(p), self.prefilled,
-                                       outputs=self.outputs) for i in range(p.instances)]
+                                       pools=self) for i in range(p.instances)]
         self.decodes = [DecodeEngine(dec, p.instances + j, env, self.hbm[p.instances + j], None, StepTime(dec),
                                      self.decoded, disagg=self) for j in range(dec.instances)]
         self.engines: list[Engine] = [*self.prefills, *self.decodes]
@@ -207,16 +253,24 @@ class Pools:
         handoff.transfer_end = self.env.now
         handoff.pushed = True
         self.sent(handoff)
+        assert self.buffer is not None
+        self.buffer.release(handoff.prefill.req)
         yield from self._hand_over(handoff)
 
     def _hand_over(self, handoff: Handoff) -> Steps:
-        """The prefill response back to the proxy (an HTTP leg), then the request to its decode instance."""
+        """The prefill response back to the proxy (an HTTP leg), then the request to its decode instance: the
+        client's (nixl), or (lmcache) the prompt and the prefill's token with max_tokens one less, the prefill's token
+        streamed to the client now (a one-token request ends here)."""
         yield self.env.timeout(self.request_overhead)
         handoff.submitted = self.env.now
-        req = handoff.prefill.req
-        full = req._replace(output_tokens=self.outputs.pop(req.id))
+        req = self.originals[handoff.prefill.req.id]
+        if handoff.pushed:
+            if req.output_tokens == 1:           # the prefill's token is the whole answer: no decode leg
+                self._record(handoff, handoff.prefill, self.env.now, handoff.engine.index)
+                return
+            req = req._replace(prompt_tokens=req.prompt_tokens + 1, output_tokens=req.output_tokens - 1)
         engine = self.decodes[handoff.decode]
-        engine.submit(full)
+        engine.submit(req)
         self.pending[id(engine.waiting[-1])] = handoff
 
     def sent(self, handoff: Handoff) -> None:
@@ -250,32 +304,42 @@ class Pools:
 
     # ---- the decode side
     def decoded(self, instance: int, seq: Seq, now: float) -> None:
-        """A decode instance emitted the request's last token: its row, with where its prompt's KV came from and how
-        long it queued as the prefill side saw it, and its phases (which add up to its TTFT less the decode leg's
-        request_overhead)."""
+        """A decode instance emitted the request's last token."""
         if not seq.record:
             self.finished(instance, seq, now)
             return
-        h = self.handoffs.pop(seq.req.id)
+        self._record(self.handoffs[seq.req.id], seq, now, instance)
+
+    def _record(self, h: Handoff, seq: Seq, now: float, instance: int) -> None:
+        """The request's row, as the client sees it (its first token: the decode instance's, or with lmcache the
+        prefill's, streamed by the proxy), with where its prompt's KV came from and how long it queued as the prefill
+        side saw it; and its phases. Before the client's first token: prefill_queue + prefill + handoff + transfer
+        (+ decode_queue + first_step with nixl) = TTFT less the decode leg's request_overhead."""
+        self.handoffs.pop(seq.req.id)
         p = h.prefill
-        admitted = seq.admitted                  # its first admission on the decode side
+        decoded = seq is not p
+        admitted = seq.admitted if decoded else h.submitted     # its first admission on the decode side
+        first = seq.first_token if decoded else h.submitted
         moved = h.transfer_end - h.transfer_start if h.transfer_end >= 0 else 0.0
         if h.pushed:                             # lmcache: pushed before the prefill response
-            phases = (h.transfer_end - h.done_prefill - moved, h.submitted - h.transfer_end,
-                      admitted - h.submitted, seq.first_token - admitted)
+            handoff = h.submitted - h.transfer_end
         else:                                    # nixl: read once the decode side admitted it
-            phases = (0.0, h.submitted - h.done_prefill, admitted - h.submitted,
-                      seq.first_token - (h.transfer_end if h.transfer_end >= 0 else admitted))
-        start, handoff, decode_queue, first_step = phases
-        arrival = seq.req.arrival + self.sim.offset
+            handoff = h.submitted - h.done_prefill
+        received = h.transfer_end if h.transfer_end >= 0 and not h.pushed else admitted
+        req = self.originals.pop(seq.req.id)
+        arrival = req.arrival + self.sim.offset
         for name, value in (("prefill_queue", p.admitted - arrival), ("prefill", h.done_prefill - p.admitted),
-                            ("handoff", start + handoff), ("decode_queue", decode_queue), ("transfer", moved),
-                            ("first_step", first_step)):
+                            ("handoff", handoff), ("transfer", moved), ("decode_queue", admitted - h.submitted),
+                            ("first_step", first - received)):
             self.phases[name].append(value)
+        seq.req = req                            # the client's request: its lengths in the row
+        if h.pushed:
+            seq.first_token = h.submitted        # the proxy streamed the prefill's token
         seq.hbm_tokens, seq.tiers, seq.load_wait = p.hbm_tokens, p.tiers, p.load_wait
         seq.admitted = p.admitted                # the queue column: arrival to first scheduled, as aggregated
-        seq.preemptions += p.preemptions
-        seq.req.content.forget()
+        if decoded:
+            seq.preemptions += p.preemptions
+        req.content.forget()
         self.finished(instance, seq, now)
 
     # ---- the result

@@ -181,8 +181,9 @@ class StageResult(_Result):
 
 
 class DisaggResult(_Result):
-    """Where a disaggregated run's time went (kvplan.sim.disagg): per request, the phases that add up to its TTFT
-    less the decode leg's request_overhead, and the KV transfer's totals."""
+    """Where a disaggregated run's time went (kvplan.sim.disagg): per request, its phases, and the KV transfer's
+    totals. nixl: all six add up to its TTFT less request_overhead; lmcache: prefill_queue, prefill, transfer and
+    handoff do (the proxy streams the prefill's token), decode_queue and first_step come after."""
 
     PHASES: ClassVar[tuple[str, ...]] = ("prefill_queue", "prefill", "handoff", "transfer", "decode_queue",
                                          "first_step")
@@ -199,7 +200,8 @@ class DisaggResult(_Result):
     receive_utilisation: list[float]
     """Per decode instance, the share of the run its KV port was receiving."""
     prefill_queue: Summary
-    """Arrival at the proxy to first scheduled on a prefill instance."""
+    """Arrival at the proxy to first scheduled on a prefill instance (lmcache: the wait for decode buffer room
+    included)."""
     prefill: Summary
     """First scheduled to the prompt computed (its LMCache loads included) on the prefill instance."""
     handoff: Summary
@@ -209,10 +211,10 @@ class DisaggResult(_Result):
     """The KV over the network (nixl: the decode instance's read; lmcache: the prefill instance's push), NIC latency
     included; 0 for a request that needed none."""
     decode_queue: Summary
-    """Handed to the decode instance to admitted there (blocks and a batch slot for it)."""
+    """Handed to the decode instance to admitted there (blocks for it); 0 for a request without a decode leg."""
     first_step: Summary
-    """The KV in (nixl) or admitted (lmcache: its copy out of the receive buffer) to the first token: the decode
-    instance's next schedule point and the step that computes the prompt's last tokens."""
+    """The KV in (nixl) or admitted (lmcache: its copy out of the receive buffer) to the decode instance's first
+    token: its next schedule point and the step that computes the last prompt token (lmcache: the prefill's token)."""
 
 
 class SimResult(_Result):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterator, Literal
 from pydantic import Field
 
 from ..errors import Problem
-from ..units import Bandwidth
+from ..units import Bandwidth, Size
 from .base import MAX_INT32, SpecModel
 from .deployment import simulation_only
 
@@ -74,6 +74,10 @@ class Disaggregation(SpecModel):
     network_bandwidth: Bandwidth | None = None
     """Bandwidth of each GPU's port when it differs from the NIC class's, e.g. 200Gbit."""
 
+    buffer_size: Size | None = None
+    """connector: lmcache: bytes of each decode instance's PD receive buffer (LMCache's pd_buffer_size; its proxy's
+    --pd-buffer-size, which holds back a request until its prompt's chunks fit in it). Default: the proxy's, 2GiB."""
+
     proxy: Proxy = "round_robin"
     """How the proxy picks the prefill and the decode instance of a request: round_robin over each pool, as vLLM's
     toy proxy (toy_proxy_server.py) and LMCache's disagg proxy do."""
@@ -123,6 +127,10 @@ def problems(topo: "Topology") -> Iterator[Problem]:
                       f"({p}): each decode rank reads its heads from one prefill rank (vLLM's NixlConnector: "
                       "tp_ratio = decode TP // prefill TP)", dec, f"{p}, {2 * p}, {4 * p}, ...",
                       f"use decode.tensor_parallel: {p * max(1, dec // p)} or a prefill TP that divides {dec}")
+    if d.buffer_size is not None and d.connector != "lmcache":
+        yield Problem("serving.disaggregation.buffer_size", "sizes LMCache's PD receive buffer, which only connector: "
+                      "lmcache has (vLLM's NixlConnector reads into the decode instance's KV blocks)", d.buffer_size,
+                      fix="remove buffer_size, or set connector: lmcache")
     if d.connector == "lmcache" and topo.lmcache is not None and topo.lmcache.mode == "mp":
         yield Problem("serving.disaggregation.connector", "LMCache's PD mode runs inside vLLM (LMCacheConnectorV1, "
                       "enable_pd); the lmcache section's mode is mp (a separate LMCache server)", d.connector,
