@@ -125,8 +125,12 @@ def cost_of(topo: Topology, resolved: Resolved, results: Sequence[Throughput] = 
         lines.append(TierCost(tier=tier, kind=kind, quantity=quantity, unit=unit, what=what, usd_per_unit_hour=unit_price,
                               price=source, usd_per_hour=quantity * unit_price))
 
-    add("hbm", "opex", r.gpus_total, "GPU", f"{r.gpus_total} x {r.device.name} ({r.instances} x TP {r.tensor_parallel})",
-        "gpu_hour", r.device.name, per_month=False)
+    d = r.disaggregation
+    pools = [(r, "")] if d is None else [(d.prefill, " prefill"), (d.decode, " decode")]
+    for pool, role in pools:                     # a disaggregated spec's pools, each at its accelerator's price
+        add("hbm", "opex", pool.gpus_total, "GPU",
+            f"{pool.gpus_total} x {pool.device.name} ({pool.instances} x TP {pool.tensor_parallel}{role})",
+            "gpu_hour", pool.device.name, per_month=False)
     lm = topo.lmcache
     if lm is not None and lm.ddr is not None:
         add("ddr", "capex", r.nodes * lm.ddr.size / GB, "GB", f"{r.nodes} node(s) x {_gb(lm.ddr.size)} GB",

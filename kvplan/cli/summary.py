@@ -31,7 +31,8 @@ def summary_tables(r: Resolved) -> list[Table]:
     serving.add_column()
     rows = [
         ("model", f"{r.model.name} ({r.model.attention}, {r.model.num_layers} layers, {r.model.num_kv_heads} KV heads x {r.model.head_dim})"),
-        ("accelerator", f"{r.device.name} x {r.gpus_total} ({r.instances} instance(s) x TP {r.tensor_parallel}, {r.nodes} node(s))"),
+        ("accelerator", f"{r.device.name} x {r.gpus_total} ({r.instances} instance(s) x TP {r.tensor_parallel}, {r.nodes} node(s))"
+                        if r.disaggregation is None else _pools(r)),
         ("KV bytes/token", f"{fmt_count(r.kv_bytes_per_token)} ({fmt_bytes(r.kv_bytes_per_token)}) total, "
                            f"{fmt_count(r.kv_bytes_per_token_per_rank)} per rank, {r.kv_cache_dtype}"),
         ("block", f"{r.block_size} tokens = {fmt_bytes(r.block_bytes_per_rank)} per rank"),
@@ -41,6 +42,14 @@ def summary_tables(r: Resolved) -> list[Table]:
         ("max_model_len", fmt_count(r.max_model_len)),
         ("batching", f"max_num_seqs {r.max_num_seqs}, max_num_batched_tokens {r.max_num_batched_tokens}"),
     ]
+    if r.disaggregation is not None:            # the rows above are the prefill pool's; the decode pool's, and the link
+        rows[2:] = [(f"{key} (prefill)", value) for key, value in rows[2:]]
+        d, dec = r.disaggregation, r.disaggregation.decode
+        rows += [("decode instances", f"{fmt_bytes(dec.kv_budget_bytes_per_gpu)} KV memory per device, "
+                                      f"{fmt_count(dec.hbm_blocks)} HBM blocks = {fmt_count(dec.hbm_tokens)} tokens each; "
+                                      f"max_num_seqs {dec.max_num_seqs}"),
+                 ("KV transfer", f"{d.connector} over {d.network.name} ({fmt_bytes(d.network.bandwidth)}/s per GPU), "
+                                 f"proxy {d.proxy}")]
     if r.host_memory is not None:
         h = r.host_memory
         rows.append(("host memory", f"{fmt_bytes(h.bytes)} per node ({h.source}), {fmt_bytes(h.pinned_bytes)} pinned"))
@@ -138,3 +147,10 @@ def catalog_tables(cat: Catalog) -> list[Table]:
         for price in getattr(cat.prices, field):
             prices.add_row(what, unit, price.name, f"{price.usd:g}")
     return [llm, dev, nvme, nics, ceph, prices]
+
+
+def _pools(r) -> str:
+    """A disaggregated spec's accelerators: each pool's instances, TP and accelerator."""
+    d = r.disaggregation
+    return ", ".join(f"{role}: {p.instances} x TP {p.tensor_parallel} on {p.device.name}"
+                     for role, p in (("prefill", d.prefill), ("decode", d.decode))) + f" ({r.nodes} node(s))"
