@@ -10,9 +10,9 @@ read in this session: its WeightedSemaphore, ret_first_tok, max_tokens - 1 for t
 them: ASSUMED, not read from LMCache's source here.
 
 1. The proxy sends each request to a prefill instance, round robin, with max_tokens=1 and kv_transfer_params
-   {do_remote_decode: true}. The prefill instance schedules it like any request (its prefix cache, the LMCache
-   tiers behind it: a `PrefillEngine` is an `Engine`), computes the prompt and samples one token, which the proxy
-   drops. Its response (carrying the KV's block ids) goes back to the proxy: a second HTTP leg, which costs the
+   {do_remote_decode: true}. The prefill instance schedules it like any request (it is an aggregated `Engine`:
+   its prefix cache and the LMCache tiers behind it), computes the prompt and samples one token, which the proxy
+   drops (nixl). Its response (carrying the KV's block ids) goes back to the proxy: a second HTTP leg, which costs the
    step model's request_overhead.
 2. nixl: the request finishes on the prefill instance FINISHED_LENGTH_CAPPED and request_finished returns
    delay_free_blocks: its blocks stay held until the decode instance has read them (NIXL then notifies it). The
@@ -76,75 +76,6 @@ if TYPE_CHECKING:
     from .run import Simulation
 
 
-class PrefillEngine(Engine):
-    """A prefill instance: its requests come with max_tokens=1, and a finished one keeps its blocks until its KV
-    has been sent (`release`)."""
-
-    def __init__(self, *args, pools: "Pools"):
-        super().__init__(*args)
-        self.pools = pools
-
-    def submit(self, req: "Request", record: bool = True) -> None:
-        if record:
-            self.pools.originals[req.id] = req
-            req = req._replace(output_tokens=1)  # the proxy's prefill request: max_tokens=1
-            if self.pools.buffer is not None:    # LMCache's proxy: its chunks' room in the decode buffer first
-                self.pools.buffer.acquire(req, self)
-                return
-        super().submit(req, record)
-
-    def enter(self, req: "Request") -> None:
-        """The proxy's prefill request, let through (its buffer room taken)."""
-        Engine.submit(self, req)
-
-    def _finish(self, seq: Seq) -> None:
-        self.running.remove(seq)
-        if self.prefix_caching:
-            self.hbm.commit(seq.holding, seq.blocks, min(seq.length, len(seq.blocks) * self.bs) // self.bs)
-        self.on_finish(self.index, seq, self.env.now)
-        self._wake()
-
-    def release(self, seq: Seq) -> None:
-        """The request's KV has been sent (or will never be): its blocks go back to the free queue."""
-        self.hbm.release(seq.holding)
-        seq.holding = Holding([], 0, 0)
-        self._wake()
-
-
-class DecodeEngine(Engine):
-    """A decode instance: a request handed to it has its prompt's KV elsewhere (`Handoff`), which it receives into
-    the blocks it gives the request when it admits it."""
-
-    def __init__(self, *args, disagg: "Pools"):
-        super().__init__(*args)
-        self.disagg = disagg
-
-    def _admit(self, seq: Seq, budget: int) -> int:
-        if seq.loaded:
-            return self._admit_loaded(seq, budget)
-        handoff = self.disagg.pending.pop(id(seq), None)
-        if handoff is None:                      # a warm-up, or re-admitted after a preemption: computed here
-            return super()._admit(seq, budget)
-        req, bs = seq.req, self.bs
-        if not seq.blocks and self.keyed:
-            seq.blocks = req.content.keys(bs, req.prompt_tokens + req.output_tokens)
-        hit = min(self.hbm.match(seq.blocks[: seq.target // bs]), (seq.target - 1) // bs) if self.prefix_caching else 0
-        local = hit * bs
-        end = handoff.end
-        if end <= local:                         # nothing to read (vLLM still tells the prefill side to free)
-            self.disagg.sent(handoff)
-            return super()._admit(seq, budget)
-        holding = self.hbm.allocate(seq.blocks, hit, self._blocks_for(end))
-        if holding is None:
-            self.disagg.pending[id(seq)] = handoff
-            return 0
-        seq.holding, seq.computed = holding, min(end, seq.target - 1)
-        seq.admitted = self.env.now
-        self.hbm.commit(holding, seq.blocks, hit)
-        self.env.process(self._fetch(seq, self.disagg.receive(handoff, self.index, local, end)))
-        return -1
-
-
 class Buffer:
     """LMCache's disagg proxy's WeightedSemaphore over the decode buffer (examples/disagg_prefill/
     disagg_proxy_server.py): a request takes ceil(prompt / chunk_size) slots before its prefill is sent and gives them
@@ -153,16 +84,17 @@ class Buffer:
 
     def __init__(self, slots: int, chunk_tokens: int):
         self.available, self.chunk_tokens = slots, chunk_tokens
-        self.waiting: list[tuple[int, "Request", PrefillEngine]] = []
+        self.waiting: list[tuple[int, "Request", Engine]] = []
 
     def slots(self, req: "Request") -> int:
         return -(-req.prompt_tokens // self.chunk_tokens)
 
-    def acquire(self, req: "Request", engine: PrefillEngine) -> None:
+    def acquire(self, req: "Request", engine: Engine) -> None:
+        """Send `req` to `engine` once its slots are free."""
         need = self.slots(req)
         if need <= self.available:
             self.available -= need
-            engine.enter(req)
+            engine.submit(req)
         else:
             self.waiting.append((need, req, engine))
 
@@ -172,7 +104,7 @@ class Buffer:
         for need, waiter, engine in self.waiting:
             if need <= self.available:
                 self.available -= need
-                engine.enter(waiter)
+                engine.submit(waiter)
             else:
                 still.append((need, waiter, engine))
         self.waiting = still
@@ -185,7 +117,7 @@ class Handoff:
     __slots__ = ("prefill", "engine", "decode", "end", "done_prefill", "submitted", "transfer_start", "transfer_end",
                  "pushed")
 
-    def __init__(self, prefill: Seq, engine: PrefillEngine, decode: int, end: int, now: float):
+    def __init__(self, prefill: Seq, engine: Engine, decode: int, end: int, now: float):
         self.prefill, self.engine, self.decode, self.end = prefill, engine, decode, end
         self.done_prefill = now
         self.submitted = self.transfer_start = self.transfer_end = -1.0
@@ -194,8 +126,9 @@ class Handoff:
 
 class Pools:
     """The prefill and decode pools of a simulation (`Simulation._build` makes them for a spec with
-    serving.disaggregation), the proxy between them and the KV transfers (see the module docstring). The run, its
-    ledger and its result stay `Simulation`'s; it is told when a request has finished (`finished`)."""
+    serving.disaggregation), the proxy between them (its `deliver`, `submit`, `forget` stand for the router's) and the
+    KV transfers: the decode engines' `RemoteKV` (see the module docstring). The run, its ledger and its result stay
+    `Simulation`'s; it is told when a request has finished (`finished`)."""
 
     def __init__(self, sim: "Simulation", r: "Resolved"):
         d = r.disaggregation
@@ -210,12 +143,16 @@ class Pools:
         self.lmcache = LMCacheModel(env, p, self.fabric) if p.lmcache else None
         self.originals: dict[int, "Request"] = {}   # request id -> the request as the client sent it, until it ends
         self.buffer = Buffer(d.buffer_slots, d.buffer_chunk_tokens) if d.connector == "lmcache" else None
-        self.prefills = [PrefillEngine(p, i, env, self.hbm[i], self.lmcache, StepTime(p), self.prefilled,
-                                       pools=self) for i in range(p.instances)]
-        self.decodes = [DecodeEngine(dec, p.instances + j, env, self.hbm[p.instances + j], None, StepTime(dec),
-                                     self.decoded, disagg=self) for j in range(dec.instances)]
+        self.prefills = [Engine(p, i, env, self.hbm[i], self.lmcache, StepTime(p), self.prefilled)
+                         for i in range(p.instances)]
+        self.decodes = [Engine(dec, p.instances + j, env, self.hbm[p.instances + j], None, StepTime(dec), self.decoded)
+                        for j in range(dec.instances)]
+        for engine in self.prefills:
+            engine.hold_finished = True          # vLLM's delay_free_blocks (nixl); until the push is done (lmcache)
+        for engine in self.decodes:
+            engine.remote = self
         self.engines: list[Engine] = [*self.prefills, *self.decodes]
-        self.router = Router(d.proxy, self.prefills, p.block_size, p.router_thresholds, None, sim.seed)
+        self.pick = Router(d.proxy, self.prefills, p.block_size, p.router_thresholds, None, sim.seed)
         self._decode_turn = count()
         net = d.network
         self.send = [Link(env, f"kv-tx/prefill{i}", net.bandwidth) for i in range(p.instances)]
@@ -228,6 +165,29 @@ class Pools:
 
     def finished(self, instance: int, seq: Seq, now: float) -> None:
         self.sim.finished(instance, seq, now)
+
+    # ---- the proxy
+    def deliver(self, env, requests, offset: float) -> Steps:
+        """The arrivals, as one process (the router's `deliver`): each request to the proxy at its time."""
+        for req in requests:
+            delay = req.arrival + offset - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            self.submit(req)
+
+    def submit(self, req: "Request") -> None:
+        """The proxy's prefill request (max_tokens=1) to the prefill instance it picks; with LMCache's proxy, once its
+        chunks have room in the decode buffer."""
+        engine = self.prefills[self.pick.pick(req)]
+        self.originals[req.id] = req
+        prefill = req._replace(output_tokens=1)
+        if self.buffer is not None:
+            self.buffer.acquire(prefill, engine)
+        else:
+            engine.submit(prefill)
+
+    def forget(self) -> None:
+        self.pick.forget()
 
     # ---- the prefill side
     def prefilled(self, instance: int, seq: Seq, now: float) -> None:
@@ -278,10 +238,19 @@ class Pools:
         if handoff.prefill.holding.blocks:
             handoff.engine.release(handoff.prefill)
 
-    # ---- the transfer
-    def receive(self, handoff: Handoff, index: int, local: int, end: int) -> Steps:
+    # ---- the decode side's RemoteKV (kvplan.sim.engine)
+    def claim(self, seq: Seq) -> int:
+        handoff = self.pending.get(id(seq))
+        return handoff.end if handoff is not None else -1
+
+    def skip(self, seq: Seq) -> None:
+        self.sent(self.pending.pop(id(seq)))
+
+    def receive(self, seq: Seq, instance: int, local: int, end: int) -> Steps:
         """A process: the decode side receives tokens [local, end) of the prompt (nixl: reads them from the prefill
         instance's GPU; lmcache: copies them out of its receive buffer)."""
+        handoff = self.pending.pop(id(seq))
+        index = instance
         tokens = end - local
         if handoff.pushed:
             nbytes = tokens * self.d.decode_bytes_per_token_per_port

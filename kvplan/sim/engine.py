@@ -27,6 +27,9 @@ prefix cache; a request with chunks there gets its blocks, leaves the waiting qu
 it) and returns to the front of the queue when the load completes, schedulable like an arrival at
 that moment (`admission_lag`), with the loaded tokens computed. Its stores are copies started after
 the step that completes a chunk, which the step does not wait for either.
+Disaggregated (kvplan.sim.disagg), a prefill instance keeps a finished request's blocks until its KV has been sent
+(`hold_finished`, `release`), and a decode instance receives a request's prompt KV from elsewhere (`remote`):
+admission gives the request blocks for it and the request waits apart while it comes in, as a native load does.
 4. A request whose prompt completes in the step emits its first token then (TTFT); decoding
    requests emit one token per step; a finished request's blocks return to the free queue with
    their hashes, last block first.
@@ -58,7 +61,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 from operator import itemgetter
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 
 from .clock import AllOf, Environment, Event, Process, Steps, sooner, succeed_at
@@ -94,6 +97,22 @@ class Probe:
 
 OnFinish = Callable[[int, Seq, float], None]
 """Told (instance, seq, now) when a request has emitted its last token (the simulation's `finished`)."""
+
+
+class RemoteKV(Protocol):
+    """Where a decode instance of a disaggregated deployment gets a request's prompt KV (kvplan.sim.disagg)."""
+
+    def claim(self, seq: Seq) -> int:
+        """The prompt tokens [0, end) whose KV is elsewhere for `seq`, as end; -1 when it has none there."""
+        ...
+
+    def receive(self, seq: Seq, instance: int, first_token: int, last_token: int) -> Steps:
+        """A process: the KV of tokens [first_token, last_token) into the instance's blocks."""
+        ...
+
+    def skip(self, seq: Seq) -> None:
+        """The instance holds the KV itself (its prefix cache): nothing is received."""
+        ...
 
 
 class Engine:
@@ -147,6 +166,9 @@ class Engine:
         self.waited = 0.0                        # seconds of such steps
         self.waited_full = 0.0                   # the same, weighted by how full their batches were
         self.probe: Probe | None = None          # only tests set one
+        self.remote: RemoteKV | None = None      # a disaggregated decode instance's KV source (kvplan.sim.disagg)
+        self.hold_finished = False               # a disaggregated prefill instance: a finished request keeps its
+                                                 # blocks until `release` (its KV is read from them)
 
     # ---- arrivals
     def submit(self, req: "Request", record: bool = True) -> None:
@@ -439,6 +461,13 @@ class Engine:
         if self.prefix_caching:
             hit = min(self.hbm.match(seq.blocks[: seq.target // bs]), (seq.target - 1) // bs)
         local = hit * bs
+        remote = self.remote
+        if remote is not None:                   # disaggregated decode: the prompt's KV comes from a prefill instance
+            end = remote.claim(seq)
+            if end > local:
+                return self._remote_load(seq, hit, end)
+            if end >= 0:
+                remote.skip(seq)
         external = local
         spans: list[Span] = []
         counts: list[tuple[str, int, int]] = []
@@ -517,6 +546,21 @@ class Engine:
             seq.tiers["ddr"] += end - local
         self.hbm.commit(holding, seq.blocks, hit)
         self.env.process(self._fetch(seq, native.load(self.index, seq.chunks, local, end)))
+        return -1
+
+    def _remote_load(self, seq: Seq, hit: int, end: int) -> int:
+        """Disaggregated decode: give `seq` blocks for its prompt's first `end` tokens and receive their KV into them
+        (`remote`); it waits apart like a native load (`_loaded`), all but its last prompt token computed after it.
+        Returns -1, or 0 when the pool cannot give it the blocks."""
+        remote = self.remote
+        assert remote is not None
+        holding = self.hbm.allocate(seq.blocks, hit, self._blocks_for(end))
+        if holding is None:
+            return 0
+        seq.holding, seq.computed = holding, min(end, seq.target - 1)
+        seq.admitted = self.env.now if seq.admitted < 0 else seq.admitted
+        self.hbm.commit(holding, seq.blocks, hit)
+        self.env.process(self._fetch(seq, remote.receive(seq, self.index, hit * self.bs, end)))
         return -1
 
     def _fetch(self, seq: Seq, load: Steps) -> Steps:
@@ -712,8 +756,15 @@ class Engine:
         self.running.remove(seq)
         if self.prefix_caching:
             self.hbm.commit(seq.holding, seq.blocks, min(seq.length, len(seq.blocks) * self.bs) // self.bs)
-        self.hbm.release(seq.holding)
-        seq.holding = Holding([], 0, 0)
+        if not self.hold_finished:
+            self.hbm.release(seq.holding)
+            seq.holding = Holding([], 0, 0)
         seq.req.content.forget()
         self.on_finish(self.index, seq, env.now)
+        self._wake()
+
+    def release(self, seq: Seq) -> None:
+        """A finished request's blocks back to the free queue (`hold_finished`: once its KV has been sent)."""
+        self.hbm.release(seq.holding)
+        seq.holding = Holding([], 0, 0)
         self._wake()

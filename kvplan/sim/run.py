@@ -114,7 +114,7 @@ class Simulation:
             self.pools = pools = Pools(self, r)
             self.fabric, self.hbm, self.lmcache, self.engines = pools.fabric, pools.hbm, pools.lmcache, pools.engines
             self.native = None                   # refused beside a P/D connector (kvplan.spec.disaggregation)
-            self.offload, self.router = self.lmcache, pools.router
+            self.offload, self.router = self.lmcache, pools     # the proxy stands for the router
             return
         self.fabric = Fabric(self.env, r)
         self.hbm = [PrefixCache(r.hbm_blocks) for _ in range(r.instances)]
@@ -153,6 +153,9 @@ class Simulation:
     def _submit(self, req: wl.Request) -> None:
         """A request of a Load, to the instance the router picks (its row made room for first)."""
         self.ledger.grow(req.id + 1)
+        if self.pools is not None:
+            self.pools.submit(req)
+            return
         self.engines[self.router.pick(req)].submit(req)
 
     def _load_done(self, sent: int) -> None:
