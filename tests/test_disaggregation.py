@@ -10,6 +10,7 @@ prefills. An aggregated spec's results are what they were before disaggregation 
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ from kvplan.deploy.helm import refusals
 from kvplan.deploy.render import check_deployable
 from kvplan.errors import SpecError
 from kvplan.resolve import resolve
+from kvplan.sim.result import SimResult
 from kvplan.sim.run import Simulation, run
 from kvplan.sim.steptime import StepTime
 from kvplan.spec import from_mapping
@@ -364,3 +366,13 @@ def test_an_aggregated_examples_result_is_byte_identical_to_before(example, tmp_
     subprocess.run([sys.executable, "-m", "kvplan", "simulate", example, "--seed", "3", "--out", str(out)],
                    cwd=REPO, check=True, capture_output=True, timeout=300)
     assert hashlib.sha256(out.read_bytes()).hexdigest() == AGGREGATED_JSON[example]
+    data = json.loads(out.read_bytes())
+    data.pop("cost")                              # the file's "cost" beside the result's keys (kvplan.cli.app)
+    assert SimResult.model_validate(data).disaggregation is None   # a result written before reads back
+
+
+def test_a_disaggregated_result_reads_back_from_its_json():
+    res = run(resolve(pd(workload__requests=3)))
+    back = SimResult.model_validate_json(res.model_dump_json())
+    assert back.disaggregation == res.disaggregation and back.disaggregation.transfers == 3
+    assert [link.name for link in back.links][-2:] == ["kv-tx/prefill0", "kv-rx/decode0"]
