@@ -9,7 +9,8 @@ Two kinds of money, both per hour (docs/planning.md, "Cost model", has every for
   an owned Ceph cluster (cephadm, packages) costs its raw capacity (OSDs x osd_size, so the
   pool's replication is paid for: raw = usable x pool size); a Ceph cluster kvplan does not own
   (`deploy: external`) costs the raw bytes the KV tier occupies in it (tier size x pool size);
-  one storage-network port per GPU node and, for an owned cluster, per Ceph host.
+  one storage-network port per GPU node and, for an owned cluster, per Ceph host; disaggregated, one port of the KV
+  transfer's NIC class per GPU.
 
 Prices come from models/prices.yaml, where each cites a public source and its date; the spec's
 `cost:` section overrides any of them. Per-token figures divide the hourly total by the tokens a
@@ -156,6 +157,9 @@ def cost_of(topo: Topology, resolved: Resolved, results: Sequence[Throughput] = 
             ports, port_what = r.nodes, f"{r.nodes}"
         add("ceph", "capex", raw / GB, "GB", what, "ceph_raw_gb_month", c.device_class)
         add("network", "capex", ports, "port", f"{port_what} x {c.network}", "nic_port_month", c.network)
+    if d is not None:                            # the KV transfer's network: one port per GPU of both pools
+        add("network", "capex", r.gpus_total, "port", f"{r.gpus_total} GPU(s) x {d.network.name} (KV transfer)",
+            "nic_port_month", d.network.name)
     if problems:
         raise SpecError(problems)
 

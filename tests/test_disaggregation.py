@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from kvplan.cost import cost_of, gpu_hour_usd
 from kvplan.deploy.helm import refusals
 from kvplan.deploy.render import check_deployable
 from kvplan.errors import SpecError
@@ -145,6 +146,17 @@ def test_a_pool_that_cannot_hold_the_model_says_which_pool():
                      serving__disaggregation__decode__tensor_parallel=4)
     assert list(found) == ["serving.max_model_len"] and found["serving.max_model_len"].startswith(
         "serving.max_model_len: (the prefill pool) one 131072-token sequence does not fit"), found
+
+
+def test_each_pool_costs_its_own_accelerator_and_every_gpu_a_kv_port(catalog):
+    topo = pd(serving__disaggregation__decode__gpu="H200")
+    cost = cost_of(topo, resolve(topo))
+    hbm = [line for line in cost.tiers if line.tier == "hbm"]
+    assert [(line.quantity, line.what) for line in hbm] == [(1, "1 x H100-SXM (1 x TP 1 prefill)"),
+                                                            (2, "2 x H200 (1 x TP 2 decode)")]
+    assert hbm[1].usd_per_unit_hour == gpu_hour_usd(topo, "H200", catalog) != hbm[0].usd_per_unit_hour
+    port = next(line for line in cost.tiers if line.tier == "network")
+    assert (port.quantity, port.what) == (3, "3 GPU(s) x 100GbE (KV transfer)")
 
 
 # ---------------------------------------------------------------------------------------------- the render
