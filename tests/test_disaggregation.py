@@ -354,12 +354,14 @@ def test_a_buffer_size_without_lmcaches_pd_mode_is_refused():
 
 
 def test_the_prefill_pool_keeps_its_lmcache_tier():
-    # two requests with the same prompt: the second prefill finds it in LMCache's ddr tier or its prefix cache
+    # two prefill instances on one node share an LMCache server (mp): round robin sends the requests that open with
+    # the same 2048-token prefix to both, and the one whose HBM lacks it loads it from the node's ddr tier
     r = resolve(pd(workload__requests=6, workload__kind="chat", workload__prompt={"dist": "fixed", "mean": 500},
                    workload__shared_prefixes={"count": 1, "tokens": 2048},
-                   lmcache={"mode": "inprocess", "ddr": {"size": "8GiB"}}))
+                   serving__disaggregation__prefill__instances=2, lmcache={"mode": "mp", "ddr": {"size": "8GiB"}}))
     res = run(r)
-    assert res.lmcache_mode == "inprocess" and res.tiers[0].served_tokens > 0
+    ddr = res.tier("ddr")
+    assert res.lmcache_mode == "mp" and ddr.stored_chunks > 0 and ddr.served_tokens > 0
     assert res.recomputed_tokens < res.prompt_tokens
 
 
