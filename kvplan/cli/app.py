@@ -17,7 +17,8 @@ import typer
 
 from ..errors import SpecError
 from . import deploy as cli_deploy, doctor as cli_doctor, imports as cli_import, live as cli_live, plan as cli_plan
-from .common import HELP, JSON_HELP, STDOUT, ProgressBar, emit, print_warnings
+from .common import (HELP, JSON_HELP, STDOUT, ProgressBar, echo_change, emit, overrides, print_warnings, set_option,
+                     spec_words)
 from .console import EXIT_INVALID, err, fail as _fail, out, styled
 from .files import OVERWRITE_HELP, check as check_output
 from .usage import Conventional
@@ -40,7 +41,8 @@ def _main(version: Optional[bool] = typer.Option(None, "-V", "--version", callba
 
 
 def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
-             as_json: bool = typer.Option(False, "--json", help="Print the resolved numbers as JSON.")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="Print the resolved numbers as JSON."),
+             sets: Optional[list[str]] = set_option()) -> None:
     """Check a spec against the rules of the real stack and the catalog, and print its resolved numbers."""
     from ..resolve import resolve
     from ..validation import load
@@ -48,8 +50,9 @@ def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
     from ..tier_checks import tier_warnings
 
+    changes = overrides(sets)
     try:
-        resolved = resolve(load(spec))
+        resolved = resolve(load(spec, changes, echo_change))
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     warnings = tier_warnings(resolved)
@@ -85,7 +88,8 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                "the arrivals' span, at least an hour)."),
              warm: bool = typer.Option(False, "--warm", help="Start with the offload tiers in steady state, filled by a "
                                                              "warm-up of the same workload that no figure counts "
-                                                             "(workload.warm_start: true).")) -> None:
+                                                             "(workload.warm_start: true)."),
+             sets: Optional[list[str]] = set_option()) -> None:
     """Simulate the spec: where each prompt's KV came from, and what users feel (TTFT, TPOT, throughput)."""
     from ..cost import cost_of
     from ..report import markdown, sections, terminal
@@ -97,8 +101,9 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     if fmt not in ("table", "md"):
         raise typer.BadParameter(f"'{fmt}' is not a format; use table or md", param_hint="--format")
     check_output(out_file, "--out", overwrite)
+    changes = overrides(sets)
     try:
-        topo = load(spec)
+        topo = load(spec, changes, echo_change)
         if profile is not None:
             from ..spec.profile import apply_profile, read_profile
 
@@ -135,6 +140,10 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                 payload["ablation"] = [{"setup": name, "results": rs} for name, rs in ablation]
         if cost is not None:
             payload["cost"] = cost
+        if changes:                       # the --set the run was made with, beside the results as cost is
+            from ..spec.overrides import recorded
+
+            payload["overrides"] = recorded(changes)
         data = to_json(payload, indent=1).decode() + "\n"
     if as_json or out_file == STDOUT:
         return emit(data, out_file, as_json, "result", overwrite)
@@ -148,7 +157,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
     replayed = resolved.workload.kind in ("trace", "replay")
     loads = stages_of(resolved.workload)
-    for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=replayed, rated=loads is None,
+    for line in cold_tiers(results[0]) + next_steps(spec_words(spec, changes), results[0], trace=replayed, rated=loads is None,
                                                     listed=loads is None or listable(loads)):
         out.print(line)
     from ..sim.bottleneck import bottleneck

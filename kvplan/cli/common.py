@@ -1,6 +1,6 @@
 """What every kvplan command module shares: the app's help options, the output conventions (--json and
---out - print the result itself on stdout, a file gets a line on stderr), the option help texts,
-spec warnings and a progress bar that only long runs show."""
+--out - print the result itself on stdout, a file gets a line on stderr), the option help texts, the
+--set option of every command that reads a spec, spec warnings and a progress bar that only long runs show."""
 
 from __future__ import annotations
 
@@ -17,6 +17,38 @@ JSON_HELP = "Print the result as JSON on stdout instead of tables (the same JSON
 STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR, else $XDG_STATE_HOME/kvplan, "
               "~/.local/state/kvplan).")
 CACHE_HELP = "Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else ~/.cache/kvplan)."
+SET_HELP = ("PATH=VALUE: change a spec field for this run, the file untouched, e.g. serving.max_num_seqs=128 "
+            "(a field of the spec schema; VALUE as YAML, units allowed; null removes it); repeatable, applied "
+            "left to right, the spec validated after.")
+
+
+def set_option():
+    """The --set option (a fresh one per command: Typer keeps one parameter object per use)."""
+    return typer.Option(None, "--set", metavar="PATH=VALUE", help=SET_HELP)
+
+
+def overrides(sets: list[str] | None) -> tuple:
+    """The --set overrides, in order; one that cannot be read or names no spec field is a usage error (exit 2)
+    that names the field, the keys allowed there and a guess."""
+    from ..spec.overrides import SetUsageError, parse_all
+
+    try:
+        return parse_all(sets)
+    except SetUsageError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--set") from None
+
+
+def spec_words(spec: str, given) -> str:
+    """The spec as a next command should name it: its path and the --set it was read with (shell-quoted where
+    needed), so a suggested command runs the same spec."""
+    import shlex
+
+    return " ".join([spec, *(f"--set {shlex.quote(str(o))}" for o in given)])
+
+
+def echo_change(change) -> None:
+    """One line on stderr per --set: `set: serving.max_num_seqs 256 -> 128`."""
+    err.print(change.line())
 
 
 def emit(data: str, out_file: str | None, as_json: bool, what: str, overwrite: bool, option: str = "--out") -> None:

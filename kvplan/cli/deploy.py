@@ -11,13 +11,13 @@ import typer
 
 from .. import paths
 from ..errors import SpecError
-from .common import STATE_HELP, STDOUT
+from .common import STATE_HELP, STDOUT, echo_change, overrides, set_option, spec_words
 from . import files
 from .console import err, fail as _fail, out, styled, warn
 from .files import OVERWRITE_HELP
 
 
-def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | None):
+def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | None, given: tuple = ()):
     """Load, resolve and render a spec for an inventory (errors name the field and the fix); without
     `out_dir`, into a fresh run directory under the state directory."""
     from pathlib import Path
@@ -29,7 +29,7 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | N
     from ..validation import load
 
     try:
-        resolved = resolve(load(spec))
+        resolved = resolve(load(spec, given, echo_change))
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     try:
@@ -60,11 +60,13 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP + " With --format "
                                                                                         "production-stack only: a "
                                                                                         "render directory is never "
-                                                                                        "replaced unless kvplan made it.")) -> None:
+                                                                                        "replaced unless kvplan made it."),
+               sets: Optional[list[str]] = set_option()) -> None:
     """Write the Ansible that deploys the spec (inventory/, project/site.yml and roles, env/) without running it,
     or the Helm values that deploy its vLLM + LMCache with production-stack."""
+    given = overrides(sets)
     if fmt == "production-stack":
-        return _render_production_stack(spec, out_dir, request_cpu, request_memory, overwrite)
+        return _render_production_stack(spec, out_dir, request_cpu, request_memory, overwrite, given)
     if fmt != "ansible":
         raise typer.BadParameter(f"'{fmt}' is not a format; use ansible or production-stack", param_hint="--format")
     if overwrite:
@@ -73,7 +75,7 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                  param_hint="--overwrite")
     if inventory is None:
         raise typer.BadParameter("--format ansible renders for an inventory: give -i INVENTORY", param_hint="-i")
-    rendered = _rendered(spec, inventory, out_dir, state_dir)
+    rendered = _rendered(spec, inventory, out_dir, state_dir, given)
     s = rendered.stack
     out.print(styled(("rendered:", "bold green"),
                      f" {rendered.root}  ({rendered.resolved.name}, spec {rendered.resolved.spec_hash[:12]})"))
@@ -84,11 +86,11 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         parts.append(f"ceph: {s.ceph.ceph_deploy}, pool {s.ceph.ceph_pool_name} size {s.ceph.ceph_pool_size}")
     for part in parts:
         out.print(f"  {part}")
-    out.print(f"  run it: kvplan deploy {spec} -i {inventory}")
+    out.print(f"  run it: kvplan deploy {spec_words(spec, given)} -i {inventory}")
 
 
 def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, request_memory: str | None,
-                             overwrite: bool) -> None:
+                             overwrite: bool, given: tuple = ()) -> None:
     from pathlib import Path
 
     import yaml
@@ -103,7 +105,7 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
         raise typer.BadParameter(f"production-stack pods need {' and '.join(missing)} (the chart requires them)",
                                  param_hint=missing[0])
     try:
-        r = resolve(load(spec))
+        r = resolve(load(spec, given, echo_change))
         text = (f"# Helm values for vllm-project/production-stack, rendered by kvplan from {Path(spec).name} "
                 f"(spec {r.spec_hash[:12]})\n" + yaml.safe_dump(values(r, request_cpu, request_memory), sort_keys=False))
         picker = None
@@ -169,7 +171,8 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
            down: bool = typer.Option(False, "--down", help="Stop every component instead (Prometheus, the router, vLLM, LMCache, "
                                                             "then Ceph's daemons) by pid file and process group; "
                                                             "nothing is deleted, and a deploy starts them again."),
-           state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP)) -> None:
+           state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP),
+           sets: Optional[list[str]] = set_option()) -> None:
     """Render the spec into a fresh run directory and apply it with Ansible (ansible-runner)."""
     import sys
 
@@ -183,7 +186,7 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                  param_hint="--tags")
     if down and check:
         raise typer.BadParameter("--down and --check cannot be combined", param_hint="--down")
-    rendered = _rendered(spec, inventory, None, state_dir)
+    rendered = _rendered(spec, inventory, None, state_dir, overrides(sets))
     out.print(f"run directory: {rendered.root}")
     status = err.status("starting ansible-playbook") if sys.stderr.isatty() else None
 

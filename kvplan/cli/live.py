@@ -15,19 +15,21 @@ from .. import paths
 from ..errors import Problem, SpecError
 from ..units import fmt_duration
 from . import files
+from .common import echo_change, overrides, set_option
 from .console import err, fail as _fail, out, styled, warn
 from .files import OVERWRITE_HELP
 
 EXIT_LIVE = 5
 
 
-def _spec(spec: str, profile: str | None = None):
-    """(topology, resolved, resolved with the profile applied) of a spec file; exits on bad input."""
+def _spec(spec: str, profile: str | None = None, given: tuple = ()):
+    """(topology, resolved, resolved with the profile applied) of a spec file with the --set overrides `given`;
+    exits on bad input."""
     from ..resolve import resolve
     from ..validation import load
 
     try:
-        topo = load(spec)
+        topo = load(spec, given, echo_change)
         base = resolve(topo)
         if profile is None:
             return topo, base, base
@@ -79,15 +81,17 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
                                         "within (output tokens + 2) x this; checking a target and each read of its "
                                         "counters end within it (at most 10 s) in all, however slowly a server sends."),
           api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
-                                                help=API_KEY_HELP)) -> None:
+                                                help=API_KEY_HELP),
+          sets: Optional[list[str]] = set_option()) -> None:
     """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""
     from ..live.bench import BenchError, new_salt
     from ..live.runner import bench as run_bench, default_run_dir
     from ..spec.load import read_text
 
+    given = overrides(sets)
     if out_dir:
         _check_run_dir(Path(out_dir), overwrite)
-    topo, resolved, _ = _spec(spec)
+    topo, resolved, _ = _spec(spec, given=given)
     targets = _targets(target, api_key)
     via = _targets([router], api_key)[0] if router else None
     directory = Path(out_dir) if out_dir else default_run_dir(resolved, paths.state_dir(state_dir, warn=warn))
@@ -99,7 +103,7 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
             err.print(f"bench: {done}/{total} done, {failed} failed, {in_flight} in flight")
 
     try:
-        run = run_bench(resolved, read_text(spec), targets, directory, salt=new_salt() if salt is None else salt,
+        run = run_bench(resolved, _benched_text(spec, given, read_text), targets, directory, salt=new_salt() if salt is None else salt,
                         seed=seed, timeout=timeout, progress=progress, router=via)
     except BenchError as exc:
         err.print(styled(("bench failed:", "bold red"), " ", exc.render()))
@@ -108,6 +112,21 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
     out.print(f"run written to {directory}")
     if run.observed.failed or run.observed.components_down:
         raise typer.Exit(EXIT_LIVE)
+
+
+def _benched_text(spec: str, given: tuple, read_text) -> str:
+    """The spec text the run directory keeps as spec.yaml: the file as written, or, with --set, the spec as benched
+    (the file's mapping with the overrides applied, under a header naming them), so `compare` and `calibrate` of the
+    run read the spec it ran."""
+    if not given:
+        return read_text(spec)
+    import yaml
+
+    from ..validation import read
+
+    data, _, _ = read(spec, given)
+    header = f"# {spec} with --set {' --set '.join(map(str, given))}".replace("\n", " ")
+    return header + "\n" + yaml.safe_dump(data, sort_keys=False, width=1000)
 
 
 def _check_run_dir(directory: Path, overwrite: bool) -> None:
@@ -167,11 +186,12 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
             timeout: float = typer.Option(10.0, "--timeout", min=0.1, help=LIVE_TIMEOUT_HELP),
             api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
                                                   help=API_KEY_HELP),
-            as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON."),
+            sets: Optional[list[str]] = set_option()) -> None:
     """Read the live stack once: which components are up, and their counters since they started."""
     from ..live.observe import snapshot
 
-    _, resolved, _ = _spec(spec)
+    _, resolved, _ = _spec(spec, given=overrides(sets))
     lmcache = _targets(lmcache_url) if lmcache_url else None
     snap = snapshot(resolved, _targets(target, api_key), lmcache=lmcache, ceph=not no_ceph, timeout=timeout)
     if as_json:
@@ -191,14 +211,15 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
 def compare(spec: str = typer.Argument(..., help="The spec the run benched."),
             observed: str = typer.Option(..., "--observed", help="Bench run directory (from kvplan bench)."),
             profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate."),
-            as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON.")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+            sets: Optional[list[str]] = set_option()) -> None:
     """Predicted against observed, metric by metric, with the error."""
     from rich.table import Table
 
     from ..live.compare import check_same_spec, predict, rows
     from ..live.observed import read_run
 
-    _, base, resolved = _spec(spec, profile)
+    _, base, resolved = _spec(spec, profile, overrides(sets))
     try:
         run = read_run(observed)
         check_same_spec(base, run, observed)
@@ -240,7 +261,8 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
                                                  "deployment: the replay log with measured ttft and e2e (repeat to "
                                                  "fit several; docs/calibrate.md)."),
               out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML)."),
-              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
+              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+              sets: Optional[list[str]] = set_option()) -> None:
     """Fit the step-time coefficients to benchmarks and write them as a device profile."""
     from ..gpufit.calibrate import fit_vllm_results
     from ..live.calibrate import fit
@@ -256,16 +278,17 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
                                      "kvplan calibrate SPEC --vllm-result result.json -o profile.yaml, or "
                                      "kvplan calibrate SPEC --requests log.jsonl -o profile.yaml")]))
     files.check(out_file, "-o/--out", overwrite)
-    topo, resolved, _ = _spec(spec)
+    given = overrides(sets)
+    topo, resolved, _ = _spec(spec, given=given)
     try:
         if vllm_result:
             profile = fit_vllm_results(resolved, topo, vllm_result)
         elif requests:
             from ..gpufit.requests import fit_request_logs
-            from ..spec import read_yaml
+            from ..validation import read
 
-            base = Path.cwd() if spec == "-" else Path(spec).parent
-            profile = fit_request_logs(resolved, read_yaml(spec), base, requests)
+            data, base, _ = read(spec, given)       # the spec as calibrated: with the --set overrides
+            profile = fit_request_logs(resolved, data, base, requests)
         else:
             runs = [(path, read_run(path)) for path in observed]
             for path, run in runs:

@@ -13,7 +13,7 @@ import typer
 
 from ..errors import SpecError
 from . import files
-from .common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, emit, run_cache
+from .common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, echo_change, emit, overrides, run_cache, set_option
 from .console import err, fail as _fail, out
 from .files import OVERWRITE_HELP
 
@@ -44,7 +44,8 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                                                                      "deploy; - for stdout)."),
          overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
          cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-         no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+         no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+         sets: Optional[list[str]] = set_option()) -> None:
     """Find the cheapest topology that meets the SLO at the rate: enumerate, prune, simulate, explain."""
     from ..plan.headroom import parse_headroom_arg
     from ..plan.search import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
@@ -60,9 +61,10 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     except SpecError as exc:       # the flags, not the spec
         _fail(exc)
     files.check(out_file, "--out", overwrite)
+    given = overrides(sets)
     cache = run_cache(cache_dir, no_cache)
     try:
-        topo = load(spec)
+        topo = load(spec, given, echo_change)
         with ProgressBar() as bar:
             def progress(runs: int, most: int, best) -> None:
                 if err.is_terminal:
@@ -79,7 +81,12 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     if as_json:
         import json
 
-        typer.echo(json.dumps(plan_json(result), indent=1))
+        payload = plan_json(result)
+        if given:                          # the --set the start spec was read with
+            from ..spec.overrides import recorded
+
+            payload["overrides"] = recorded(given)
+        typer.echo(json.dumps(payload, indent=1))
     elif out_file != STDOUT:
         for table in plan_tables(result, show_all=show_all):
             out.print(table)
@@ -91,10 +98,13 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                   + ("; raise --max-runs, " if result.unsearched else "; raise ")
                   + "--max-instances or --budget, add --gpu choices, or relax --slo")
         raise typer.Exit(EXIT_NO_PLAN)
+    text = winner_yaml(winner, result, topo)
+    if given:                              # the winner holds them already; its header says where they came from
+        text = f"# from {spec} with --set {' --set '.join(map(str, given))}".replace("\n", " ") + "\n" + text
     if out_file == STDOUT:
-        typer.echo(winner_yaml(winner, result, topo), nl=False)
+        typer.echo(text, nl=False)
     elif out_file:
-        files.write(out_file, winner_yaml(winner, result, topo), "--out", overwrite)
+        files.write(out_file, text, "--out", overwrite)
         err.print(f"winner written to {out_file}: kvplan deploy {out_file} -i INVENTORY")
 
 
@@ -127,7 +137,8 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
               csv_file: Optional[str] = typer.Option(None, "--csv", help="Write the sweep as CSV to this file (- for stdout)."),
               overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
               cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-              no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+              no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+              sets: Optional[list[str]] = set_option()) -> None:
     """Simulate variants of a spec (--vary PATH=V1,V2,...) and compare them in one table."""
     from ..report import terminal
     from ..report.sweep import sweep_section
@@ -139,13 +150,15 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         varies = [parse_vary(v) for v in vary]
     except VaryUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--vary") from None
+    given = overrides(sets)
     files.check(out_file, "--out", overwrite)
     files.check(csv_file, "--csv", overwrite)
     cache = run_cache(cache_dir, no_cache)
     try:
         with ProgressBar() as progress:
             result, simulated = sweep(spec, varies, zip_=zip_, seeds=seeds, first_seed=seed, workers=workers, ray=ray,
-                                      cache=cache, on_done=lambda done, total: progress(done / total))
+                                      cache=cache, on_done=lambda done, total: progress(done / total),
+                                      overrides=given, on_change=echo_change)
     except VaryUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--vary/--zip") from None
     except SpecError as exc:
@@ -184,7 +197,8 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                  overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
                  as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
                  cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-                 no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+                 no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+                 sets: Optional[list[str]] = set_option()) -> None:
     """Find the highest arrival rate at which the spec still meets its SLO (bisection over simulations)."""
     from ..report import terminal
     from ..report.sections import Section
@@ -194,6 +208,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..units import fmt_duration
 
     _executor_options(workers, ray)
+    given = overrides(sets)
     files.check(out_file, "--out", overwrite)
     cache = run_cache(cache_dir, no_cache)
     state = {"n": 0}
@@ -221,7 +236,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         from ..validation import load
         from ..sweep.capacity import Knob
 
-        topo = load(spec)
+        topo = load(spec, given, echo_change)
         knob = Knob.of(topo)
         targets = targets or topo.slo.targets()
         goal = ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in targets.items())
@@ -232,7 +247,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                          else " on 1 seed (no interval)"))
         result, simulated = search(spec, targets, seeds=seeds, first_seed=seed, low=low, high=high,
                                    tolerance=tolerance, workers=workers, ray=ray, cache=cache, on_probe=show,
-                                   headroom=margin)
+                                   headroom=margin, overrides=given)
     except SloUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--slo/--low/--high/--tolerance") from None
     except SpecError as exc:
@@ -262,7 +277,8 @@ def size(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the result as JSON to this file "
                                                                         "(for kvplan report; - for stdout)."),
-             overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
+             overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+             sets: Optional[list[str]] = set_option()) -> None:
     """Hit ratio against capacity for every tier, from one pass over the workload: working set, the sizes
     reaching 50/90/99 % of the reuse, and their cost."""
     from ..report.sizing import terminal_tables
@@ -270,8 +286,13 @@ def size(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..validation import load
 
     files.check(out_file, "--out", overwrite)
+    given = overrides(sets)
     try:
-        result = size(load(spec), seed=seed)
+        result = size(load(spec, given, echo_change), seed=seed)
+        if given:
+            from ..spec.overrides import recorded
+
+            result = result.model_copy(update={"overrides": recorded(given)})
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     data = result.model_dump_json(indent=1) + "\n"

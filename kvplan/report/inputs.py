@@ -125,6 +125,7 @@ def load(path: str | Path) -> ReportInput:
                        WRITE_ONE)             # its kind, never its content: the path may name some other file
     if "per_request" in data and "spec_hash" in data:
         cost = _cost(path, data.pop("cost", None))
+        data.pop("overrides", None)               # the --set it ran with (kvplan simulate --set)
         return ReportInput(path, "result", results=[_validated(path, SimResult, data, "")], cost=cost)
     if isinstance(data.get("results"), list):
         return _simulate_payload(path, data)
@@ -137,6 +138,7 @@ def load(path: str | Path) -> ReportInput:
 
         healthy = data.pop("healthy", None)
         data.pop("written", None)                 # what --write wrote: paths, not part of the diagnosis
+        data.pop("overrides", None)               # the --set it diagnosed the spec with
         return ReportInput(path, "doctor", doctor=_validated(path, Diagnosis, data, ""),
                            healthy=healthy if isinstance(healthy, bool) else None)
     if "taken_at" in data and "components" in data:
@@ -171,7 +173,7 @@ def load(path: str | Path) -> ReportInput:
 
 
 def _simulate_payload(path: Path, data: dict) -> ReportInput:
-    extra = sorted(set(data) - {"results", "ablation", "cost"})
+    extra = sorted(set(data) - {"results", "ablation", "cost", "overrides"})
     if extra:
         raise _problem(path, f"has keys kvplan simulate never writes: {', '.join(extra)}", WRITE_ONE)
     if not data["results"]:
