@@ -217,3 +217,38 @@ def test_doctor_write_writes_the_spec_with_the_overrides_and_says_so(spec_path, 
 def test_every_command_that_reads_a_spec_takes_set(command):
     result = kvplan(command, "--help")
     assert "--set PATH=VALUE" in result.stdout
+
+
+def test_a_catalog_problem_of_an_overridden_field_says_it_came_from_set(spec_path):
+    result = kvplan("validate", spec_path, "--set", "serving.gpu=H100-SMX")
+    assert result.exit_code == 1
+    assert "serving.gpu: unknown accelerator 'H100-SMX' (set by --set serving.gpu=H100-SMX)" in result.stderr
+    assert "did you mean 'H100-SXM'?" in result.stderr
+
+
+def test_a_problem_of_a_field_no_override_set_is_not_blamed_on_set(tmp_path):
+    data = with_changes(example_data("local"), serving__max_num_seqs=0)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = kvplan("validate", path, "--set", "lmcache.ddr.size=2GiB")
+    assert result.exit_code == 1 and "serving.max_num_seqs: Input should be greater than or equal to 1" in result.stderr
+    assert "(set by" not in result.stderr
+
+
+def test_render_renders_the_overridden_spec():
+    result = kvplan("render", "docs/examples/production-stack.yaml", "--format", "production-stack", "--request-cpu", "8",
+                    "--request-memory", "64Gi", "-o", "-", "--set", "serving.max_num_seqs=7")
+    assert result.exit_code == 0, result.stderr
+    assert "set: serving.max_num_seqs 64 -> 7" in result.stderr and "maxNumSeqs: 7" in result.stdout
+
+
+def test_a_bench_run_keeps_the_spec_as_benched_so_compare_finds_the_same_spec(spec_path, tmp_path):
+    from kvplan.cli.live import _benched_text
+    from kvplan.spec.load import read_text
+
+    given = tuple(sets("serving.max_num_seqs=2"))
+    saved = tmp_path / "spec.yaml"
+    saved.write_text(_benched_text(str(spec_path), given, read_text))
+    assert saved.read_text().startswith(f"# {spec_path} with --set serving.max_num_seqs=2\n")
+    assert load(saved).spec_hash() == load(spec_path, given).spec_hash() != load(spec_path).spec_hash()
+    assert _benched_text(str(spec_path), (), read_text) == spec_path.read_text()

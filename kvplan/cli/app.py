@@ -38,6 +38,9 @@ def _version(value: bool) -> None:
 def _main(version: Optional[bool] = typer.Option(None, "-V", "--version", callback=_version, is_eager=True,
                                                  help="Print the version and exit.")) -> None:
     """kvplan: one declarative spec for simulating and deploying vLLM + LMCache + Ceph."""
+    from .console import GIVEN_SETS
+
+    GIVEN_SETS.clear()            # a command's --set (common.overrides) is its own, also when one process runs several
 
 
 def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),

@@ -32,10 +32,14 @@ def overrides(sets: list[str] | None) -> tuple:
     that names the field, the keys allowed there and a guess."""
     from ..spec.overrides import SetUsageError, parse_all
 
+    from .console import GIVEN_SETS
+
     try:
-        return parse_all(sets)
+        given = parse_all(sets)
     except SetUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--set") from None
+    GIVEN_SETS[:] = given
+    return given
 
 
 def spec_words(spec: str, given) -> str:

@@ -246,7 +246,7 @@ def attributed(exc: SpecError, overrides: Iterable[Override]) -> SpecError:
     problems = []
     for p in exc.problems:
         by = [o for o in overrides if _related(p.path, o)]
-        if by:
+        if by and f"(set by {OPTION} " not in p.message:      # not twice: the loader and the CLI both attribute
             given = ", ".join(f"{OPTION} {o}" for o in by[-1:])
             p = Problem(p.path, f"{p.message} (set by {given})", p.value, p.allowed, p.fix)
         problems.append(p)
