@@ -150,6 +150,10 @@ def test_simulate_out_keeps_the_overrides_and_report_and_doctor_read_the_file(sp
     assert saved["spec_hash"] == load(spec_path, sets("serving.max_num_seqs=2")).spec_hash()
     page = kvplan("report", out, "-o", tmp_path / "run.md")
     assert page.exit_code == 0, page.stderr
+    assert "; with --set serving.max_num_seqs=2_" in (tmp_path / "run.md").read_text()
+    diagnosed = kvplan("doctor", spec_path, "--set", "serving.max_num_seqs=2", "--result", out, "--no-prove")
+    assert diagnosed.exit_code in (0, 6), diagnosed.stderr
+    assert "another spec" not in diagnosed.stderr
     plain = kvplan("simulate", spec_path, "--out", tmp_path / "plain.json")
     assert plain.exit_code == 0 and "overrides" not in json.loads((tmp_path / "plain.json").read_text())
 
@@ -179,6 +183,9 @@ def test_sweep_varies_the_overridden_spec_and_keeps_the_overrides(spec_path, tmp
     from kvplan.sweep.result import SweepResult
 
     assert SweepResult.model_validate(data).overrides == ["workload.requests=20"]
+    (tmp_path / "sweep.json").write_text(result.stdout)
+    page = kvplan("report", tmp_path / "sweep.json", "-o", tmp_path / "sweep.md")
+    assert page.exit_code == 0 and "; with --set workload.requests=20_" in (tmp_path / "sweep.md").read_text()
 
 
 def test_capacity_searches_the_overridden_spec(spec_path, tmp_path):
@@ -252,3 +259,11 @@ def test_a_bench_run_keeps_the_spec_as_benched_so_compare_finds_the_same_spec(sp
     assert saved.read_text().startswith(f"# {spec_path} with --set serving.max_num_seqs=2\n")
     assert load(saved).spec_hash() == load(spec_path, given).spec_hash() != load(spec_path).spec_hash()
     assert _benched_text(str(spec_path), (), read_text) == spec_path.read_text()
+
+
+def test_a_result_file_whose_overrides_are_not_path_value_strings_is_refused_by_report(spec_path, tmp_path):
+    out = tmp_path / "run.json"
+    assert kvplan("simulate", spec_path, "--set", "serving.max_num_seqs=2", "--out", out).exit_code == 0
+    out.write_text(out.read_text().replace('"overrides": [\n  "serving.max_num_seqs=2"\n ]', '"overrides": 5'))
+    page = kvplan("report", out, "-o", tmp_path / "run.md")
+    assert page.exit_code == 1 and "`overrides` is not a list of PATH=VALUE strings" in page.stderr

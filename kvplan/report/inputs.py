@@ -63,6 +63,9 @@ class ReportInput:
     """A kvplan.report.plan_page.PlanFile when kind == 'plan'."""
     doctor: Any = None
     """A kvplan.doctor.finding.Diagnosis when kind == 'doctor'."""
+    overrides: list[str] = field(default_factory=list)
+    """The --set PATH=VALUE overrides a simulation or diagnosis ran with (sweeps, sizings and searches keep theirs in
+    their own model)."""
     healthy: bool | None = None
     """The diagnosis's verdict as `kvplan doctor --json` wrote it."""
     snapshot: Any = None
@@ -125,8 +128,8 @@ def load(path: str | Path) -> ReportInput:
                        WRITE_ONE)             # its kind, never its content: the path may name some other file
     if "per_request" in data and "spec_hash" in data:
         cost = _cost(path, data.pop("cost", None))
-        data.pop("overrides", None)               # the --set it ran with (kvplan simulate --set)
-        return ReportInput(path, "result", results=[_validated(path, SimResult, data, "")], cost=cost)
+        given = _overrides(path, data.pop("overrides", None))   # the --set it ran with (kvplan simulate --set)
+        return ReportInput(path, "result", results=[_validated(path, SimResult, data, "")], cost=cost, overrides=given)
     if isinstance(data.get("results"), list):
         return _simulate_payload(path, data)
     if data.get("kind") == "size":
@@ -138,9 +141,9 @@ def load(path: str | Path) -> ReportInput:
 
         healthy = data.pop("healthy", None)
         data.pop("written", None)                 # what --write wrote: paths, not part of the diagnosis
-        data.pop("overrides", None)               # the --set it diagnosed the spec with
+        given = _overrides(path, data.pop("overrides", None))   # the --set it diagnosed the spec with
         return ReportInput(path, "doctor", doctor=_validated(path, Diagnosis, data, ""),
-                           healthy=healthy if isinstance(healthy, bool) else None)
+                           healthy=healthy if isinstance(healthy, bool) else None, overrides=given)
     if "taken_at" in data and "components" in data:
         from ..live.observe import Snapshot
 
@@ -194,7 +197,17 @@ def _simulate_payload(path: Path, data: dict) -> ReportInput:
             runs = [_validated(path, SimResult, r, f"ablation.{i}.results.{j}") for j, r in enumerate(entry["results"])]
         ablation.append((str(entry["setup"]), runs))
     kind = "ablation" if ablation else "seeds" if len(results) > 1 else "result"
-    return ReportInput(path, kind, results=results, ablation=ablation, cost=_cost(path, data.get("cost")))
+    return ReportInput(path, kind, results=results, ablation=ablation, cost=_cost(path, data.get("cost")),
+                       overrides=_overrides(path, data.get("overrides")))
+
+
+def _overrides(path: Path, data: Any) -> list[str]:
+    """The --set overrides a result file keeps (key `overrides`: a list of PATH=VALUE), or none."""
+    if data is None:
+        return []
+    if not isinstance(data, list) or not all(isinstance(o, str) for o in data):
+        raise _problem(path, "`overrides` is not a list of PATH=VALUE strings", WRITE_ONE, where="overrides")
+    return data
 
 
 def _cost(path: Path, data: Any):
