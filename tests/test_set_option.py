@@ -205,7 +205,11 @@ def test_plan_starts_from_the_overridden_spec_and_its_winner_says_so(spec_path, 
     assert result.exit_code == 0, result.stderr
     assert "set: workload.requests 40 -> 20" in result.stderr
     text = out.read_text()
-    assert text.startswith(f"# from {spec_path} with --set slo.ttft_p99=2s --set workload.requests=20\n")
+    assert text.startswith("# written by kvplan plan: ")        # kvplan's mark first: a second run may replace it
+    assert f"\n# from {spec_path} with --set slo.ttft_p99=2s --set workload.requests=20\n" in text
+    again = kvplan("plan", spec_path, "--rate", "1/s", "--set", "slo.ttft_p99=2s", "--set", "workload.requests=20",
+                   "--max-runs", "4", "--max-instances", "1", "--no-cache", "--out", out)
+    assert again.exit_code == 0, again.stderr
     assert yaml.safe_load(text)["workload"]["requests"] == 20 and yaml.safe_load(text)["slo"] == {"ttft_p99": "2s"}
 
 
@@ -256,7 +260,7 @@ def test_a_bench_run_keeps_the_spec_as_benched_so_compare_finds_the_same_spec(sp
     given = tuple(sets("serving.max_num_seqs=2"))
     saved = tmp_path / "spec.yaml"
     saved.write_text(_benched_text(str(spec_path), given, read_text))
-    assert saved.read_text().startswith(f"# {spec_path} with --set serving.max_num_seqs=2\n")
+    assert saved.read_text().startswith(f"# written by kvplan bench: {spec_path} with --set serving.max_num_seqs=2\n")
     assert load(saved).spec_hash() == load(spec_path, given).spec_hash() != load(spec_path).spec_hash()
     assert _benched_text(str(spec_path), (), read_text) == spec_path.read_text()
 

@@ -125,7 +125,7 @@ def _benched_text(spec: str, given: tuple, read_text) -> str:
     from ..validation import read
 
     data, _, _ = read(spec, given)
-    header = f"# {spec} with --set {' --set '.join(map(str, given))}".replace("\n", " ")
+    header = f"# written by kvplan bench: {spec} with --set {' --set '.join(map(str, given))}".replace("\n", " ")
     return header + "\n" + yaml.safe_dump(data, sort_keys=False, width=1000)
 
 

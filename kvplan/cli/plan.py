@@ -99,8 +99,9 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                   + "--max-instances or --budget, add --gpu choices, or relax --slo")
         raise typer.Exit(EXIT_NO_PLAN)
     text = winner_yaml(winner, result, topo)
-    if given:                              # the winner holds them already; its header says where they came from
-        text = f"# from {spec} with --set {' --set '.join(map(str, given))}".replace("\n", " ") + "\n" + text
+    if given:      # the winner holds them already; below kvplan's header (its mark, cli/files.py), where they came from
+        head, _, body = text.partition("\n")
+        text = head + "\n" + f"# from {spec} with --set {' --set '.join(map(str, given))}".replace("\n", " ") + "\n" + body
     if out_file == STDOUT:
         typer.echo(text, nl=False)
     elif out_file:
