@@ -104,6 +104,7 @@ def test_applying_returns_a_copy_and_says_what_each_override_replaced():
     ("serving.max_num_seqs", ["is not PATH=VALUE"]),
     ("serving.max_num_seqs=", ["has no value", "=null to remove"]),
     ("serving..max_num_seqs=4", ["is not a dotted spec path"]),
+    ("0.name=x", ["'0' is a list index, but the top of the spec (its sections) is not a list", "start the path"]),
 ])
 def test_a_path_that_names_no_spec_field_is_a_usage_error_with_the_fix(text, words):
     with pytest.raises(SetUsageError) as caught:
@@ -133,6 +134,13 @@ def test_a_value_that_is_text_is_printed_as_text(spec_path):
 
 
 # ---- echoed, and kept in the results ------------------------------------------------------------
+
+def test_the_echo_is_one_line_whatever_the_value(spec_path):
+    result = kvplan("validate", spec_path, "--set", "description=two\nlines")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines()[0] == "set: description One machine, loopback only, for deploy tests and " \
+                                            "calibration -> two\\nlines"
+
 
 def test_each_change_is_echoed_on_stderr(spec_path):
     result = kvplan("validate", spec_path, "--set", "serving.max_num_seqs=2", "--set", "serving.max_num_seqs=4")

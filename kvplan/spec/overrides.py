@@ -65,7 +65,7 @@ class Change:
         """The echo on stderr: `set: serving.max_num_seqs 256 -> 128`."""
         before = "(not in the spec)" if self.before is _MISSING else _text(self.before)
         after = "(removed: its default applies)" if self.override.value is None else self.override.text
-        return f"set: {self.override.path} {before} -> {after}"
+        return f"set: {self.override.path} {before} -> {after}".replace("\n", "\\n")   # one line, whatever the value
 
 
 def _text(value: Any) -> str:
@@ -114,8 +114,10 @@ def check_path(path: str, keys: tuple[str | int, ...]) -> None:
         if isinstance(key, int):
             item = _list_item(current)
             if item is None:
-                raise SetUsageError(_unknown(path, f"'{key}' is a list index, but {'.'.join(done)} is not a list",
-                                             None, f"set {'.'.join(done)} itself"))
+                where = ".".join(done) or "the top of the spec (its sections)"
+                raise SetUsageError(_unknown(path, f"'{key}' is a list index, but {where} is not a list", None,
+                                             f"set {'.'.join(done)} itself" if done else
+                                             "start the path with a section, e.g. serving.max_num_seqs"))
             current = item
             done.append(str(key))
             continue
