@@ -37,10 +37,38 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | N
         check_deployable(resolved, inv)
         state = paths.state_dir(state_dir, warn=warn)
         target = Path(out_dir) if out_dir else _run_dir(state, resolved.name)
+        predicted = _predicted(resolved)
         # Keys are loaded or generated only once render has accepted the spec, inventory and target.
-        return render(resolved, inv, target, lambda: load_or_create(state, resolved.name))
+        return render(resolved, inv, target, lambda: load_or_create(state, resolved.name), predicted)
     except SpecError as exc:
         _fail(exc.with_source(spec))
+
+
+PREDICTION_WALL_S = 60.0
+"""Seconds of this machine's time the dashboard's prediction may take; a longer simulation is left out, said."""
+
+
+def _predicted(resolved):
+    """What the Grafana dashboard draws beside the live metrics: `kvplan simulate` of the deployed spec, at the
+    workload's seed (None, said on stderr, when that takes over PREDICTION_WALL_S)."""
+    from ..deploy.dashboard import Predicted
+    from ..sim.run import Bounds, SimulationStopped, run
+
+    try:
+        result = run(resolved, seed=resolved.workload.seed, bounds=Bounds(max_wall=PREDICTION_WALL_S))
+    except SimulationStopped:
+        warn(f"the Grafana dashboard has no prediction: simulating the spec took over {PREDICTION_WALL_S:g} s here; "
+             f"`kvplan simulate` gives the figures")
+        return None
+    served = {t.name: t.served_tokens for t in result.tiers}
+    prompt = max(result.prompt_tokens, 1)
+    offload = sum(n for name, n in served.items() if name != "hbm")
+    return Predicted(seed=result.seed, ttft_p50=result.ttft.p50, ttft_p99=result.ttft.p99, tpot_p50=result.tpot.p50,
+                     requests_per_s=result.requests_per_s, cache_share=(served.get("hbm", 0) + offload) / prompt,
+                     lmcache_share=offload / prompt, block_utilisation=result.mean_block_utilisation,
+                     l1_tokens_per_s=served.get("ddr", 0) / result.duration,
+                     l2_tokens_per_s=(served.get("nvme", 0) + served.get("ceph", 0)) / result.duration,
+                     ceph_op_latency=result.ceph_op_latency.mean if result.ceph_op_latency is not None else None)
 
 
 def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
@@ -92,6 +120,13 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         parts.append(f"lmcache: {s.lmcache.lmcache_mode} mode")
     if s.ceph:
         parts.append(f"ceph: {s.ceph.ceph_deploy}, pool {s.ceph.ceph_pool_name} size {s.ceph.ceph_pool_size}")
+    if s.monitoring and s.monitoring.monitoring_dashboard:
+        from ..deploy.render import DASHBOARD
+
+        board = s.monitoring.monitoring_dashboard
+        drawn = any("(predicted" in t["legendFormat"] for p in board["panels"] for t in p["targets"])
+        parts.append(f"grafana: {DASHBOARD}, {len(board['panels'])} panels, live "
+                     + ("beside kvplan simulate's prediction" if drawn else "only (no prediction)"))
     for part in parts:
         out.print(f"  {part}")
     out.print(f"  run it: kvplan deploy {spec} -i {inventory}")

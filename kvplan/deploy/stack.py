@@ -178,6 +178,8 @@ class MonitoringVars(SpecModel):
     """Prometheus alert rules file content."""
     monitoring_vllm_targets: list[str]
     monitoring_lmcache_targets: list[str]
+    monitoring_dashboard: dict[str, Any] = {}
+    """The Grafana dashboard (deploy/dashboard.py), set by the render; written beside the rules."""
     """host:port of each GPU host's LMCache MP server HTTP API (its /metrics); empty without one."""
     monitoring_ceph_targets: list[str]
 
