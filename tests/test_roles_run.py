@@ -456,7 +456,7 @@ def test_a_vllm_that_exits_while_starting_fails_the_deploy_at_once_with_its_log(
     (project / "group_vars" / "all" / "vllm.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
         "vllm_bin": str(_program(tmp_path, "crashing", CRASHING)), "vllm_model": "stand-in-model", "vllm_args": [],
         "vllm_env": {}, "vllm_host": "127.0.0.1", "vllm_url_host": "127.0.0.1", "vllm_tensor_parallel": 1, "vllm_cpu_host": True,
-        "vllm_s3_credentials": False, "vllm_instances": [{"index": 0, "port": port, "devices": "0"}],
+        "vllm_s3_credentials": False, "vllm_api_key_env": "", "vllm_instances": [{"index": 0, "port": port, "devices": "0"}],
         "vllm_health_timeout": timeout}))
     try:
         began = time.monotonic()
@@ -472,6 +472,68 @@ def test_a_vllm_that_exits_while_starting_fails_the_deploy_at_once_with_its_log(
         assert res["state"] == "exited"
         # A guard, not a benchmark: waiting out the timeout would take 120 s.
         assert took < timeout / 2, f"the failed start took {took:.0f} s"
+    finally:
+        stop_all(tmp_path)
+
+
+KEYED = '''#!{python}
+"""Stand-in for a vLLM: says whether it was given the API key the test exported (never the key), then answers /health."""
+import http.server, os, sys
+
+port = int(sys.argv[sys.argv.index("--port") + 1])
+print("stand-in: key", "given" if os.environ.get("VLLM_API_KEY") == "sk-role-test-key" else "missing", flush=True)
+
+
+class Healthy(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer(("127.0.0.1", port), Healthy).serve_forever()
+'''
+
+
+def _keyed_vllm(tmp_path: Path, api_key_env: str) -> Path:
+    project = tmp_path / "project"
+    (project / "group_vars" / "all").mkdir(parents=True)
+    (project / "group_vars" / "all" / "vllm.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
+        "vllm_bin": str(_program(tmp_path, "keyed", KEYED)), "vllm_model": "stand-in-model", "vllm_args": [],
+        "vllm_env": {}, "vllm_host": "127.0.0.1", "vllm_url_host": "127.0.0.1", "vllm_tensor_parallel": 1,
+        "vllm_cpu_host": True, "vllm_s3_credentials": False, "vllm_api_key_env": api_key_env,
+        "vllm_instances": [{"index": 0, "port": free_port(), "devices": "0"}], "vllm_health_timeout": 60}))
+    return project
+
+
+def test_vllm_gets_the_api_key_from_the_variable_the_spec_names_through_its_private_file(tmp_path, monkeypatch):
+    """serving.api_key_env: CHAT_API_KEY; the deploy reads the variable where it runs and gives each instance the key
+    as VLLM_API_KEY in its 0600 secret environment file, not in the environment file anyone may read."""
+    monkeypatch.setenv("CHAT_API_KEY", "sk-role-test-key")
+    project = _keyed_vllm(tmp_path, "CHAT_API_KEY")
+    try:
+        r = run_play(project, ["vllm"])
+        assert "sk-role-test-key" not in r.stdout.read()
+        assert "stand-in: key given" in (tmp_path / "log" / "vllm-0.log").read_text()
+        secret = tmp_path / "config" / "vllm-0.secret.env"
+        assert 'VLLM_API_KEY="sk-role-test-key"' in secret.read_text() and secret.stat().st_mode & 0o077 == 0
+        assert "sk-role-test-key" not in (tmp_path / "config" / "vllm-0.env").read_text()
+    finally:
+        stop_all(tmp_path)
+
+
+def test_a_named_api_key_variable_that_is_unset_fails_the_deploy_before_anything_starts(tmp_path, monkeypatch):
+    """The spec asks for a key the deploy cannot find: vLLM is not started without one, unauthenticated."""
+    monkeypatch.delenv("CHAT_API_KEY", raising=False)
+    project = _keyed_vllm(tmp_path, "CHAT_API_KEY")
+    try:
+        r = run_play(project, ["vllm"], succeed=False)
+        [(task, res)] = task_results(r, "failed")
+        assert task == "The API key the instances ask of clients is set where the deploy runs", task
+        assert "export CHAT_API_KEY=<the key> and deploy again" in res["msg"], res["msg"]
+        assert not (tmp_path / "log" / "vllm-0.log").exists()
     finally:
         stop_all(tmp_path)
 
