@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..deploy.helm import CHART_FLAGS
+from ..deploy.helm import CHART_FLAGS, POD_NAME
 from ..errors import Problem, SpecError
 from ..spec.serving import Serving
 from ..units import exact_size, parse_size
@@ -56,7 +56,8 @@ def from_helm_values(data: dict[str, Any], gpu: str, model_spec: str | None = No
         imported.unmapped.append((f"modelSpec.{key}", "the pod's, not the engine's: kvplan neither simulates nor sets it"
                                   if key in CHART_RESOURCES else "kvplan has no setting for it"))
     lmcache = entry.get("lmcacheConfig") or {}
-    env = {str(e.get("name")): str(e.get("value")) for e in entry.get("env") or [] if isinstance(e, dict)}
+    env = {str(e.get("name")): str(e.get("value")) for e in entry.get("env") or []
+           if isinstance(e, dict) and e.get("name") != POD_NAME}      # the pod's name: its nvme subdirectory
     if lmcache.get("enabled"):
         imported.spec["lmcache"] = {"mode": "inprocess"}
         engine: dict[str, Any] = {}
