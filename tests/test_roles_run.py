@@ -538,6 +538,45 @@ def test_a_named_api_key_variable_that_is_unset_fails_the_deploy_before_anything
         stop_all(tmp_path)
 
 
+@pytest.mark.parametrize("api_key_env, sent", [("CHAT_API_KEY", "Bearer sk-warm-up-key"), ("", None)])
+def test_the_warm_up_sends_the_api_key_and_the_play_does_not_show_it(tmp_path, monkeypatch, api_key_env, sent):
+    """A vLLM that asks for a key refuses a prefill without it: the warm-up sends the key of the variable the spec
+    names as a bearer token, and its task is no_log, so the play's output never holds the key; without
+    serving.api_key_env it sends no Authorization header."""
+    import http.server
+    import threading
+
+    seen: list[str | None] = []
+
+    class Vllm(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200 if seen[-1] == sent else 401)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Vllm)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("CHAT_API_KEY", "sk-warm-up-key")
+    project = tmp_path / "project"
+    (project / "group_vars" / "all").mkdir(parents=True)
+    (project / "group_vars" / "all" / "warmup.yml").write_text(yaml.safe_dump({
+        "warmup_model": "stand-in-model", "warmup_url_host": "127.0.0.1", "warmup_api_key_env": api_key_env,
+        "warmup_prompts": [{"name": "system-0", "prompt": [1, 2, 3]}],
+        "warmup_instances": [{"index": 0, "port": server.server_address[1], "devices": "0"}]}))
+    try:
+        r = run_play(project, ["warmup"])
+        assert seen == [sent]
+        assert "sk-warm-up-key" not in r.stdout.read()
+    finally:
+        server.shutdown()
+
+
 def test_an_lmcache_server_that_never_listens_fails_at_the_timeout_with_its_log(tmp_path):
     project = tmp_path / "project"
     (project / "group_vars" / "all").mkdir(parents=True)
