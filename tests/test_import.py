@@ -270,3 +270,15 @@ def test_a_mapping_of_no_lmcache_setting_is_refused_by_its_number_of_keys():
     [p] = exc.value.problems
     assert p.path == "--lmcache" and "none of its 2 top-level keys is a setting LMCache reads" in p.message
     assert "user" not in exc.value.render() and "token" not in exc.value.render()
+
+
+def test_a_crash_report_of_an_import_redacts_the_key_inside_the_quoted_command_line():
+    """The key given to vLLM travels inside --vllm's one argument; a crash report's argv must not keep it."""
+    from kvplan.cli.crash import redact_argv
+
+    argv = ["kvplan", "import", "--vllm", f"VLLM_API_KEY={KEY} vllm serve meta-llama/Llama-3.1-8B --api-key {KEY}2 "
+            f"--api-key={KEY}3 --max-num-seqs 8", "--gpu", "H100-SXM"]
+    shown, secrets = redact_argv(argv)
+    assert KEY not in " ".join(shown) and {KEY, f"{KEY}2", f"{KEY}3"} <= set(secrets)
+    assert shown[3] == "VLLM_API_KEY=<redacted> vllm serve meta-llama/Llama-3.1-8B --api-key <redacted> " \
+                      "--api-key=<redacted> --max-num-seqs 8"
