@@ -138,7 +138,7 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
 
     import yaml
 
-    from ..deploy.helm import values
+    from ..deploy.helm import api_key_secret, notes, values
     from ..deploy.llmd import endpoint_picker_config
     from ..resolve import resolve
     from ..validation import load
@@ -149,8 +149,10 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
                                  param_hint=missing[0])
     try:
         r = resolve(load(spec))
+        said = notes(r)
         text = (f"# Helm values for vllm-project/production-stack, rendered by kvplan from {Path(spec).name} "
-                f"(spec {r.spec_hash[:12]})\n" + yaml.safe_dump(values(r, request_cpu, request_memory), sort_keys=False))
+                f"(spec {r.spec_hash[:12]})\n" + "".join(f"# {line}\n" for line in said)
+                + yaml.safe_dump(values(r, request_cpu, request_memory), sort_keys=False))
         picker = None
         if r.router == "llm_d":
             picker = (f"# llm-d's EndpointPickerConfig (the InferencePool chart's pluginsCustomConfig), rendered by kvplan "
@@ -165,6 +167,12 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
         files.check(path, "-o/--out", overwrite)
     files.write(out_file, text, "-o/--out", overwrite)
     out.print(styled(("rendered:", "bold green"), f" {out_file}  ({r.name}, spec {r.spec_hash[:12]})"))
+    for line in said:
+        out.print(f"  note: {line}")
+    secret = api_key_secret(r)
+    if secret is not None:
+        out.print(f"  the API key: kubectl create secret generic {secret['secretName']} "
+                  f"--from-literal={secret['secretKey']}=\"${secret['secretKey']}\"")
     out.print(f"  run it: helm install {r.name} vllm/vllm-stack -f {out_file}")
     if picker:
         files.write(str(picker_file), picker, "-o/--out", overwrite)
