@@ -15,6 +15,7 @@ from .. import paths
 from ..errors import Problem, SpecError
 from ..units import fmt_duration
 from . import files
+from .common import data_format, emit_document, format_option
 from .console import err, fail as _fail, out, styled, warn
 from .files import OVERWRITE_HELP
 
@@ -167,15 +168,17 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
             timeout: float = typer.Option(10.0, "--timeout", min=0.1, help=LIVE_TIMEOUT_HELP),
             api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
                                                   help=API_KEY_HELP),
-            as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON (--format json)."),
+            fmt: str = format_option("table")) -> None:
     """Read the live stack once: which components are up, and their counters since they started."""
     from ..live.observe import snapshot
 
+    data = data_format(fmt, as_json)
     _, resolved, _ = _spec(spec)
     lmcache = _targets(lmcache_url) if lmcache_url else None
     snap = snapshot(resolved, _targets(target, api_key), lmcache=lmcache, ceph=not no_ceph, timeout=timeout)
-    if as_json:
-        out.print_json(snap.model_dump_json())
+    if data:
+        emit_document("ObserveSnapshot", snap, None, data, "snapshot", False)
     else:
         out.print(f"{resolved.name}: {sum(c.up for c in snap.components)}/{len(snap.components)} components up")
         _components(snap.components)
@@ -191,13 +194,15 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
 def compare(spec: str = typer.Argument(..., help="The spec the run benched."),
             observed: str = typer.Option(..., "--observed", help="Bench run directory (from kvplan bench)."),
             profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate."),
-            as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON.")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (--format json)."),
+            fmt: str = format_option("table")) -> None:
     """Predicted against observed, metric by metric, with the error."""
     from rich.table import Table
 
     from ..live.compare import check_same_spec, predict, rows
     from ..live.observed import read_run
 
+    data = data_format(fmt, as_json)
     _, base, resolved = _spec(spec, profile)
     try:
         run = read_run(observed)
@@ -205,12 +210,10 @@ def compare(spec: str = typer.Argument(..., help="The spec the run benched."),
     except SpecError as exc:
         _fail(exc)
     table_rows = rows(predict(resolved, run), run)
-    if as_json:
-        import json
-
-        out.print_json(json.dumps([{"metric": r.metric, "unit": r.unit, "predicted": r.predicted, "observed": r.observed,
-                                    "error": r.error} for r in table_rows]))
-        return
+    if data:
+        return emit_document("CompareResult", {"rows": [{"metric": r.metric, "unit": r.unit, "predicted": r.predicted,
+                                                         "observed": r.observed, "error": r.error}
+                                                        for r in table_rows]}, None, data, "comparison", False)
     table = Table(title=f"{run.name}: predicted vs observed ({run.observed.ok} requests"
                         + (f", profile {profile})" if profile else ")"), title_justify="left")
     for column in ("metric", "predicted", "observed", "error"):
