@@ -217,7 +217,7 @@ def catalog(as_json: bool = typer.Option(False, "--json", help="Print every mode
     except SpecError as exc:
         _fail(exc)
     if data:
-        return emit_document("Catalog", cat.model_dump(mode="json", exclude={"root"}), None, data, "catalog", False)
+        return emit_document("Catalog", cat, None, data, "catalog", False)
     for table in catalog_tables(cat):
         out.print(table)
 

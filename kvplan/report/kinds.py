@@ -38,6 +38,8 @@ class Kind:
     about: str
     model: Callable[[], type[BaseModel]]
     """The pydantic model of the document's own keys (imported when asked: the schema and the readers)."""
+    omitted: tuple[str, ...] = ()
+    """The model's keys a document leaves out (the catalog's folder on this machine)."""
 
 
 def _resolved():
@@ -150,7 +152,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("DoctorResult", 1, "kvplan doctor", "findings, evidence and proven fixes", _doctor),
     Kind("ObserveSnapshot", 1, "kvplan observe", "the live stack's counters at one moment", _snapshot),
     Kind("CompareResult", 1, "kvplan compare", "predicted against observed", _compare),
-    Kind("Catalog", 1, "kvplan catalog", "models, devices, tier classes and prices", _catalog),
+    Kind("Catalog", 1, "kvplan catalog", "models, devices, tier classes and prices", _catalog, omitted=("root",)),
 )}
 """Every kind, in the order of the commands that write them; each one's schema_version is here and only here."""
 
@@ -169,7 +171,8 @@ def document(kind: str, payload: Any) -> dict:
     if not isinstance(data, dict):
         raise TypeError(f"a {kind} document is a JSON object, not {type(data).__name__}")
     head = {"kind": kind, "schema_version": KINDS[kind].version}
-    return {**head, **{key: value for key, value in data.items() if key not in ENVELOPE}}
+    left_out = (*ENVELOPE, *KINDS[kind].omitted)
+    return {**head, **{key: value for key, value in data.items() if key not in left_out}}
 
 
 def dump(kind: str, payload: Any, fmt: str = "json") -> str:
@@ -200,8 +203,9 @@ def schema(name: str) -> dict:
     may be left out) with `kind` and `schema_version` as required constants."""
     kind = lookup(name)
     body = kind.model().model_json_schema()
-    properties = {key: value for key, value in body.get("properties", {}).items() if key not in ENVELOPE}
-    required = [key for key in body.get("required", []) if key not in ENVELOPE]
+    left_out = (*ENVELOPE, *kind.omitted)
+    properties = {key: value for key, value in body.get("properties", {}).items() if key not in left_out}
+    required = [key for key in body.get("required", []) if key not in left_out]
     head = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": f"kvplan:{kind.name}/v{kind.version}",
             "title": kind.name, "description": f"{kind.about}, as `{kind.written_by}` writes it "
                                                f"(schema_version {kind.version})"}
