@@ -132,6 +132,19 @@ def test_a_format_the_command_does_not_print_is_a_usage_error(small, args, messa
     assert message in " ".join(result.output.split())
 
 
+@pytest.mark.parametrize("command, message", [
+    (["plan", "--rate", "2/s", "--json", "--out", "-"], "--out - prints the winner's spec on stdout, --format json the "
+                                                        "plan: give one of them"),
+    (["sweep", "--vary", "serving.max_num_seqs=4", "--format", "yaml", "--csv", "-"],
+     "--csv - prints the sweep as CSV on stdout, --format yaml as a document: give one of them"),
+])
+def test_two_answers_on_stdout_at_once_are_a_usage_error_before_anything_runs(small, command, message):
+    """Both on stdout, they would print one after the other, and neither would parse."""
+    result = kvplan(command[0], small, *command[1:])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+
+
 def test_simulate_keeps_its_markdown_beside_the_data_formats(small):
     result = kvplan("simulate", small, "--format", "mdx")
     assert result.exit_code == 2
