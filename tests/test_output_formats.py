@@ -19,7 +19,7 @@ from conftest import REPO, example_data, with_changes
 from kvplan.cli.app import app
 from kvplan.cli.files import written_by_kvplan
 from kvplan.report import kinds
-from live_fakes import unused_port
+from live_fakes import LOCAL, PLAIN_BENCH, fake_vllm, unused_port
 
 pytestmark = pytest.mark.unit
 
@@ -63,9 +63,31 @@ MOMENT = {"ObserveSnapshot": "taken_at"}
 """The key that differs between two runs of a command (the moment the live stack was read)."""
 
 
+FILED = ("BenchRun", "DeviceProfile")
+"""The kinds of commands that write a file or a run directory beside what they print: tested on their own below."""
+
+
 def test_every_kind_has_a_command_here_and_one_schema_version():
-    assert set(COMMANDS) == set(kinds.KINDS)
+    assert set(COMMANDS) | set(FILED) == set(kinds.KINDS)
     assert all(k.version >= 1 for k in kinds.KINDS.values())
+
+
+def check_document(kind: str, as_json: str, as_yaml: str, moment: str | None = None) -> dict:
+    """The printed document begins with its kind and schema_version, YAML holds what JSON holds (but for the
+    moment it was taken, which differs between two runs), and it validates against `kvplan schema --kind`."""
+    document = json.loads(as_json)
+    assert list(document)[:2] == ["kind", "schema_version"]
+    assert document["kind"] == kind and document["schema_version"] == kinds.KINDS[kind].version
+    same = yaml.safe_load(as_yaml)
+    assert list(same) == list(document)                     # the same keys in the same order
+    if moment:
+        assert {k: v for k, v in same.items() if k != moment} == {k: v for k, v in document.items() if k != moment}
+    else:
+        assert same == document
+    schema = json.loads(kvplan("schema", "--kind", kind).stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(document, schema, cls=jsonschema.Draft202012Validator)
+    return document
 
 
 @pytest.fixture(scope="module")
@@ -84,28 +106,47 @@ def printed(small) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.parametrize("kind", COMMANDS)
 def test_each_result_begins_with_its_kind_and_schema_version_in_json_and_yaml_alike(printed, kind):
-    as_json, as_yaml = printed[kind]
-    document = json.loads(as_json)
-    assert list(document)[:2] == ["kind", "schema_version"]
-    assert document["kind"] == kind and document["schema_version"] == kinds.KINDS[kind].version
-    same = yaml.safe_load(as_yaml)
-    assert list(same) == list(document)                     # the same keys in the same order
-    for moment in filter(None, [MOMENT.get(kind)]):
-        document.pop(moment), same.pop(moment)
-    assert same == document
+    check_document(kind, *printed[kind], moment=MOMENT.get(kind))
 
 
 @pytest.mark.parametrize("kind", COMMANDS)
-def test_schema_kind_validates_a_real_document_of_that_kind_and_refuses_another(printed, kind):
+def test_schema_kind_refuses_a_document_of_another_kind(printed, kind):
     result = kvplan("schema", "--kind", kind)
     assert result.exit_code == 0, result.output
     schema = json.loads(result.stdout)
-    jsonschema.Draft202012Validator.check_schema(schema)
     document = json.loads(printed[kind][0])
-    jsonschema.validate(document, schema, cls=jsonschema.Draft202012Validator)
     other = next(k for k in COMMANDS if k != kind)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**document, "kind": other}, schema, cls=jsonschema.Draft202012Validator)
+
+
+def test_bench_prints_its_run_as_a_document_and_still_writes_run_json(tmp_path):
+    spec = tmp_path / "bench.yaml"
+    spec.write_text(yaml.safe_dump(with_changes(example_data("local"), workload=PLAIN_BENCH)))
+    printed = []
+    with fake_vllm() as fake:
+        for fmt in ("json", "yaml"):
+            done = kvplan("bench", spec, "--target", fake.url, "--out", tmp_path / fmt, "--salt", 7, "--format", fmt)
+            assert done.exit_code in (0, 5), done.output   # 5: the spec's LMCache server is not there to be read
+            printed.append(done.stdout)
+    # each run is its own (its timings and counters differ): each printed document is its own run.json
+    runs = {fmt: json.loads((tmp_path / fmt / "run.json").read_text()) for fmt in ("json", "yaml")}
+    assert json.loads(printed[0]) == {"kind": "BenchRun", "schema_version": 1, **runs["json"]}
+    document = check_document("BenchRun", kinds.dump("BenchRun", runs["yaml"]), printed[1])
+    assert document["name"] == "local" and document["salt"] == 7
+
+
+def test_calibrate_prints_the_profile_it_writes_as_a_document(tmp_path):
+    fidelity = REPO / "docs" / "fidelity"
+    printed = []
+    for fmt in ("json", "yaml"):
+        done = kvplan("calibrate", fidelity / "chat.yaml", "--observed", fidelity / "run-chat", "-o",
+                      tmp_path / f"{fmt}.yaml", "--format", fmt)
+        assert done.exit_code == 0, done.output
+        printed.append(done.stdout)
+    document = check_document("DeviceProfile", *printed)
+    written = yaml.safe_load((tmp_path / "json.yaml").read_text())
+    assert document["fitted"] == written["fitted"] and document["device"] == written["device"]
 
 
 def test_json_is_the_short_form_of_format_json(small):

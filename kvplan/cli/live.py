@@ -80,12 +80,14 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
                                         "within (output tokens + 2) x this; checking a target and each read of its "
                                         "counters end within it (at most 10 s) in all, however slowly a server sends."),
           api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
-                                                help=API_KEY_HELP)) -> None:
+                                                help=API_KEY_HELP),
+          fmt: str = format_option("table")) -> None:
     """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""
     from ..live.bench import BenchError, new_salt
     from ..live.runner import bench as run_bench, default_run_dir
     from ..spec.load import read_text
 
+    data = data_format(fmt, False)
     if out_dir:
         _check_run_dir(Path(out_dir), overwrite)
     topo, resolved, _ = _spec(spec)
@@ -105,8 +107,12 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
     except BenchError as exc:
         err.print(styled(("bench failed:", "bold red"), " ", exc.render()))
         raise typer.Exit(EXIT_LIVE)
-    _print_observed(run)
-    out.print(f"run written to {directory}")
+    if data:
+        emit_document("BenchRun", run, None, data, "run", False)
+        err.print(f"run written to {directory}")
+    else:
+        _print_observed(run)
+        out.print(f"run written to {directory}")
     if run.observed.failed or run.observed.components_down:
         raise typer.Exit(EXIT_LIVE)
 
@@ -243,7 +249,8 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
                                                  "deployment: the replay log with measured ttft and e2e (repeat to "
                                                  "fit several; docs/calibrate.md)."),
               out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML)."),
-              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
+              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+              fmt: str = format_option("table")) -> None:
     """Fit the step-time coefficients to benchmarks and write them as a device profile."""
     from ..gpufit.calibrate import fit_vllm_results
     from ..live.calibrate import fit
@@ -251,6 +258,7 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
     from ..live.observed import read_run
     from ..spec.profile import write_profile
 
+    data = data_format(fmt, False)
     if sum(map(bool, (observed, vllm_result, requests))) != 1:
         _fail(SpecError([Problem("--observed / --vllm-result / --requests", "give the benchmarks to fit, one kind per "
                                  "profile: kvplan bench runs (--observed), vllm bench serve results (--vllm-result) "
@@ -278,6 +286,9 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
         _fail(exc)
     files.check(out_file, "-o/--out", overwrite)
     write_profile(profile, Path(out_file))
+    if data:
+        emit_document("DeviceProfile", profile, None, data, "profile", False)
+        return err.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
     s, f = profile.step_model, profile.fit
     out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
     decode = (f"graph_step_overhead {fmt_duration(s.graph_step_overhead)}" if "graph_step_overhead" in profile.fitted

@@ -128,6 +128,18 @@ def _snapshot():
     return Snapshot
 
 
+def _bench():
+    from ..live.observed import BenchRun
+
+    return BenchRun
+
+
+def _profile():
+    from ..spec.profile import Profile
+
+    return Profile
+
+
 def _compare():
     from .compare_page import CompareRow
 
@@ -151,7 +163,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("PlanResult", 1, "kvplan plan", "the planner's candidates and winner", _plan),
     Kind("DoctorResult", 1, "kvplan doctor", "findings, evidence and proven fixes", _doctor),
     Kind("ObserveSnapshot", 1, "kvplan observe", "the live stack's counters at one moment", _snapshot),
+    Kind("BenchRun", 1, "kvplan bench", "a bench run's settings and what the stack observed (its run.json's keys)",
+         _bench),
     Kind("CompareResult", 1, "kvplan compare", "predicted against observed", _compare),
+    Kind("DeviceProfile", 1, "kvplan calibrate", "the fitted step-time coefficients (the -o profile's keys)",
+         _profile),
     Kind("Catalog", 1, "kvplan catalog", "models, devices, tier classes and prices", _catalog, omitted=("root",)),
 )}
 """Every kind, in the order of the commands that write them; each one's schema_version is here and only here."""
