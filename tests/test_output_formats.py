@@ -250,6 +250,16 @@ def test_report_still_refuses_reference_data_named_by_its_kind(printed, kind, tm
     assert not written_by_kvplan(path)
 
 
+@pytest.mark.parametrize("kind, says", [("BenchRun", "is a bench run `kvplan bench --format json` prints"),
+                                         ("DeviceProfile", "is a DeviceProfile document, which `kvplan report` does "
+                                                           "not show")])
+def test_report_refuses_a_bench_run_or_a_profile_saying_what_it_is(kind, says, tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"kind": kind, "schema_version": 1}))
+    result = kvplan("report", path, "-o", tmp_path / "page.md")
+    assert result.exit_code == 1 and says in " ".join(result.output.split()) and "fix:" in result.output
+
+
 def test_a_document_from_a_newer_kvplan_is_refused_naming_both_versions(printed, tmp_path):
     document = json.loads(printed["SizeResult"][0])
     path = tmp_path / "newer.json"

@@ -197,8 +197,16 @@ def _of_kind(path: Path, kind: str, data: dict) -> ReportInput:
         raise _problem(path, "is the resolved spec `kvplan validate --json` prints: a spec's numbers, not an answer "
                              "to show", "`kvplan validate SPEC` prints them as tables; for a page, simulate the spec: "
                                         "`kvplan simulate SPEC --out result.json`, then `kvplan report result.json`")
-    raise _problem(path, "is the catalog `kvplan catalog --json` prints: reference data, not an answer to show",
-                   f"`kvplan catalog` prints it as tables; {WRITE_ONE}")
+    if kind == "Catalog":
+        raise _problem(path, "is the catalog `kvplan catalog --json` prints: reference data, not an answer to show",
+                       f"`kvplan catalog` prints it as tables; {WRITE_ONE}")
+    if kind == "BenchRun":
+        raise _problem(path, "is a bench run `kvplan bench --format json` prints: measurements, with no prediction "
+                             "beside them", "compare it with the simulation: `kvplan compare SPEC --observed RUN_DIR "
+                                            "--json > compare.json`, then `kvplan report compare.json`")
+    raise _problem(path, f"is a {kind} document, which `kvplan report` does not show",
+                   f"{'a device profile is applied with --profile PROFILE.yaml; ' if kind == 'DeviceProfile' else ''}"
+                   f"{WRITE_ONE}")
 
 
 def _simulate_payload(path: Path, data: dict) -> ReportInput:
