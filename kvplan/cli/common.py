@@ -20,7 +20,11 @@ from .files import STDOUT
 HELP = {"help_option_names": ["-h", "--help"]}
 
 JSON_HELP = "Print the result as JSON on stdout instead of tables (the same JSON --out writes); short for --format json."
+STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR, else $XDG_STATE_HOME/kvplan, "
+              "~/.local/state/kvplan).")
+CACHE_HELP = "Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else ~/.cache/kvplan)."
 DATA_FORMATS = ("json", "yaml")
+"""The formats that print a result as data, beside a command's human ones."""
 
 
 def format_option(*human: str):
@@ -57,9 +61,6 @@ def emit_document(kind: str, payload, out_file: str | None, fmt: str | None, wha
         typer.echo(dump(kind, payload), nl=False)
     if out_file and out_file != STDOUT:
         emit(dump(kind, payload), out_file, False, what, overwrite, option)
-STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR, else $XDG_STATE_HOME/kvplan, "
-              "~/.local/state/kvplan).")
-CACHE_HELP = "Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else ~/.cache/kvplan)."
 
 
 def emit(data: str, out_file: str | None, as_json: bool, what: str, overwrite: bool, option: str = "--out") -> None:

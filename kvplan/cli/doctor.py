@@ -97,7 +97,7 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         payload["healthy"] = diagnosis.healthy
         if wrote is not None:
             payload["written"] = wrote
-        emit_document("DoctorResult", payload, None, data_fmt, "diagnosis", overwrite)
+        emit_document("DoctorResult", payload, None, data_fmt, "diagnosis", False)
     else:
         _print(diagnosis, spec, hint=wrote is None)
         if wrote is not None:

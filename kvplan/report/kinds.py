@@ -15,6 +15,10 @@ with a kind is recognised by it, and one written by a newer kvplan (a higher sch
 both versions; a file without a kind (written before kinds existed) is returned as it is, to be recognised by its
 keys as before. The sizing and doctor results carried `"kind": "size"` and `"kind": "doctor"` before: `LEGACY`
 maps them to their kinds.
+
+Two kinds are printed, not written: `bench --format json|yaml` prints its run as a BenchRun and `calibrate
+--format json|yaml` its profile as a DeviceProfile, while the files they write (a run's `run.json`, the profile's
+YAML) stay as compare, calibrate and `--profile` read them.
 """
 
 from __future__ import annotations
