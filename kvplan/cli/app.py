@@ -17,7 +17,7 @@ import typer
 
 from ..errors import SpecError
 from . import deploy as cli_deploy, doctor as cli_doctor, imports as cli_import, live as cli_live, plan as cli_plan
-from .common import HELP, JSON_HELP, STDOUT, ProgressBar, emit, print_warnings
+from .common import HELP, JSON_HELP, STDOUT, ProgressBar, data_format, emit_document, format_option, print_warnings
 from .console import EXIT_INVALID, err, fail as _fail, out, styled
 from .files import OVERWRITE_HELP, check as check_output
 from .usage import Conventional
@@ -40,7 +40,8 @@ def _main(version: Optional[bool] = typer.Option(None, "-V", "--version", callba
 
 
 def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
-             as_json: bool = typer.Option(False, "--json", help="Print the resolved numbers as JSON.")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="Print the resolved numbers as JSON (--format json)."),
+             fmt: str = format_option("table")) -> None:
     """Check a spec against the rules of the real stack and the catalog, and print its resolved numbers."""
     from ..resolve import resolve
     from ..validation import load
@@ -48,13 +49,14 @@ def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
     from ..tier_checks import tier_warnings
 
+    data = data_format(fmt, as_json)
     try:
         resolved = resolve(load(spec))
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     warnings = tier_warnings(resolved)
-    if as_json:
-        out.print_json(resolved.model_dump_json())
+    if data:
+        emit_document("ResolvedSpec", resolved, None, data, "resolved spec", False)
         print_warnings(warnings, err)
         return
     out.print(styled(("valid:", "bold green"), f" {spec}  ({resolved.name}, spec {resolved.spec_hash[:12]})"))
@@ -75,7 +77,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                         "(- for stdout, instead of the tables)."),
              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-             fmt: str = typer.Option("table", "--format", help="table (terminal) or md (Markdown)."),
+             fmt: str = format_option("table", "md"),
              profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate "
                                                                             "(its step_model replaces the spec's)."),
              max_wall: float = typer.Option(1800.0, "--max-wall", min=0.1, help="Seconds one run may take on this machine "
@@ -94,8 +96,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..sim.run import Bounds, run
     from ..validation import load
 
-    if fmt not in ("table", "md"):
-        raise typer.BadParameter(f"'{fmt}' is not a format; use table or md", param_hint="--format")
+    data_fmt = data_format(fmt, as_json, ("table", "md"))
     check_output(out_file, "--out", overwrite)
     try:
         topo = load(spec)
@@ -122,22 +123,17 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         err.print(f"no cost section: {exc.render()}")
     if ablation:
         report.append(sections.ablation_section(ablation, _ablation_costs(topo, ablation)))
-    data = ""
-    if out_file or as_json:
-        from pydantic_core import to_json
-
-        if seeds == 1 and not ablation:   # the SimResult's own keys, with "cost" beside them as the last key
-            payload: dict = results[0].fields()
-        else:
-            payload = {"results": results}
-            if ablation:
-                # every seed's run of every setup, as the table above compares them (`kvplan report` reads it)
-                payload["ablation"] = [{"setup": name, "results": rs} for name, rs in ablation]
-        if cost is not None:
-            payload["cost"] = cost
-        data = to_json(payload, indent=1).decode() + "\n"
-    if as_json or out_file == STDOUT:
-        return emit(data, out_file, as_json, "result", overwrite)
+    if seeds == 1 and not ablation:   # the SimResult's own keys, with "cost" beside them as the last key
+        kind, payload = "SimulateResult", results[0].fields()
+    else:
+        kind, payload = "SimulateRuns", {"results": results}
+        if ablation:
+            # every seed's run of every setup, as the table above compares them (`kvplan report` reads it)
+            payload["ablation"] = [{"setup": name, "results": rs} for name, rs in ablation]
+    if cost is not None:
+        payload["cost"] = cost
+    if data_fmt or out_file == STDOUT:
+        return emit_document(kind, payload, out_file, data_fmt, "result", overwrite)
     if fmt == "md":
         typer.echo(markdown.markdown(report), nl=False)
     else:
@@ -162,7 +158,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                   if seeds > 1 else "ablation on 1 seed: its changes are not tested against the noise; "
                                     "--seeds 3 (or more) tests them")
     if out_file:
-        emit(data, out_file, False, "result", overwrite)
+        emit_document(kind, payload, out_file, None, "result", overwrite)
 
 
 def _ablation_costs(topo, ablation) -> list[float | None]:
@@ -181,25 +177,47 @@ def _ablation_costs(topo, ablation) -> list[float | None]:
     return costs
 
 
-def schema() -> None:
-    """Print the JSON Schema of the spec (point your editor's YAML support at it)."""
+def schema(kind: Optional[str] = typer.Option(None, "--kind", help="Print the JSON Schema of this kind of result "
+                                                                  "instead (the `kind` of what --json and --format "
+                                                                  "json|yaml print, e.g. SimulateResult)."),
+           kinds: bool = typer.Option(False, "--kinds", help="List the kinds of result, their schema_version and the "
+                                                            "command that prints each.")) -> None:
+    """Print the JSON Schema of the spec (point your editor's YAML support at it), or of a kind of result."""
+    if kinds or kind is not None:
+        import json
+
+        from ..report.kinds import KINDS, schema as kind_schema
+
+        if kinds:
+            if kind is not None:
+                raise typer.BadParameter("--kinds lists every kind; --kind prints one: give one of them",
+                                         param_hint="--kind/--kinds")
+            for k in KINDS.values():
+                out.print(f"{k.name:<16} schema_version {k.version}  {k.written_by}: {k.about}")
+            return
+        try:
+            return typer.echo(json.dumps(kind_schema(kind), indent=1))
+        except SpecError as exc:
+            _fail(exc)
     from ..reference import schema_json
 
     typer.echo(schema_json(), nl=False)
 
 
 def catalog(as_json: bool = typer.Option(False, "--json", help="Print every model, device, tier class and price with its "
-                                                                "numbers and sources as JSON.")) -> None:
+                                                                "numbers and sources as JSON (--format json)."),
+            fmt: str = format_option("table")) -> None:
     """List the catalog: models, accelerators, NVMe and NIC classes, Ceph device classes, and their prices."""
     from ..catalog import load_catalog
     from .summary import catalog_tables
 
+    data = data_format(fmt, as_json)
     try:
         cat = load_catalog()
     except SpecError as exc:
         _fail(exc)
-    if as_json:
-        return typer.echo(cat.model_dump_json(indent=1, exclude={"root"}))
+    if data:
+        return emit_document("Catalog", cat, None, data, "catalog", False)
     for table in catalog_tables(cat):
         out.print(table)
 

@@ -1,6 +1,12 @@
 """What every kvplan command module shares: the app's help options, the output conventions (--json and
 --out - print the result itself on stdout, a file gets a line on stderr), the option help texts,
-spec warnings and a progress bar that only long runs show."""
+spec warnings and a progress bar that only long runs show.
+
+Machine-readable output: every command that prints a result takes `--format` with `json` and `yaml` beside
+its human formats (`table`, and `md` where it has it), and `--json` as the short form of `--format json`.
+Both print one document carrying `kind` and `schema_version` (kvplan/report/kinds.py). `-o` is not the
+format option, as it is in kubectl: report, calibrate, import and render had taken `-o` for an output file.
+Files written with --out stay JSON, whatever --format says: that is what `kvplan report` reads."""
 
 from __future__ import annotations
 
@@ -13,10 +19,48 @@ from .files import STDOUT
 
 HELP = {"help_option_names": ["-h", "--help"]}
 
-JSON_HELP = "Print the result as JSON on stdout instead of tables (the same JSON --out writes)."
+JSON_HELP = "Print the result as JSON on stdout instead of tables (the same JSON --out writes); short for --format json."
 STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR, else $XDG_STATE_HOME/kvplan, "
               "~/.local/state/kvplan).")
 CACHE_HELP = "Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else ~/.cache/kvplan)."
+DATA_FORMATS = ("json", "yaml")
+"""The formats that print a result as data, beside a command's human ones."""
+
+
+def format_option(*human: str):
+    """The --format option of a command whose human formats are `human` (the first is the default), with json and
+    yaml beside them."""
+    names = (*human, *DATA_FORMATS)
+    return typer.Option(human[0], "--format", help=f"{', '.join(names[:-1])} or {names[-1]}: json and yaml print "
+                                                   "the result as one document with its kind and schema_version "
+                                                   "(kvplan schema --kind KIND: its JSON Schema).")
+
+
+def data_format(fmt: str, as_json: bool, human: tuple[str, ...] = ("table",)) -> str | None:
+    """'json' or 'yaml' when the result is printed as data (--json is --format json), None for the human formats;
+    a usage error for a format the command does not print, or --json beside another --format."""
+    names = (*human, *DATA_FORMATS)
+    if fmt not in names:
+        raise typer.BadParameter(f"'{fmt}' is not a format; use {', '.join(names[:-1])} or {names[-1]}",
+                                 param_hint="--format")
+    if as_json and fmt not in (human[0], "json"):
+        raise typer.BadParameter(f"--json is --format json; it cannot go with --format {fmt}: give one of them",
+                                 param_hint="--json/--format")
+    return "json" if as_json else fmt if fmt in DATA_FORMATS else None
+
+
+def emit_document(kind: str, payload, out_file: str | None, fmt: str | None, what: str, overwrite: bool,
+                  option: str = "--out") -> None:
+    """The result as a `kind` document: printed on stdout in `fmt` (json or yaml; --out - prints JSON), and
+    written as JSON into the file --out names (see `emit`)."""
+    from ..report.kinds import dump
+
+    if fmt is not None:
+        typer.echo(dump(kind, payload, fmt), nl=False)
+    elif out_file == STDOUT:
+        typer.echo(dump(kind, payload), nl=False)
+    if out_file and out_file != STDOUT:
+        emit(dump(kind, payload), out_file, False, what, overwrite, option)
 
 
 def emit(data: str, out_file: str | None, as_json: bool, what: str, overwrite: bool, option: str = "--out") -> None:

@@ -15,6 +15,7 @@ from .. import paths
 from ..errors import Problem, SpecError
 from ..units import fmt_duration
 from . import files
+from .common import data_format, emit_document, format_option
 from .console import err, fail as _fail, out, styled, warn
 from .files import OVERWRITE_HELP
 
@@ -79,12 +80,14 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
                                         "within (output tokens + 2) x this; checking a target and each read of its "
                                         "counters end within it (at most 10 s) in all, however slowly a server sends."),
           api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
-                                                help=API_KEY_HELP)) -> None:
+                                                help=API_KEY_HELP),
+          fmt: str = format_option("table")) -> None:
     """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""
     from ..live.bench import BenchError, new_salt
     from ..live.runner import bench as run_bench, default_run_dir
     from ..spec.load import read_text
 
+    data = data_format(fmt, False)
     if out_dir:
         _check_run_dir(Path(out_dir), overwrite)
     topo, resolved, _ = _spec(spec)
@@ -104,8 +107,12 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
     except BenchError as exc:
         err.print(styled(("bench failed:", "bold red"), " ", exc.render()))
         raise typer.Exit(EXIT_LIVE)
-    _print_observed(run)
-    out.print(f"run written to {directory}")
+    if data:
+        emit_document("BenchRun", run, None, data, "run", False)
+        err.print(f"run written to {directory}")
+    else:
+        _print_observed(run)
+        out.print(f"run written to {directory}")
     if run.observed.failed or run.observed.components_down:
         raise typer.Exit(EXIT_LIVE)
 
@@ -167,15 +174,17 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
             timeout: float = typer.Option(10.0, "--timeout", min=0.1, help=LIVE_TIMEOUT_HELP),
             api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
                                                   help=API_KEY_HELP),
-            as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON (--format json)."),
+            fmt: str = format_option("table")) -> None:
     """Read the live stack once: which components are up, and their counters since they started."""
     from ..live.observe import snapshot
 
+    data = data_format(fmt, as_json)
     _, resolved, _ = _spec(spec)
     lmcache = _targets(lmcache_url) if lmcache_url else None
     snap = snapshot(resolved, _targets(target, api_key), lmcache=lmcache, ceph=not no_ceph, timeout=timeout)
-    if as_json:
-        out.print_json(snap.model_dump_json())
+    if data:
+        emit_document("ObserveSnapshot", snap, None, data, "snapshot", False)
     else:
         out.print(f"{resolved.name}: {sum(c.up for c in snap.components)}/{len(snap.components)} components up")
         _components(snap.components)
@@ -191,13 +200,15 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
 def compare(spec: str = typer.Argument(..., help="The spec the run benched."),
             observed: str = typer.Option(..., "--observed", help="Bench run directory (from kvplan bench)."),
             profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate."),
-            as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON.")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (--format json)."),
+            fmt: str = format_option("table")) -> None:
     """Predicted against observed, metric by metric, with the error."""
     from rich.table import Table
 
     from ..live.compare import check_same_spec, predict, rows
     from ..live.observed import read_run
 
+    data = data_format(fmt, as_json)
     _, base, resolved = _spec(spec, profile)
     try:
         run = read_run(observed)
@@ -205,12 +216,10 @@ def compare(spec: str = typer.Argument(..., help="The spec the run benched."),
     except SpecError as exc:
         _fail(exc)
     table_rows = rows(predict(resolved, run), run)
-    if as_json:
-        import json
-
-        out.print_json(json.dumps([{"metric": r.metric, "unit": r.unit, "predicted": r.predicted, "observed": r.observed,
-                                    "error": r.error} for r in table_rows]))
-        return
+    if data:
+        return emit_document("CompareResult", {"rows": [{"metric": r.metric, "unit": r.unit, "predicted": r.predicted,
+                                                         "observed": r.observed, "error": r.error}
+                                                        for r in table_rows]}, None, data, "comparison", False)
     table = Table(title=f"{run.name}: predicted vs observed ({run.observed.ok} requests"
                         + (f", profile {profile})" if profile else ")"), title_justify="left")
     for column in ("metric", "predicted", "observed", "error"):
@@ -240,7 +249,8 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
                                                  "deployment: the replay log with measured ttft and e2e (repeat to "
                                                  "fit several; docs/calibrate.md)."),
               out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML)."),
-              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
+              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+              fmt: str = format_option("table")) -> None:
     """Fit the step-time coefficients to benchmarks and write them as a device profile."""
     from ..gpufit.calibrate import fit_vllm_results
     from ..live.calibrate import fit
@@ -248,6 +258,7 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
     from ..live.observed import read_run
     from ..spec.profile import write_profile
 
+    data = data_format(fmt, False)
     if sum(map(bool, (observed, vllm_result, requests))) != 1:
         _fail(SpecError([Problem("--observed / --vllm-result / --requests", "give the benchmarks to fit, one kind per "
                                  "profile: kvplan bench runs (--observed), vllm bench serve results (--vllm-result) "
@@ -275,6 +286,9 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
         _fail(exc)
     files.check(out_file, "-o/--out", overwrite)
     write_profile(profile, Path(out_file))
+    if data:
+        emit_document("DeviceProfile", profile, None, data, "profile", False)
+        return err.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
     s, f = profile.step_model, profile.fit
     out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
     decode = (f"graph_step_overhead {fmt_duration(s.graph_step_overhead)}" if "graph_step_overhead" in profile.fitted

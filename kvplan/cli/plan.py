@@ -13,7 +13,7 @@ import typer
 
 from ..errors import SpecError
 from . import files
-from .common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, emit, run_cache
+from .common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, data_format, emit, emit_document, format_option, run_cache
 from .console import err, fail as _fail, out
 from .files import OVERWRITE_HELP
 
@@ -39,7 +39,9 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
          max_runs: int = typer.Option(200, "--max-runs", min=1, help="Most simulation runs the search may make."),
          show_all: bool = typer.Option(False, "--all", help="List every candidate, not only the simulated ones."),
          as_json: bool = typer.Option(False, "--json", help="Print the plan (every candidate, its price, verdict and "
-                                                             "metrics) as JSON on stdout instead of tables."),
+                                                             "metrics) as JSON on stdout instead of tables "
+                                                             "(--format json)."),
+         fmt: str = format_option("table"),
          out_file: Optional[str] = typer.Option(None, "--out", help="Write the winner as a spec YAML (ready for kvplan "
                                                                      "deploy; - for stdout)."),
          overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
@@ -52,6 +54,10 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     from ..validation import load
     from ..spec.slo import parse_slo_flags
 
+    data = data_format(fmt, as_json)
+    if data and out_file == STDOUT:
+        raise typer.BadParameter(f"--out - prints the winner's spec on stdout, --format {data} the plan: give one of "
+                                 "them, or write the winner to a file", param_hint="--out/--format")
     try:
         wanted = parse_rate_arg(rate)
         targets = parse_slo_flags(slo)
@@ -76,10 +82,8 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                               headroom=margin, top=top)
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
-    if as_json:
-        import json
-
-        typer.echo(json.dumps(plan_json(result), indent=1))
+    if data:
+        emit_document("PlanResult", plan_json(result), None, data, "plan", overwrite)
     elif out_file != STDOUT:
         for table in plan_tables(result, show_all=show_all):
             out.print(table)
@@ -124,6 +128,7 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                      "`ray start` names) or a cluster address."),
               out_file: Optional[str] = typer.Option(None, "--out", help="Write the sweep as JSON to this file (- for stdout)."),
               as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+              fmt: str = format_option("table"),
               csv_file: Optional[str] = typer.Option(None, "--csv", help="Write the sweep as CSV to this file (- for stdout)."),
               overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
               cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
@@ -135,6 +140,10 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..sweep.variants import VaryUsageError, parse_vary
 
     _executor_options(workers, ray)
+    data = data_format(fmt, as_json)
+    if data and csv_file == STDOUT:
+        raise typer.BadParameter(f"--csv - prints the sweep as CSV on stdout, --format {data} as a document: give one "
+                                 "of them", param_hint="--csv/--format")
     try:
         varies = [parse_vary(v) for v in vary]
     except VaryUsageError as exc:
@@ -150,12 +159,12 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         raise typer.BadParameter(str(exc), param_hint="--vary/--zip") from None
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
-    if not (as_json or STDOUT in (out_file, csv_file)):
+    if not (data or STDOUT in (out_file, csv_file)):
         for table in terminal.tables([sweep_section(result)]):
             out.print(table)
     _runs_line(len(result.points) * seeds, simulated, cache)
-    if out_file or as_json:
-        emit(result.model_dump_json(indent=1) + "\n", out_file, as_json, "sweep", overwrite)
+    if out_file or data:
+        emit_document("SweepResult", result, out_file, data, "sweep", overwrite)
     if csv_file:
         emit(result.to_csv(), csv_file, False, "CSV", overwrite, "--csv")
 
@@ -183,6 +192,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                             "(- for stdout)."),
                  overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
                  as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+                 fmt: str = format_option("table"),
                  cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
                  no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
     """Find the highest arrival rate at which the spec still meets its SLO (bisection over simulations)."""
@@ -194,10 +204,11 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..units import fmt_duration
 
     _executor_options(workers, ray)
+    data = data_format(fmt, as_json)
     files.check(out_file, "--out", overwrite)
     cache = run_cache(cache_dir, no_cache)
     state = {"n": 0}
-    machine = as_json or out_file == STDOUT
+    machine = data is not None or out_file == STDOUT
     say = err if machine else out          # with JSON on stdout, the probes are progress on stderr
 
     def verdict(p) -> str:
@@ -253,13 +264,15 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         for table in terminal.tables([section]):
             out.print(table)
     _runs_line(sum(len(p.seeds) for p in result.probes), simulated, cache)
-    if out_file or as_json:
-        emit(result.model_dump_json(indent=1) + "\n", out_file, as_json, "search", overwrite)
+    if out_file or data:
+        emit_document("CapacityResult", result, out_file, data, "search", overwrite)
 
 
 def size(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the workload (default: workload.seed)."),
-             as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
+             as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables "
+                                                                 "(--format json)."),
+             fmt: str = format_option("table"),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the result as JSON to this file "
                                                                         "(for kvplan report; - for stdout)."),
              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
@@ -269,18 +282,18 @@ def size(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..sizing import size
     from ..validation import load
 
+    data = data_format(fmt, as_json)
     files.check(out_file, "--out", overwrite)
     try:
         result = size(load(spec), seed=seed)
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
-    data = result.model_dump_json(indent=1) + "\n"
-    if as_json or out_file == STDOUT:
-        return emit(data, out_file, as_json, "result", overwrite)
+    if data or out_file == STDOUT:
+        return emit_document("SizeResult", result, out_file, data, "result", overwrite)
     for table in terminal_tables(result):
         out.print(table)
     if out_file:
-        emit(data, out_file, False, "result", overwrite)
+        emit_document("SizeResult", result, out_file, None, "result", overwrite)
 
 
 def report(result_or_sweep: str = typer.Argument(..., help="JSON kvplan wrote: `simulate --out` (one run, --seeds, "
