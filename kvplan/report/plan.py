@@ -56,6 +56,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
         table.rows.append([str(c.index), d["accelerator"], _tiers(d) or "-", d["eviction"],
                            f"{c.usd_per_hour:,.2f}", *[_measured(c, k) for k in keys],
                            _verdict(c)])
+    table.narrow = [("verdict", [_short_verdict(c, plan.slo.targets()) for c in shown]), ("eviction", None)]
     sections = [head, *_winner_figures(plan), *_top(plan), table]
     if not show_all:
         left = Section("Not simulated (--all lists each)", ["why", "candidates", "cheapest", "e.g."])
@@ -64,6 +65,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
             if group:
                 left.rows.append([status, str(len(group)), f"${group[0].usd_per_hour:,.2f}/h",
                                   f"{_short(group[0])}: {group[0].reason}"])
+        left.narrow = [("e.g.", [row[3].split(": ", 1)[0] for row in left.rows]), ("e.g.", None)]
         sections.append(left)
     return sections
 
@@ -132,8 +134,9 @@ def search_verdict(plan: Plan) -> str:
             "to decide")
 
 
-def plan_tables(plan: Plan, show_all: bool = False) -> list[Table]:
-    return tables(plan_sections(plan, show_all))
+def plan_tables(plan: Plan, show_all: bool = False, width: int | None = None) -> list[Table]:
+    """The plan's tables, each narrowed to `width` columns (None: whole; kvplan.report.terminal)."""
+    return tables(plan_sections(plan, show_all), width)
 
 
 def _short(c: Candidate) -> str:
@@ -176,6 +179,23 @@ def _verdict(c: Candidate) -> str:
     if c.status == "alternative":
         return "alternative: " + c.reason.split("; ", 1)[-1]
     return c.reason
+
+
+def _short_verdict(c: Candidate, targets: dict[str, float]) -> str:
+    """The verdict in a few words, for a narrow terminal: the metrics a candidate misses, not by how much (its
+    SLO columns show that), or its status."""
+    undecided = "" if c.decided else " (undecided)"
+    if c.status == "winner":
+        return "WINNER" + undecided
+    if c.status == "alternative":
+        return "alternative" + undecided
+    if c.status == "meets SLO":
+        return "meets the SLO" + undecided
+    if c.status == "missed SLO":
+        missed = [c.stopped.key] if c.stopped else [k for k in targets if c.measured.get(k, 0) > targets[k]]
+        return (("cheaper, misses " if c.reason.startswith("cheaper") else "misses ")
+                + ", ".join(_label(k) for k in missed) + (" (stopped)" if c.stopped else undecided))
+    return c.status
 
 
 def plan_json(plan: Plan) -> dict:
