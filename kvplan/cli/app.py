@@ -66,8 +66,9 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              seed: Optional[int] = typer.Option(None, "--seed", help="Seed for every random choice (default: workload.seed)."),
              seeds: int = typer.Option(1, "--seeds", min=1, max=1000,
                                        help="Run N seeds (seed, seed+1, ...) and report mean and 95 % confidence intervals."),
-             ablate: bool = typer.Option(False, "--ablate", help="Also run the workload without reuse, HBM only, + ddr, "
-                                                                  "+ nvme and + ceph, and compare them (each on the "
+             ablate: bool = typer.Option(False, "--ablate", help="Also run the workload without reuse, with HBM only, and "
+                                                                  "adding the spec's offload tiers one at a time "
+                                                                  "(ddr, nvme, ceph), and compare them (each on the "
                                                                   "--seeds; with 2 or more, each change is tested "
                                                                   "against the noise)."),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result(s) as JSON to this file "

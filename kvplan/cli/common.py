@@ -17,9 +17,9 @@ JSON_HELP = "Print the result as JSON on stdout instead of tables (the same JSON
 STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR, else $XDG_STATE_HOME/kvplan, "
               "~/.local/state/kvplan).")
 CACHE_HELP = "Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else ~/.cache/kvplan)."
-WIDE = typer.Option(False, "--wide", help="Print every table whole, all its columns unshortened, even wider than the "
-                                          "terminal (by default a table wider than the terminal leaves out or "
-                                          "shortens the columns its footer names).")
+WIDE = typer.Option(False, "--wide", help="Print every table whole, wider than the terminal if it must be (by "
+                                          "default a table leaves out or shortens the columns its footer names, to "
+                                          "fit).")
 """The --wide option of the commands whose tables narrow to fit the terminal (kvplan.report.terminal)."""
 
 
