@@ -56,7 +56,9 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
         table.rows.append([str(c.index), d["accelerator"], _tiers(d) or "-", d["eviction"],
                            f"{c.usd_per_hour:,.2f}", *[_measured(c, k) for k in keys],
                            _verdict(c)])
-    table.narrow = [("verdict", [_short_verdict(c, plan.slo.targets()) for c in shown]), ("eviction", None)]
+    targets = plan.slo.targets()
+    table.narrow = [("verdict", [_short_verdict(c, targets) for c in shown]), ("eviction", None),
+                    ("verdict", [_short_verdict(c, targets, terse=True) for c in shown])]
     sections = [head, *_winner_figures(plan), *_top(plan), table]
     if not show_all:
         left = Section("Not simulated (--all lists each)", ["why", "candidates", "cheapest", "e.g."])
@@ -181,9 +183,10 @@ def _verdict(c: Candidate) -> str:
     return c.reason
 
 
-def _short_verdict(c: Candidate, targets: dict[str, float]) -> str:
+def _short_verdict(c: Candidate, targets: dict[str, float], terse: bool = False) -> str:
     """The verdict in a few words, for a narrow terminal: the metrics a candidate misses, not by how much (its
-    SLO columns show that), or its status."""
+    SLO columns show that), or its status; `terse` leaves out that a miss is cheaper than the winner (the order
+    says it) and that its run stopped early."""
     undecided = "" if c.decided else " (undecided)"
     if c.status == "winner":
         return "WINNER" + undecided
@@ -193,8 +196,9 @@ def _short_verdict(c: Candidate, targets: dict[str, float]) -> str:
         return "meets the SLO" + undecided
     if c.status == "missed SLO":
         missed = [c.stopped.key] if c.stopped else [k for k in targets if c.measured.get(k, 0) > targets[k]]
-        return (("cheaper, misses " if c.reason.startswith("cheaper") else "misses ")
-                + ", ".join(_label(k) for k in missed) + (" (stopped)" if c.stopped else undecided))
+        cheaper = "cheaper, " if c.reason.startswith("cheaper") and not terse else ""
+        stopped = "" if terse else " (stopped)"
+        return (f"{cheaper}misses " + ", ".join(_label(k) for k in missed) + (stopped if c.stopped else undecided))
     return c.status
 
 
