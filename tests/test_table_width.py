@@ -104,7 +104,8 @@ def test_the_ablation_leaves_out_columns_keeps_the_answer_and_says_which(monkeyp
     assert "HBM blocks" not in headers
     footer = next(line for line in stdout.splitlines() if FOOTER in line)
     assert footer.startswith("left out: HBM blocks") and "shortened: vs the row above" in footer
-    assert "within noise: " not in stdout       # the shortened column says what differs, not the complement
+    changes = [plain(cell) for cell in ablation.columns[-1].cells][1:]
+    assert changes and all(("differs" in c) != ("within noise" in c) for c in changes)   # one of the two, the shorter
 
 
 def test_wide_prints_the_ablation_whole_past_the_terminal(monkeypatch):
@@ -129,6 +130,21 @@ def test_the_plan_shortens_verdicts_then_drops_eviction_and_wide_restores_them(m
     candidates = next(t for t in tables if plain(t.title).startswith("Candidates"))
     assert "eviction" in [plain(c.header) for c in candidates.columns]
     assert "requests over it)" in stdout and FOOTER not in stdout
+
+
+def test_a_plan_over_seeds_leaves_out_vs_winner_then_prints_means_until_its_top_table_fits(monkeypatch):
+    stdout, tables = run(monkeypatch, "plan", "examples/local.yaml", "--rate", "8/s", "--slo", "ttft_p99=300ms",
+                         "--slo", "e2e_p99=2s", "--slo", "tpot_p50=20ms", "--seeds", "2", "--max-runs", "30",
+                         "--no-cache")
+    top = next(t for t in tables if plain(t.title).startswith("Top"))
+    assert_fits([top])
+    assert [plain(c.header) for c in top.columns] == ["rank", "candidate", "$/h", "TTFT p99", "TPOT p50", "E2E p99"]
+    assert not any(" ± " in plain(cell) for cell in top.columns[3].cells)     # the first SLO column: its means
+    assert "left out: vs winner; shortened: TTFT p99" in stdout
+    stdout, _ = run(monkeypatch, "plan", "examples/local.yaml", "--rate", "8/s", "--slo", "ttft_p99=300ms",
+                    "--slo", "e2e_p99=2s", "--slo", "tpot_p50=20ms", "--seeds", "2", "--max-runs", "30",
+                    "--no-cache", "--wide")
+    assert "vs winner" in stdout and " ± " in stdout and FOOTER not in stdout
 
 
 def test_the_catalog_leaves_out_the_example_drive_and_wide_shows_it(monkeypatch):

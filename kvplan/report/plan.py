@@ -58,7 +58,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
                            _verdict(c)])
     targets = plan.slo.targets()
     table.narrow = [("verdict", [_short_verdict(c, targets) for c in shown]), ("eviction", None),
-                    ("verdict", [_short_verdict(c, targets, terse=True) for c in shown])]
+                    *_means_only(shown, keys), ("verdict", [_short_verdict(c, targets, terse=True) for c in shown])]
     sections = [head, *_winner_figures(plan), *_top(plan), table]
     if not show_all:
         left = Section("Not simulated (--all lists each)", ["why", "candidates", "cheapest", "e.g."])
@@ -121,6 +121,7 @@ def _top(plan: Plan) -> list[Section]:
         section.rows.append([str(rank), _short(c), f"{c.usd_per_hour:,.2f}",
                              "-" if rank == 1 else f"+${c.usd_per_hour - best[0].usd_per_hour:,.2f}/h",
                              *[_measured(c, k) for k in keys]])
+    section.narrow = [("vs winner", None), *_means_only(best, keys)]
     return [section]
 
 
@@ -181,6 +182,15 @@ def _verdict(c: Candidate) -> str:
     if c.status == "alternative":
         return "alternative: " + c.reason.split("; ", 1)[-1]
     return c.reason
+
+
+def _means_only(shown: list[Candidate], keys: list[str]) -> list[tuple[str, list[str]]]:
+    """Narrowing steps (kvplan.report.terminal) that print each SLO column's mean without its 95 % interval."""
+    def mean(c: Candidate, key: str) -> str:
+        return _measured(c, key).split(" ± ")[0]
+
+    return [(_label(k), [mean(c, k) for c in shown]) for k in keys
+            if any(" ± " in _measured(c, k) for c in shown)]
 
 
 def _short_verdict(c: Candidate, targets: dict[str, float], terse: bool = False) -> str:

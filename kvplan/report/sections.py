@@ -139,8 +139,7 @@ def ablation_section(results: list[tuple[str, SimResult | list[SimResult]]],
             same = [label for label, _, _ in ABLATION_METRICS if label not in differs]
             change = "; ".join(part for part in (f"differs: {', '.join(differs)}" if differs else "",
                                                  f"within noise: {', '.join(same)}" if same else "") if part)
-        short.append(change if previous is None else "not tested" if n < 2
-                     else f"differs: {', '.join(differs)}" if differs else "within noise")
+        short.append(change if previous is None else "not tested" if n < 2 else _fewer(differs, same))
         row.append(change)
         section.rows.append(row)
         previous = values
@@ -151,6 +150,16 @@ def ablation_section(results: list[tuple[str, SimResult | list[SimResult]]],
 ABLATION_NARROW = ("HBM blocks", "E2E p50", "TPOT p50", "req/s", "TTFT p50")
 """The ablation's columns a narrow terminal leaves out, in this order, after it has shortened the last column to
 what differs; TTFT p99, recomputed, $/h and SLO always stay."""
+
+
+def _fewer(differs: list[str], same: list[str]) -> str:
+    """What changed from the row above, in as few words as say it: the metrics that differ, or those within noise
+    when fewer do."""
+    if not differs:
+        return "within noise"
+    if not same:
+        return "differs: all"
+    return f"differs: {', '.join(differs)}" if len(differs) <= len(same) else f"within noise: {', '.join(same)}"
 
 
 def _slo_verdict(runs: list[SimResult]) -> str:
