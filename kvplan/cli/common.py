@@ -16,7 +16,8 @@ HELP = {"help_option_names": ["-h", "--help"]}
 JSON_HELP = "Print the result as JSON on stdout instead of tables (the same JSON --out writes)."
 STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR, else $XDG_STATE_HOME/kvplan, "
               "~/.local/state/kvplan).")
-CACHE_HELP = "Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else ~/.cache/kvplan)."
+CACHE_HELP = ("Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else $XDG_CACHE_HOME/kvplan, "
+              "~/.cache/kvplan).")
 WIDE = typer.Option(False, "--wide", help="Print every table whole, wider than the terminal if it must be (by "
                                           "default a table leaves out or shortens the columns its footer names, to "
                                           "fit).")

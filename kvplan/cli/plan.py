@@ -186,7 +186,8 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                  cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
                  no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
                  wide: bool = WIDE) -> None:
-    """Find the highest arrival rate at which the spec still meets its SLO (bisection over simulations)."""
+    """Find the highest arrival rate (new sessions/s for chat sessions, the replay speed for a trace or log) at
+    which the spec still meets its SLO (bisection over simulations)."""
     from ..report import terminal
     from ..report.sections import Section
     from ..report.sweep import NARROW, TABLE_COLUMNS
