@@ -17,7 +17,8 @@ import typer
 
 from ..errors import SpecError
 from . import deploy as cli_deploy, doctor as cli_doctor, imports as cli_import, live as cli_live, plan as cli_plan
-from .common import HELP, JSON_HELP, STDOUT, ProgressBar, data_format, emit_document, format_option, print_warnings
+from .common import (HELP, JSON_HELP, STDOUT, WIDE, ProgressBar, data_format, emit_document, format_option, print_tables,
+                     print_warnings, table_width)
 from .console import EXIT_INVALID, err, fail as _fail, out, styled
 from .files import OVERWRITE_HELP, check as check_output
 from .usage import Conventional
@@ -60,8 +61,7 @@ def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         print_warnings(warnings, err)
         return
     out.print(styled(("valid:", "bold green"), f" {spec}  ({resolved.name}, spec {resolved.spec_hash[:12]})"))
-    for table in summary_tables(resolved):
-        out.print(table)
+    print_tables(summary_tables(resolved))
     print_warnings(warnings, out)
 
 
@@ -69,8 +69,9 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              seed: Optional[int] = typer.Option(None, "--seed", help="Seed for every random choice (default: workload.seed)."),
              seeds: int = typer.Option(1, "--seeds", min=1, max=1000,
                                        help="Run N seeds (seed, seed+1, ...) and report mean and 95 % confidence intervals."),
-             ablate: bool = typer.Option(False, "--ablate", help="Also run the workload without reuse, HBM only, + ddr, "
-                                                                  "+ nvme and + ceph, and compare them (each on the "
+             ablate: bool = typer.Option(False, "--ablate", help="Also run the workload without reuse, with HBM only, and "
+                                                                  "adding the spec's offload tiers one at a time "
+                                                                  "(ddr, nvme, ceph), and compare them (each on the "
                                                                   "--seeds; with 2 or more, each change is tested "
                                                                   "against the noise)."),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result(s) as JSON to this file "
@@ -87,7 +88,8 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                "the arrivals' span, at least an hour)."),
              warm: bool = typer.Option(False, "--warm", help="Start with the offload tiers in steady state, filled by a "
                                                              "warm-up of the same workload that no figure counts "
-                                                             "(workload.warm_start: true).")) -> None:
+                                                             "(workload.warm_start: true)."),
+             wide: bool = WIDE) -> None:
     """Simulate the spec: where each prompt's KV came from, and what users feel (TTFT, TPOT, throughput)."""
     from ..cost import cost_of
     from ..report import markdown, sections, terminal
@@ -137,8 +139,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     if fmt == "md":
         typer.echo(markdown.markdown(report), nl=False)
     else:
-        for table in terminal.tables(report):
-            out.print(table)
+        print_tables(terminal.tables(report, table_width(wide)), wide)
     from ..report.next_steps import cold_tiers, next_steps
     from ..spec.stages import listable, stages_of
 
@@ -206,7 +207,7 @@ def schema(kind: Optional[str] = typer.Option(None, "--kind", help="Print the JS
 
 def catalog(as_json: bool = typer.Option(False, "--json", help="Print every model, device, tier class and price with its "
                                                                 "numbers and sources as JSON (--format json)."),
-            fmt: str = format_option("table")) -> None:
+            fmt: str = format_option("table"), wide: bool = WIDE) -> None:
     """List the catalog: models, accelerators, NVMe and NIC classes, Ceph device classes, and their prices."""
     from ..catalog import load_catalog
     from .summary import catalog_tables
@@ -218,8 +219,7 @@ def catalog(as_json: bool = typer.Option(False, "--json", help="Print every mode
         _fail(exc)
     if data:
         return emit_document("Catalog", cat, None, data, "catalog", False)
-    for table in catalog_tables(cat):
-        out.print(table)
+    print_tables(catalog_tables(cat, table_width(wide)), wide)
 
 
 model_app = typer.Typer(cls=Conventional, context_settings=HELP, no_args_is_help=True, rich_markup_mode=None,

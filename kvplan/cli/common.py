@@ -1,6 +1,6 @@
 """What every kvplan command module shares: the app's help options, the output conventions (--json and
 --out - print the result itself on stdout, a file gets a line on stderr), the option help texts,
-spec warnings and a progress bar that only long runs show.
+spec warnings, a progress bar that only long runs show, and tables that fit the terminal unless --wide.
 
 Machine-readable output: every command that prints a result takes `--format` with `json` and `yaml` beside
 its human formats (`table`, and `md` where it has it), and `--json` as the short form of `--format json`.
@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from . import files
-from .console import err, styled
+from .console import err, out, styled
 from .files import STDOUT
 
 HELP = {"help_option_names": ["-h", "--help"]}
@@ -22,7 +22,8 @@ HELP = {"help_option_names": ["-h", "--help"]}
 JSON_HELP = "Print the result as JSON on stdout instead of tables (the same JSON --out writes); short for --format json."
 STATE_HELP = ("Where runs and generated keys are kept (default: KVPLAN_STATE_DIR, else $XDG_STATE_HOME/kvplan, "
               "~/.local/state/kvplan).")
-CACHE_HELP = "Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else ~/.cache/kvplan)."
+CACHE_HELP = ("Where finished runs are kept (default: KVPLAN_STATE_DIR/cache, else $XDG_CACHE_HOME/kvplan, "
+              "~/.cache/kvplan).")
 DATA_FORMATS = ("json", "yaml")
 """The formats that print a result as data, beside a command's human ones."""
 
@@ -61,6 +62,32 @@ def emit_document(kind: str, payload, out_file: str | None, fmt: str | None, wha
         typer.echo(dump(kind, payload), nl=False)
     if out_file and out_file != STDOUT:
         emit(dump(kind, payload), out_file, False, what, overwrite, option)
+
+
+WIDE = typer.Option(False, "--wide", help="Print every table whole, wider than the terminal if it must be (by "
+                                          "default a table leaves out or shortens the columns its footer names, to "
+                                          "fit).")
+"""The --wide option of the commands whose tables narrow to fit the terminal (kvplan.report.terminal)."""
+
+
+def table_width(wide: bool) -> int | None:
+    """The columns a table may take: the terminal's (COLUMNS off a terminal; unlimited when neither says), or
+    none for --wide."""
+    return None if wide else out.width
+
+
+def print_tables(tables, wide: bool = False) -> None:
+    """Print the tables on stdout; with --wide each at its whole width, wider than the terminal if it must be."""
+    from ..report.terminal import natural_width
+
+    for table in tables:
+        width = out.width
+        if wide and natural_width(table) > width:
+            out.width = natural_width(table)
+        try:
+            out.print(table)
+        finally:
+            out.width = width
 
 
 def emit(data: str, out_file: str | None, as_json: bool, what: str, overwrite: bool, option: str = "--out") -> None:

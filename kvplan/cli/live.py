@@ -70,8 +70,10 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
                                                                       "names every instance, whose counters are read."),
           out_dir: Optional[str] = typer.Option(None, "--out", help="Run directory (default: STATE_DIR/bench/<time>-<name>)."),
           overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
-          state_dir: Optional[str] = typer.Option(None, "--state-dir", help="Where bench runs are kept (default: "
-                                                                             "KVPLAN_STATE_DIR, else ~/.local/state/kvplan)."),
+          state_dir: Optional[str] = typer.Option(None, "--state-dir", help="Where bench runs are kept, under bench/ "
+                                                                             "(default: KVPLAN_STATE_DIR, else "
+                                                                             "$XDG_STATE_HOME/kvplan, "
+                                                                             "~/.local/state/kvplan)."),
           seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed (default: workload.seed)."),
           salt: Optional[int] = typer.Option(None, "--salt", help="Token salt (default: a fresh one, so caches start cold "
                                                                   "for this run; reuse one to replay the same tokens)."),
@@ -247,7 +249,7 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
                                                     "file of the same deployment (repeat to fit several)."),
               requests: List[str] = typer.Option([], "--requests", help="A benchmark's per-request log of the same "
                                                  "deployment: the replay log with measured ttft and e2e (repeat to "
-                                                 "fit several; docs/calibrate.md)."),
+                                                 "fit several; docs/benchmarks.md, kind: replay)."),
               out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML)."),
               overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
               fmt: str = format_option("table")) -> None:

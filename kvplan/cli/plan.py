@@ -13,7 +13,8 @@ import typer
 
 from ..errors import SpecError
 from . import files
-from .common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, data_format, emit, emit_document, format_option, run_cache
+from .common import (CACHE_HELP, JSON_HELP, STDOUT, WIDE, ProgressBar, data_format, emit, emit_document, format_option,
+                     print_tables, run_cache, table_width)
 from .console import err, fail as _fail, out
 from .files import OVERWRITE_HELP
 
@@ -46,7 +47,8 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                                                                      "deploy; - for stdout)."),
          overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
          cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-         no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+         no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+         wide: bool = WIDE) -> None:
     """Find the cheapest topology that meets the SLO at the rate: enumerate, prune, simulate, explain."""
     from ..plan.headroom import parse_headroom_arg
     from ..plan.search import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
@@ -85,8 +87,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     if data:
         emit_document("PlanResult", plan_json(result), None, data, "plan", overwrite)
     elif out_file != STDOUT:
-        for table in plan_tables(result, show_all=show_all):
-            out.print(table)
+        print_tables(plan_tables(result, show_all=show_all, width=table_width(wide)), wide)
     winner = result.winner
     if result.unsearched:
         err.print("warning: the search was " + search_verdict(result))
@@ -132,7 +133,8 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
               csv_file: Optional[str] = typer.Option(None, "--csv", help="Write the sweep as CSV to this file (- for stdout)."),
               overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
               cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-              no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+              no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+              wide: bool = WIDE) -> None:
     """Simulate variants of a spec (--vary PATH=V1,V2,...) and compare them in one table."""
     from ..report import terminal
     from ..report.sweep import sweep_section
@@ -160,8 +162,7 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     if not (data or STDOUT in (out_file, csv_file)):
-        for table in terminal.tables([sweep_section(result)]):
-            out.print(table)
+        print_tables(terminal.tables([sweep_section(result)], table_width(wide)), wide)
     _runs_line(len(result.points) * seeds, simulated, cache)
     if out_file or data:
         emit_document("SweepResult", result, out_file, data, "sweep", overwrite)
@@ -194,11 +195,13 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                  as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
                  fmt: str = format_option("table"),
                  cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-                 no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
-    """Find the highest arrival rate at which the spec still meets its SLO (bisection over simulations)."""
+                 no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+                 wide: bool = WIDE) -> None:
+    """Find the highest arrival rate (new sessions/s for chat sessions, the replay speed for a trace or log) at
+    which the spec still meets its SLO (bisection over simulations)."""
     from ..report import terminal
     from ..report.sections import Section
-    from ..report.sweep import TABLE_COLUMNS
+    from ..report.sweep import NARROW, TABLE_COLUMNS
     from ..spec.slo import parse_slo_flags
     from ..sweep.capacity import SloUsageError, headline, search
     from ..units import fmt_duration
@@ -251,7 +254,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     for line in headline(result):
         say.print(line)
     section = Section("Bracketing probes" + (", mean ± 95 % CI" if seeds > 1 else ""),
-                      ["", "rate", "seeds", *(label for _, label, _ in TABLE_COLUMNS)])
+                      ["", "rate", "seeds", *(label for _, label, _ in TABLE_COLUMNS)], narrow=NARROW)
     for name, p in (("met", result.met), ("missed", result.missed)):
         if p is not None:
             section.rows.append([name, knob.fmt_probe(p), str(len(p.seeds)),
@@ -261,8 +264,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                 section.rows.append(["", "± 95 % CI", "", *("" if p.metrics.get(key) is None else f(p.metrics[key].ci95)
                                                             for key, _, f in TABLE_COLUMNS)])
     if not machine:
-        for table in terminal.tables([section]):
-            out.print(table)
+        print_tables(terminal.tables([section], table_width(wide)), wide)
     _runs_line(sum(len(p.seeds) for p in result.probes), simulated, cache)
     if out_file or data:
         emit_document("CapacityResult", result, out_file, data, "search", overwrite)
@@ -290,8 +292,7 @@ def size(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         _fail(exc if exc.source else exc.with_source(spec))
     if data or out_file == STDOUT:
         return emit_document("SizeResult", result, out_file, data, "result", overwrite)
-    for table in terminal_tables(result):
-        out.print(table)
+    print_tables(terminal_tables(result, table_width(False)))
     if out_file:
         emit_document("SizeResult", result, out_file, None, "result", overwrite)
 
