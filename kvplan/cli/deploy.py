@@ -37,10 +37,38 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | N
         check_deployable(resolved, inv)
         state = paths.state_dir(state_dir, warn=warn)
         target = Path(out_dir) if out_dir else _run_dir(state, resolved.name)
+        predicted = _predicted(resolved)
         # Keys are loaded or generated only once render has accepted the spec, inventory and target.
-        return render(resolved, inv, target, lambda: load_or_create(state, resolved.name))
+        return render(resolved, inv, target, lambda: load_or_create(state, resolved.name), predicted)
     except SpecError as exc:
         _fail(exc.with_source(spec))
+
+
+PREDICTION_WALL_S = 60.0
+"""Seconds of this machine's time the dashboard's prediction may take; a longer simulation is left out, said."""
+
+
+def _predicted(resolved):
+    """What the Grafana dashboard draws beside the live metrics: `kvplan simulate` of the deployed spec, at the
+    workload's seed (None, said on stderr, when that takes over PREDICTION_WALL_S)."""
+    from ..deploy.dashboard import Predicted
+    from ..sim.run import Bounds, SimulationStopped, run
+
+    try:
+        result = run(resolved, seed=resolved.workload.seed, bounds=Bounds(max_wall=PREDICTION_WALL_S))
+    except SimulationStopped:
+        warn(f"the Grafana dashboard has no prediction: simulating the spec took over {PREDICTION_WALL_S:g} s here; "
+             f"`kvplan simulate` gives the figures")
+        return None
+    served = {t.name: t.served_tokens for t in result.tiers}
+    prompt = max(result.prompt_tokens, 1)
+    offload = sum(n for name, n in served.items() if name != "hbm")
+    return Predicted(seed=result.seed, ttft_p50=result.ttft.p50, ttft_p99=result.ttft.p99, tpot_p50=result.tpot.p50,
+                     requests_per_s=result.requests_per_s, cache_share=(served.get("hbm", 0) + offload) / prompt,
+                     lmcache_share=offload / prompt, block_utilisation=result.mean_block_utilisation,
+                     l1_tokens_per_s=served.get("ddr", 0) / result.duration,
+                     l2_tokens_per_s=(served.get("nvme", 0) + served.get("ceph", 0)) / result.duration,
+                     ceph_op_latency=result.ceph_op_latency.mean if result.ceph_op_latency is not None else None)
 
 
 def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
@@ -57,6 +85,9 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                                            "each vLLM pod requests, "
                                                                                            "e.g. 64Gi."),
                state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP),
+               diff: bool = typer.Option(False, "--diff", help="Replacing an earlier render in -o: also show each "
+                                                               "changed file's lines, as unified diffs (files that may "
+                                                               "hold secrets are named, never shown)."),
                overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP + " With --format "
                                                                                         "production-stack only: a "
                                                                                         "render directory is never "
@@ -65,6 +96,9 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     """Write the Ansible that deploys the spec (inventory/, project/site.yml and roles, env/) without running it,
     or the Helm values that deploy its vLLM + LMCache with production-stack."""
     given = overrides(sets)
+    if diff and fmt != "ansible":
+        raise typer.BadParameter("--diff compares a render directory with the earlier render it replaces "
+                                 "(--format ansible)", param_hint="--diff")
     if fmt == "production-stack":
         return _render_production_stack(spec, out_dir, request_cpu, request_memory, overwrite, given)
     if fmt != "ansible":
@@ -79,11 +113,22 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     s = rendered.stack
     out.print(styled(("rendered:", "bold green"),
                      f" {rendered.root}  ({rendered.resolved.name}, spec {rendered.resolved.spec_hash[:12]})"))
+    if rendered.changes is not None:
+        out.print(f"  {rendered.changes.summary()}")
+        for line in rendered.changes.unified() if diff else []:
+            out.print(line)
     parts = [f"vllm: {sum(len(v) for v in s.instances.values())} instance(s) on {len(s.instances)} host(s)"]
     if s.lmcache:
         parts.append(f"lmcache: {s.lmcache.lmcache_mode} mode")
     if s.ceph:
         parts.append(f"ceph: {s.ceph.ceph_deploy}, pool {s.ceph.ceph_pool_name} size {s.ceph.ceph_pool_size}")
+    if s.monitoring and s.monitoring.monitoring_dashboard:
+        from ..deploy.render import DASHBOARD
+
+        board = s.monitoring.monitoring_dashboard
+        drawn = any("(predicted" in t["legendFormat"] for p in board["panels"] for t in p["targets"])
+        parts.append(f"grafana: {DASHBOARD}, {len(board['panels'])} panels, live "
+                     + ("beside kvplan simulate's prediction" if drawn else "only (no prediction)"))
     for part in parts:
         out.print(f"  {part}")
     out.print(f"  run it: kvplan deploy {spec_words(spec, given)} -i {inventory}")
@@ -95,7 +140,7 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
 
     import yaml
 
-    from ..deploy.helm import values
+    from ..deploy.helm import api_key_secret, notes, values
     from ..deploy.llmd import endpoint_picker_config
     from ..resolve import resolve
     from ..validation import load
@@ -106,8 +151,10 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
                                  param_hint=missing[0])
     try:
         r = resolve(load(spec, given, echo_change))
+        said = notes(r)
         text = (f"# Helm values for vllm-project/production-stack, rendered by kvplan from {Path(spec).name} "
-                f"(spec {r.spec_hash[:12]})\n" + yaml.safe_dump(values(r, request_cpu, request_memory), sort_keys=False))
+                f"(spec {r.spec_hash[:12]})\n" + "".join(f"# {line}\n" for line in said)
+                + yaml.safe_dump(values(r, request_cpu, request_memory), sort_keys=False))
         picker = None
         if r.router == "llm_d":
             picker = (f"# llm-d's EndpointPickerConfig (the InferencePool chart's pluginsCustomConfig), rendered by kvplan "
@@ -122,6 +169,12 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
         files.check(path, "-o/--out", overwrite)
     files.write(out_file, text, "-o/--out", overwrite)
     out.print(styled(("rendered:", "bold green"), f" {out_file}  ({r.name}, spec {r.spec_hash[:12]})"))
+    for line in said:
+        out.print(f"  note: {line}")
+    secret = api_key_secret(r)
+    if secret is not None:
+        out.print(f"  the API key: kubectl create secret generic {secret['secretName']} "
+                  f"--from-literal={secret['secretKey']}=\"${secret['secretKey']}\"")
     out.print(f"  run it: helm install {r.name} vllm/vllm-stack -f {out_file}")
     if picker:
         files.write(str(picker_file), picker, "-o/--out", overwrite)
@@ -161,10 +214,29 @@ def _print_run(result) -> None:
     out.print(table)
 
 
+def _print_diffs(diffs: list, check: bool) -> None:
+    """Each changed file's unified diff, in the order the deploy reached them."""
+    verb = "would change" if check else "changed"
+    if not diffs:
+        out.print(f"diff: no file's content {verb}")
+        return
+    out.print(f"diff: {len(diffs)} file(s) {verb}")
+    for d in diffs:
+        out.print(f"{d.host}: {d.task}")
+        for line in d.unified():
+            style = "green" if line.startswith("+") and not line.startswith("+++") else \
+                "red" if line.startswith("-") and not line.startswith("---") else ""
+            out.print(styled((line, style)) if style else line)
+
+
 def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
            inventory: str = typer.Option(..., "-i", "--inventory", help="Ansible inventory (YAML file or directory)."),
            check: bool = typer.Option(False, "--check", help="Change nothing: show what a deploy would change "
                                                              "(kvplan's Ceph diff plus Ansible's check mode)."),
+           diff: bool = typer.Option(False, "--diff", help="Also show the content that changes (with --check: would "
+                                                           "change), file by file and host by host, as unified diffs "
+                                                           "from Ansible's diff mode; a secret file is named, its "
+                                                           "content never shown."),
            tags: Optional[str] = typer.Option(None, "--tags", help="Only these components, comma-separated: "
                                                                     "ceph, lmcache, vllm (with the router and the "
                                                                     "warm-up), router, warmup, monitoring."),
@@ -184,8 +256,9 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     if unknown:
         raise typer.BadParameter(f"unknown component(s) {', '.join(unknown)}; use {', '.join(components)}",
                                  param_hint="--tags")
-    if down and check:
-        raise typer.BadParameter("--down and --check cannot be combined", param_hint="--down")
+    if down and (check or diff):
+        raise typer.BadParameter(f"--down and {'--check' if check else '--diff'} cannot be combined: --down stops the "
+                                 "services and changes no file", param_hint="--down")
     rendered = _rendered(spec, inventory, None, state_dir, overrides(sets))
     out.print(f"run directory: {rendered.root}")
     status = err.status("starting ansible-playbook") if sys.stderr.isatty() else None
@@ -210,11 +283,12 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                         out.print(f"  {change}")
             others = [t for t in (wanted or ["lmcache", "vllm", "monitoring"]) if t != "ceph"]
             if others:
-                results.append(runner.run(rendered.root, tags=others, check=True, on_event=progress, ident="check"))
+                results.append(runner.run(rendered.root, tags=others, check=True, diff=diff, on_event=progress,
+                                          ident="check"))
         elif down:
             results.append(runner.run(rendered.root, "down.yml", tags=wanted, on_event=progress, ident="down"))
         else:
-            results.append(runner.run(rendered.root, tags=wanted, on_event=progress, ident="apply"))
+            results.append(runner.run(rendered.root, tags=wanted, diff=diff, on_event=progress, ident="apply"))
     except SpecError as exc:
         _fail(exc)
     finally:
@@ -224,6 +298,8 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         _print_run(result)
         if check and result.playbook == "site.yml" and result.changed_tasks:
             out.print("Ansible check mode: would change " + ", ".join(sorted({t for _, t in result.changed_tasks})))
+        if diff and result.playbook == "site.yml":
+            _print_diffs(result.diffs, check)
     failed = [r for r in results if not r.ok]
     for result in failed:
         for f in result.failures:

@@ -16,7 +16,8 @@ import typer
 from ..errors import Problem, SpecError
 from ..named_file import check_regular
 from ..units import fmt_duration
-from .common import CACHE_HELP, ProgressBar, echo_change, overrides, run_cache, set_option, spec_words
+from .common import (CACHE_HELP, ProgressBar, data_format, echo_change, emit_document, format_option, overrides, run_cache,
+                     set_option, spec_words)
 from . import files
 from .console import err, fail as _fail, out, styled
 from .files import OVERWRITE_HELP
@@ -44,7 +45,8 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                     "the overrides are written in too)."),
            overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
            as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON on stdout instead of tables "
-                                                              "(`kvplan report` renders it as a page)."),
+                                                              "(`kvplan report` renders it as a page; --format json)."),
+           fmt: str = format_option("table"),
            timeout: float = typer.Option(10.0, "--timeout", min=0.1, help=LIVE_TIMEOUT_HELP),
            workers: int = typer.Option(1, "--workers", min=1, max=256, help="Simulations run in parallel."),
            cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
@@ -58,6 +60,7 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
     if result and target:
         raise typer.BadParameter("give --result or --target, not both", param_hint="--result")
+    data_fmt = data_format(fmt, as_json)
     files.check(write, "--write", overwrite)
     given = overrides(sets)
     cache = run_cache(cache_dir, no_cache)
@@ -92,7 +95,7 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             wrote = _write(write, spec_words(spec, given), written(case, diagnosis, cache, workers), diagnosis, overwrite)
         except SpecError as exc:
             _fail(exc if exc.source else exc.with_source(spec))
-    if as_json:
+    if data_fmt:
         payload = diagnosis.model_dump(mode="json")
         payload["healthy"] = diagnosis.healthy
         if given:
@@ -101,7 +104,7 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
             payload["overrides"] = recorded(given)
         if wrote is not None:
             payload["written"] = wrote
-        typer.echo(json.dumps(payload, indent=1))
+        emit_document("DoctorResult", payload, None, data_fmt, "diagnosis", False)
     else:
         _print(diagnosis, spec_words(spec, given), hint=wrote is None)
         if wrote is not None:
@@ -118,7 +121,9 @@ def _results(path: str, resolved) -> list:
 
     check_regular(path, "--result", "write it with kvplan simulate SPEC --out run.json")
     try:
-        raw = json.loads(Path(path).read_text())
+        from ..report.kinds import read
+
+        _, raw = read(json.loads(Path(path).read_text()), path)
         runs = raw["results"] if isinstance(raw, dict) and "results" in raw else [raw]
         results = [SimResult.model_validate({k: v for k, v in run.items() if k not in ("cost", "overrides")}) for run in runs]
     except (OSError, ValueError, TypeError, KeyError, AttributeError, ValidationError) as exc:

@@ -65,19 +65,26 @@ def _inside(rel: object) -> bool:
             and all(part not in ("", ".", "..") for part in rel.split("/")))
 
 
-def _marker_files(out: Path) -> dict[str, str] | None:
-    """Relative path -> sha256 of every file the render in `out` wrote; None without a valid marker."""
+def marker(out: Path) -> dict | None:
+    """The marker of the render in `out` (its kind, what it was rendered from, and `files`: relative path ->
+    sha256 of every file it wrote); None without a valid one."""
     raw = _read_regular(out / MARKER)
     try:
-        marker = json.loads(raw) if raw is not None else None
+        found = json.loads(raw) if raw is not None else None
     except ValueError:
         return None
-    files = marker.get("files") if isinstance(marker, dict) and marker.get("kind") == MARKER_KIND else None
+    files = found.get("files") if isinstance(found, dict) and found.get("kind") == MARKER_KIND else None
     if not isinstance(files, dict):
         return None
     if not all(_inside(rel) and isinstance(digest, str) and len(digest) == 64 for rel, digest in files.items()):
         return None
-    return files
+    return found
+
+
+def _marker_files(out: Path) -> dict[str, str] | None:
+    """Relative path -> sha256 of every file the render in `out` wrote; None without a valid marker."""
+    found = marker(out)
+    return found["files"] if found is not None else None
 
 
 def _tree(root: Path) -> list[tuple[str, os.stat_result]]:

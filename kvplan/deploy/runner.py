@@ -3,7 +3,10 @@
 Every run uses `suppress_env_files=True` (otherwise ansible-runner writes --check and extravars
 into env/ and a later real apply silently inherits them) and the `ansible-playbook` installed next
 to kvplan's Python. Events become a per-host tally (ok, changed, failed, unreachable) and, for a
-failure, the task, host and message; the full log stays in the run directory's artifacts/.
+failure, the task, host and message; the full log stays in the run directory's artifacts/. Under
+Ansible's diff mode the changed files' content before and after is kept too (`FileDiff`), as each
+module reports it: tasks with `no_log` report none, and kvplan's daemon module names the secret file
+without its content.
 """
 
 from __future__ import annotations
@@ -27,6 +30,42 @@ class Failure:
 
 
 @dataclass
+class FileDiff:
+    """One file a task changed (or would change, under check mode), as Ansible's diff mode reports it."""
+
+    host: str
+    task: str
+    path: str
+    before: str
+    after: str
+
+    def unified(self) -> list[str]:
+        """The change as unified-diff lines, headed by the host and the file."""
+        import difflib
+
+        return list(difflib.unified_diff(self.before.splitlines(), self.after.splitlines(),
+                                         f"{self.host}:{self.path} (now)", f"{self.host}:{self.path} (after the deploy)",
+                                         lineterm=""))
+
+
+def file_diffs(host: str, task: str, reported) -> list[FileDiff]:
+    """The FileDiffs in a result's `diff` (one mapping or a list of them; `prepared` is a module's own text)."""
+    out = []
+    for d in reported if isinstance(reported, list) else [reported]:
+        if not isinstance(d, dict):
+            continue
+        if "prepared" in d:
+            out.append(FileDiff(host, task, task, "", str(d["prepared"])))
+        elif "before" in d or "after" in d:
+            before, after = d.get("before", ""), d.get("after", "")
+            if not isinstance(before, str) or not isinstance(after, str):    # e.g. a file's state, not its content
+                before, after = f"{before}\n", f"{after}\n"
+            path = d.get("after_header") or d.get("before_header") or task
+            out.append(FileDiff(host, task, str(path), before, after))
+    return out
+
+
+@dataclass
 class RunResult:
     """What one ansible-playbook run did."""
 
@@ -41,6 +80,8 @@ class RunResult:
     failures: list[Failure] = field(default_factory=list)
     results: dict[str, dict] = field(default_factory=dict)
     """task name -> its result, for tasks named `State: ...` (read by cephdiff)."""
+    diffs: list[FileDiff] = field(default_factory=list)
+    """Under diff mode: every file a task changed or would change, before and after."""
 
     @property
     def ok(self) -> bool:
@@ -72,8 +113,10 @@ def ansible_playbook() -> str:
 
 
 def run(root: Path, playbook: str = "site.yml", tags: list[str] | None = None, skip_tags: list[str] | None = None,
-        check: bool = False, on_event: Callable[[str, str], None] | None = None, ident: str = "apply") -> RunResult:
-    """Run one playbook of the rendered directory; `on_event(host, task)` is told of each task start."""
+        check: bool = False, on_event: Callable[[str, str], None] | None = None, ident: str = "apply",
+        diff: bool = False) -> RunResult:
+    """Run one playbook of the rendered directory; `on_event(host, task)` is told of each task start; `check`:
+    Ansible's check mode (changes nothing); `diff`: its diff mode (RunResult.diffs)."""
     try:
         import ansible_runner
     except ImportError:
@@ -97,6 +140,7 @@ def run(root: Path, playbook: str = "site.yml", tags: list[str] | None = None, s
             if kind == "runner_on_ok":
                 if res.get("changed"):
                     result.changed_tasks.append((host, task))
+                    result.diffs.extend(file_diffs(host, task, res.get("diff") or []))
                 if task.startswith("State: "):
                     result.results[task] = res
             elif kind == "runner_on_failed" and not data.get("ignore_errors"):
@@ -110,7 +154,7 @@ def run(root: Path, playbook: str = "site.yml", tags: list[str] | None = None, s
 
     env = {"ANSIBLE_CONFIG": str(root / "project" / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_FORCE_COLOR": "0", "PATH": f"{Path(binary).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cmdline = "--check --diff" if check else None
+    cmdline = " ".join(flag for flag, on in (("--check", check), ("--diff", diff)) if on) or None
     # ansible-runner starts whichever ansible-playbook its own PATH finds first.
     os.environ["PATH"] = env["PATH"]
     r = ansible_runner.run(private_data_dir=str(root), playbook=playbook, ident=ident, tags=",".join(tags or []) or None,
