@@ -115,8 +115,6 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                      f" {rendered.root}  ({rendered.resolved.name}, spec {rendered.resolved.spec_hash[:12]})"))
     if rendered.changes is not None:
         out.print(f"  {rendered.changes.summary()}")
-        for line in rendered.changes.unified() if diff else []:
-            out.print(line)
     parts = [f"vllm: {sum(len(v) for v in s.instances.values())} instance(s) on {len(s.instances)} host(s)"]
     if s.lmcache:
         parts.append(f"lmcache: {s.lmcache.lmcache_mode} mode")
@@ -132,6 +130,8 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     for part in parts:
         out.print(f"  {part}")
     out.print(f"  run it: kvplan deploy {spec_words(spec, given)} -i {inventory}")
+    for line in rendered.changes.unified() if diff and rendered.changes is not None else []:
+        out.print(line)
 
 
 def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, request_memory: str | None,
