@@ -75,7 +75,9 @@ def spec_reference() -> str:
              "Units: a **size** is bytes, like `64GiB` or `1.5TB` (a bare integer is bytes), a **duration** like `50ms` or",
              "`24h` (a bare number is seconds), a **rate** counts requests, like `40/s` or `5rps`, a **bandwidth** is like",
              "`25GB/s`, `200Gbps` or `100Gbit`. Units are case-sensitive; [units.md](units.md) lists every accepted form.",
-             "Unknown keys are errors. `kvplan schema` prints the same as JSON Schema.", ""]
+             "Unknown keys are errors. `kvplan schema` prints the same as JSON Schema. Any key below can be changed for one",
+             "run without editing the file: `--set serving.max_num_seqs=128` on the command line, by its dotted path",
+             "([commands.md](commands.md), conventions).", ""]
     for name, model in models.items():
         lines += [f"## {name}", ""]
         if model.__doc__ and model is not Topology and not model.__doc__.startswith(("A base class", "Usage docs")):

@@ -303,6 +303,8 @@ class Resolved(SpecModel):
     api_host: str
     api_port: int
     """Port of the first vLLM instance on a node (the next ones count up)."""
+    api_key_env: str | None = None
+    """The variable, where the deploy runs, holding the key vLLM asks of clients (serving.api_key_env); None: none."""
     weights_dtype: str
     quantization: str | None = None
     """vLLM --quantization (serving.quantization)."""
@@ -463,6 +465,7 @@ def resolve(topo: Topology, catalog: Catalog | None = None) -> Resolved:
         llm_d=llm_d,
         kv_cache_dtype=mem.kv_dtype,
         kv_cache_memory_bytes=s.kv_cache_memory, model_path=s.model_path or model.hf_id, api_host=s.host, api_port=s.port,
+        api_key_env=s.api_key_env,
         weights_dtype=mem.weights_dtype, quantization=s.quantization, kv_dtype_bytes=mem.kv_dtype_bytes,
         weight_bytes_per_param=WEIGHT_BYTES[mem.weights_dtype],
         peak_flops=peak * 1e12, kv_bytes_per_token=mem.kv_bytes, kv_heads_per_rank=mem.kv_heads_per_rank,

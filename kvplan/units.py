@@ -125,6 +125,15 @@ def _in_bytes(n: float) -> str:
     return f"{n:g}B"
 
 
+def exact_size(n: int) -> str:
+    """A byte count as a spec writes it, in the largest binary unit that holds it exactly: 200 * 2**30 -> '200GiB',
+    5.5 * 2**30 -> '5632MiB', 1000 -> '1000B' (parse_size reads each back to the same bytes)."""
+    for unit in ("PiB", "TiB", "GiB", "MiB", "KiB"):
+        if n and n % SIZE_UNITS[unit] == 0:
+            return f"{n // SIZE_UNITS[unit]}{unit}"
+    return f"{n}B"
+
+
 def parse_size(value: Any) -> int:
     """Bytes from '64GiB', '1.5TB', or an integer."""
     if isinstance(value, float) and value.is_integer():

@@ -186,6 +186,9 @@ CASES: dict[str, tuple[str, dict[str, Any], Check]] = {
                            lambda v: v.vars("vllm")["vllm_model"] == "/srv/models/llama-2-13b-chat"),
     "serving.host": (FLAGSHIP, {"serving__host": "10.0.2.1"}, lambda v: v.vars("vllm")["vllm_host"] == "10.0.2.1"),
     "serving.port": (FLAGSHIP, {"serving__port": 9000}, lambda v: v.instances()["gpu-1"][0]["port"] == 9000),
+    "serving.api_key_env": (FLAGSHIP, {"serving__api_key_env": "CHAT_API_KEY"},
+                            lambda v: v.vars("vllm")["vllm_api_key_env"] == "CHAT_API_KEY"
+                            and v.vars("warmup")["warmup_api_key_env"] == "CHAT_API_KEY"),
 
     "lmcache.mode": (FLAGSHIP, {"lmcache__mode": "mp"},
                      lambda v: v.vars("lmcache")["lmcache_mode"] == "mp" and v.transfer()["kv_connector"] == "LMCacheMPConnector"),

@@ -353,7 +353,7 @@ def test_the_command_exits_6_on_a_problem_and_writes_the_fixed_spec(tmp_path):
     done = run(str(spec), "--json", "--write", str(tmp_path / "fixed.yaml"), "--cache-dir", str(tmp_path / "cache"))
     assert done.returncode == 6, done.stderr
     payload = json.loads(done.stdout)
-    assert payload["kind"] == "doctor" and payload["healthy"] is False and payload["seeds"] == [42, 43, 44]
+    assert payload["kind"] == "DoctorResult" and payload["healthy"] is False and payload["seeds"] == [42, 43, 44]
     assert "tier-duplicates-above" in [f["code"] for f in payload["findings"]]
     fixed = yaml.safe_load((tmp_path / "fixed.yaml").read_text())
     assert "ddr" not in fixed["lmcache"] and fixed["lmcache"]["nvme"]["size"] == "1TB"   # units as written

@@ -98,7 +98,7 @@ def test_a_server_that_evicts_at_another_watermark_is_listed_as_what_kvplan_cann
                                                            "--eviction-trigger-watermark 0.8; it has no setting for "
                                                            "another value")
     assert reasons["--eviction-ratio 0.2"] == "kvplan's deployment sets it, to the same value"
-    assert imported.spec["lmcache"]["ddr"] == {"eviction": "LRU", "size": f"{64 * 2**30}B"}
+    assert imported.spec["lmcache"]["ddr"] == {"eviction": "LRU", "size": "64GiB"}
 
 
 def test_an_lmcache_config_becomes_the_tiers_per_node():
@@ -110,22 +110,93 @@ def test_an_lmcache_config_becomes_the_tiers_per_node():
                        "lmcache.yaml")
     lm = imported.spec["lmcache"]
     assert lm["mode"] == "inprocess" and lm["chunk_size"] == 256
-    assert lm["ddr"] == {"size": f"{10 * 2**30}B", "eviction": "LFU"}                  # LMCache's GB are GiB
-    assert lm["nvme"] == {"size": f"{200 * 2**30}B", "path": "/mnt/nvme/lmcache", "eviction": "LFU"}
+    assert lm["ddr"] == {"size": "10GiB", "eviction": "LFU"}                  # LMCache's GB are GiB
+    assert lm["nvme"] == {"size": "200GiB", "path": "/mnt/nvme/lmcache", "eviction": "LFU"}
     assert [what for what, _ in imported.unmapped] == ["lmcache.yaml: remote_url s3://bucket",
                                                        "lmcache.yaml: blend_special_str"]
     resolve(from_mapping(imported.spec))
 
 
 def test_the_command_writes_a_spec_that_validates_and_names_what_it_left(tmp_path):
+    """What the import could not carry is one block at the end, each flag with its reason, not warnings scattered
+    among other output."""
     out = tmp_path / "spec.yaml"
     done = subprocess.run([KVPLAN, "import", "--vllm", "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 64 "
                            "--served-model-name chat --swap-space 4", "--gpu", "H100-SXM", "-o", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "warning: not imported: --swap-space 4" in done.stderr and "--served-model-name chat" in done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"spec written to {out}" and lines[1] == "not imported (2):"
+    assert lines[2].startswith("  --served-model-name chat: kvplan serves the model under its catalog name")
+    assert lines[3] == "  --swap-space 4: kvplan has no setting for it (it neither simulates nor deploys it)"
+    assert len(lines) == 4 and "warning" not in done.stderr
     assert yaml.safe_load(out.read_text())["serving"]["max_num_seqs"] == 64
     assert subprocess.run([KVPLAN, "validate", str(out)], capture_output=True).returncode == 0
+
+
+def test_what_was_not_carried_comes_after_the_spec_and_before_what_does_not_validate():
+    """A spec that does not validate yet (a TP the model's heads do not divide) still lists what was left, in its
+    block, and then the problem, last, with its exit code."""
+    done = subprocess.run([KVPLAN, "import", "--vllm", "vllm serve meta-llama/Llama-3.1-8B --swap-space 4 -tp 3",
+                           "--gpu", "H100-SXM"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    block = done.stderr.index("not imported (1):\n  --swap-space 4: ")
+    assert block < done.stderr.index("the imported spec does not validate yet") < done.stderr.index("invalid:")
+
+
+@pytest.mark.parametrize("gb, size", [(200, "200GiB"), (0.5, "512MiB"), (1.5, "1536MiB"), (0.1, "107374182B")])
+def test_an_lmcache_size_is_written_in_the_largest_unit_that_holds_it_exactly(gb, size):
+    """max_local_cpu_size: 200 (LMCache's GB are GiB) is 200GiB, not 214748364800B; a size no unit holds whole is
+    written in bytes; each reads back to LMCache's bytes."""
+    from kvplan.units import parse_size
+
+    imported = from_vllm_command("vllm serve meta-llama/Llama-3.1-8B", "H100-SXM")
+    add_lmcache_config(imported, {"max_local_cpu_size": gb}, "lmcache.yaml")
+    assert imported.spec["lmcache"]["ddr"]["size"] == size
+    assert parse_size(size) == round(gb * 2 ** 30)
+    add_lmcache_server(imported := from_vllm_command("vllm serve meta-llama/Llama-3.1-8B", "H100-SXM"),
+                       f"lmcache server --l1-size-gb {gb}")
+    assert imported.spec["lmcache"]["ddr"]["size"] == size
+
+
+def test_vllms_byte_sizes_are_written_in_the_largest_exact_unit_too():
+    imported = from_vllm_command(f"vllm serve meta-llama/Llama-3.1-8B --kv-cache-memory-bytes {40 * 2**30} "
+                                 "--kv-offloading-size 8", "H100-SXM")
+    assert imported.spec["serving"]["kv_cache_memory"] == "40GiB"
+    assert imported.spec["serving"]["kv_offloading"] == {"size": "8GiB"}
+
+
+KEY = "sk-import-0123456789"
+
+
+@pytest.mark.parametrize("command", [f"vllm serve meta-llama/Llama-3.1-8B --api-key {KEY}",
+                                     f"vllm serve meta-llama/Llama-3.1-8B --api-key={KEY}",
+                                     f"vllm serve meta-llama/Llama-3.1-8B --api-key {KEY} other-{KEY} --max-num-seqs 8",
+                                     f"VLLM_API_KEY={KEY} vllm serve meta-llama/Llama-3.1-8B"])
+def test_an_api_key_becomes_a_reference_to_where_the_deploy_reads_it_never_the_key(command, tmp_path):
+    """A vLLM started with --api-key (or VLLM_API_KEY) asks every client for the key; the spec it is imported into
+    deploys a vLLM that asks for it too (serving.api_key_env), and the key is nowhere: not in the spec, not in what
+    the import lists, not in the command's output."""
+    imported = from_vllm_command(command, "H100-SXM")
+    assert imported.spec["serving"]["api_key_env"] == "VLLM_API_KEY"
+    assert KEY not in yaml.safe_dump(imported.spec) + repr(imported.unmapped) + repr(imported.approximated)
+    assert [what for what, _ in imported.approximated] in (["--api-key"], ["VLLM_API_KEY"])
+    assert resolve(from_mapping(imported.spec)).api_key_env == "VLLM_API_KEY"
+    out = tmp_path / "spec.yaml"
+    done = subprocess.run([KVPLAN, "import", "--vllm", command, "--gpu", "H100-SXM", "-o", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert KEY not in done.stdout + done.stderr + out.read_text()
+    assert "imported with a difference (1):" in done.stderr and "export VLLM_API_KEY=<the key>" in done.stderr
+
+
+def test_helm_values_with_the_key_itself_are_imported_as_a_reference_only():
+    from kvplan.interop import from_helm_values
+
+    values = {"servingEngineSpec": {"vllmApiKey": KEY, "modelSpec": [{"name": "m", "modelURL": "meta-llama/Llama-3.1-8B"}]}}
+    imported = from_helm_values(values, "H100-SXM")
+    assert imported.spec["serving"]["api_key_env"] == "VLLM_API_KEY"
+    assert KEY not in yaml.safe_dump(imported.spec) + repr(imported.unmapped) + repr(imported.approximated)
 
 
 @pytest.mark.parametrize("command, says", [("vllm serve --max-num-seqs 8", "names no model"),
@@ -199,3 +270,15 @@ def test_a_mapping_of_no_lmcache_setting_is_refused_by_its_number_of_keys():
     [p] = exc.value.problems
     assert p.path == "--lmcache" and "none of its 2 top-level keys is a setting LMCache reads" in p.message
     assert "user" not in exc.value.render() and "token" not in exc.value.render()
+
+
+def test_a_crash_report_of_an_import_redacts_the_key_inside_the_quoted_command_line():
+    """The key given to vLLM travels inside --vllm's one argument; a crash report's argv must not keep it."""
+    from kvplan.cli.crash import redact_argv
+
+    argv = ["kvplan", "import", "--vllm", f"VLLM_API_KEY={KEY} vllm serve meta-llama/Llama-3.1-8B --api-key {KEY}2 "
+            f"--api-key={KEY}3 --max-num-seqs 8", "--gpu", "H100-SXM"]
+    shown, secrets = redact_argv(argv)
+    assert KEY not in " ".join(shown) and {KEY, f"{KEY}2", f"{KEY}3"} <= set(secrets)
+    assert shown[3] == "VLLM_API_KEY=<redacted> vllm serve meta-llama/Llama-3.1-8B --api-key <redacted> " \
+                      "--api-key=<redacted> --max-num-seqs 8"

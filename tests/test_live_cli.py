@@ -71,7 +71,7 @@ def test_cli_compare_prints_predicted_and_observed_for_a_run_of_the_spec(tmp_pat
               LOCAL.read_text())
     result = cli("compare", str(LOCAL), "--observed", str(tmp_path / "run"), "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    table = {row["metric"]: row for row in json.loads(result.stdout)}
+    table = {row["metric"]: row for row in json.loads(result.stdout)["rows"]}
     assert table["TTFT p50"]["observed"] == pytest.approx(0.2)
     assert table["TTFT p50"]["error"] == pytest.approx(table["TTFT p50"]["predicted"] / 0.2 - 1)
     assert "prompt tokens from ceph" in table and "bytes written to Ceph" in table
@@ -90,7 +90,7 @@ def test_calibrating_a_run_where_decodes_share_steps_with_prefills_meets_both_me
     compared = cli("compare", str(recorded / "chat.yaml"), "--observed", str(recorded / "run-chat"),
                    "--profile", str(profile), "--json", cwd=tmp_path)
     assert compared.returncode == 0, compared.stderr
-    rows = {row["metric"]: row for row in json.loads(compared.stdout)}
+    rows = {row["metric"]: row for row in json.loads(compared.stdout)["rows"]}
     assert abs(rows["TTFT p50"]["error"]) < 0.10, rows["TTFT p50"]
     assert abs(rows["TPOT p50"]["error"]) < 0.05, rows["TPOT p50"]
 
@@ -107,7 +107,7 @@ def test_cli_calibrate_writes_a_profile_that_simulate_and_compare_apply(tmp_path
     compared = cli("compare", str(recorded / "chat.yaml"), "--observed", str(recorded / "run-chat"),
                    "--profile", str(profile), "--json", cwd=tmp_path)
     assert compared.returncode == 0, compared.stderr
-    ttft = {row["metric"]: row for row in json.loads(compared.stdout)}["TTFT p50"]
+    ttft = {row["metric"]: row for row in json.loads(compared.stdout)["rows"]}["TTFT p50"]
     assert abs(ttft["error"]) < 0.01, ttft
     simulated = cli("simulate", str(recorded / "rag.yaml"), "--profile", str(profile), cwd=tmp_path)
     assert simulated.returncode == 0 and "Simulation of local-rag" in simulated.stdout, simulated.stderr

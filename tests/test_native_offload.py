@@ -326,7 +326,7 @@ def test_importing_the_rendered_command_line_gives_the_tier_back():
     r = resolve(native("48GiB", offloading={"eviction": "ARC", "block_size": 32}))
     imported = from_vllm_command(shlex.join(["vllm", "serve", "meta-llama/Llama-2-13b-chat-hf", *vllm_args(r)]),
                                  "A100-80GB")
-    assert imported.spec["serving"]["kv_offloading"] == {"size": 48 * GIB, "eviction": "ARC", "block_size": 32}
+    assert imported.spec["serving"]["kv_offloading"] == {"size": "48GiB", "eviction": "ARC", "block_size": 32}
     assert "lmcache" not in imported.spec
 
 
@@ -334,7 +334,7 @@ def test_importing_vllms_offloading_flags_reads_the_size_in_gib():
     from kvplan.interop.vllm import from_vllm_command
 
     native_ = from_vllm_command("vllm serve meta-llama/Llama-2-13b-chat-hf --kv-offloading-size 8", "A100-80GB")
-    assert native_.spec["serving"]["kv_offloading"] == {"size": 8 * GIB}
+    assert native_.spec["serving"]["kv_offloading"] == {"size": "8GiB"}
     lm = from_vllm_command("vllm serve meta-llama/Llama-2-13b-chat-hf --kv-offloading-size 8 "
                            "--kv-offloading-backend lmcache", "A100-80GB")
     assert lm.spec["lmcache"] == {"mode": "mp"} and "kv_offloading" not in lm.spec["serving"]

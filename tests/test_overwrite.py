@@ -149,7 +149,7 @@ def test_an_empty_file_holds_nothing_to_lose_and_is_written(small, tmp_path):
     """The `out=$(mktemp); kvplan simulate SPEC --out "$out"` idiom."""
     out = tmp_path / "tmp.XXXX"
     out.touch()
-    assert kvplan("size", small, "--out", out).exit_code == 0 and json.loads(out.read_text())["kind"] == "size"
+    assert kvplan("size", small, "--out", out).exit_code == 0 and json.loads(out.read_text())["kind"] == "SizeResult"
 
 
 def test_dev_null_is_written_into_not_replaced(small):
@@ -158,7 +158,7 @@ def test_dev_null_is_written_into_not_replaced(small):
 
 def test_a_dash_is_stdout_and_never_checked(small, tmp_path):
     done = CliRunner().invoke(app, ["size", str(small), "--out", "-"])
-    assert done.exit_code == 0 and json.loads(done.stdout)["kind"] == "size"
+    assert done.exit_code == 0 and json.loads(done.stdout)["kind"] == "SizeResult"
 
 
 def test_bench_out_refuses_a_folder_whose_spec_yaml_is_the_users(small, tmp_path):

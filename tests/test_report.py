@@ -263,7 +263,8 @@ def test_every_json_kvplan_writes_becomes_a_page(files, tmp_path):
     assert titles["capacity"].startswith("local: capacity ")
     assert titles["doctor"].startswith("local: doctor, ")
     assert titles["snapshot"] == "live snapshot: 2/3 components up"
-    assert titles["compare"] == f"predicted against observed: {len(json.loads(files['compare'].read_text()))} metrics"
+    rows = json.loads(files["compare"].read_text())["rows"]
+    assert titles["compare"] == f"predicted against observed: {len(rows)} metrics"
 
 
 def test_a_snapshot_page_lists_the_components_and_draws_where_prompt_tokens_came_from(files, tmp_path):
@@ -285,7 +286,7 @@ def test_json_that_is_not_an_answer_is_refused_with_what_it_is(tmp_path, command
 
 
 def test_a_compare_page_gives_each_metric_its_error_as_compare_prints_it(files, tmp_path):
-    rows = {row["metric"]: row for row in json.loads(files["compare"].read_text())}
+    rows = {row["metric"]: row for row in json.loads(files["compare"].read_text())["rows"]}
     page = report(files["compare"], tmp_path / "compare.html")
     ttft = rows["TTFT p50"]
     assert re.search(rf'<th scope="row">TTFT p50</th><td>[^<]+</td><td>[^<]+</td><td>{ttft["error"] * 100:+.1f} %</td>',

@@ -499,7 +499,7 @@ def test_a_vllm_that_exits_while_starting_fails_the_deploy_at_once_with_its_log(
     (project / "group_vars" / "all" / "vllm.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
         "vllm_bin": str(_program(tmp_path, "crashing", CRASHING)), "vllm_model": "stand-in-model", "vllm_args": [],
         "vllm_env": {}, "vllm_host": "127.0.0.1", "vllm_url_host": "127.0.0.1", "vllm_tensor_parallel": 1, "vllm_cpu_host": True,
-        "vllm_s3_credentials": False, "vllm_instances": [{"index": 0, "port": port, "devices": "0"}],
+        "vllm_s3_credentials": False, "vllm_api_key_env": "", "vllm_instances": [{"index": 0, "port": port, "devices": "0"}],
         "vllm_health_timeout": timeout}))
     try:
         began = time.monotonic()
@@ -517,6 +517,107 @@ def test_a_vllm_that_exits_while_starting_fails_the_deploy_at_once_with_its_log(
         assert took < timeout / 2, f"the failed start took {took:.0f} s"
     finally:
         stop_all(tmp_path)
+
+
+KEYED = '''#!{python}
+"""Stand-in for a vLLM: says whether it was given the API key the test exported (never the key), then answers /health."""
+import http.server, os, sys
+
+port = int(sys.argv[sys.argv.index("--port") + 1])
+print("stand-in: key", "given" if os.environ.get("VLLM_API_KEY") == "sk-role-test-key" else "missing", flush=True)
+
+
+class Healthy(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer(("127.0.0.1", port), Healthy).serve_forever()
+'''
+
+
+def _keyed_vllm(tmp_path: Path, api_key_env: str) -> Path:
+    project = tmp_path / "project"
+    (project / "group_vars" / "all").mkdir(parents=True)
+    (project / "group_vars" / "all" / "vllm.yml").write_text(yaml.safe_dump(daemon_dirs(tmp_path) | {
+        "vllm_bin": str(_program(tmp_path, "keyed", KEYED)), "vllm_model": "stand-in-model", "vllm_args": [],
+        "vllm_env": {}, "vllm_host": "127.0.0.1", "vllm_url_host": "127.0.0.1", "vllm_tensor_parallel": 1,
+        "vllm_cpu_host": True, "vllm_s3_credentials": False, "vllm_api_key_env": api_key_env,
+        "vllm_instances": [{"index": 0, "port": free_port(), "devices": "0"}], "vllm_health_timeout": 60}))
+    return project
+
+
+def test_vllm_gets_the_api_key_from_the_variable_the_spec_names_through_its_private_file(tmp_path, monkeypatch):
+    """serving.api_key_env: CHAT_API_KEY; the deploy reads the variable where it runs and gives each instance the key
+    as VLLM_API_KEY in its 0600 secret environment file, not in the environment file anyone may read."""
+    monkeypatch.setenv("CHAT_API_KEY", "sk-role-test-key")
+    project = _keyed_vllm(tmp_path, "CHAT_API_KEY")
+    try:
+        r = run_play(project, ["vllm"])
+        assert "sk-role-test-key" not in r.stdout.read()
+        assert "stand-in: key given" in (tmp_path / "log" / "vllm-0.log").read_text()
+        secret = tmp_path / "config" / "vllm-0.secret.env"
+        assert 'VLLM_API_KEY="sk-role-test-key"' in secret.read_text() and secret.stat().st_mode & 0o077 == 0
+        assert "sk-role-test-key" not in (tmp_path / "config" / "vllm-0.env").read_text()
+    finally:
+        stop_all(tmp_path)
+
+
+def test_a_named_api_key_variable_that_is_unset_fails_the_deploy_before_anything_starts(tmp_path, monkeypatch):
+    """The spec asks for a key the deploy cannot find: vLLM is not started without one, unauthenticated."""
+    monkeypatch.delenv("CHAT_API_KEY", raising=False)
+    project = _keyed_vllm(tmp_path, "CHAT_API_KEY")
+    try:
+        r = run_play(project, ["vllm"], succeed=False)
+        [(task, res)] = task_results(r, "failed")
+        assert task == "The API key the instances ask of clients is set where the deploy runs", task
+        assert "export CHAT_API_KEY=<the key> and deploy again" in res["msg"], res["msg"]
+        assert not (tmp_path / "log" / "vllm-0.log").exists()
+    finally:
+        stop_all(tmp_path)
+
+
+@pytest.mark.parametrize("api_key_env, sent", [("CHAT_API_KEY", "Bearer sk-warm-up-key"), ("", None)])
+def test_the_warm_up_sends_the_api_key_and_the_play_does_not_show_it(tmp_path, monkeypatch, api_key_env, sent):
+    """A vLLM that asks for a key refuses a prefill without it: the warm-up sends the key of the variable the spec
+    names as a bearer token, and its task is no_log, so the play's output never holds the key; without
+    serving.api_key_env it sends no Authorization header."""
+    import http.server
+    import threading
+
+    seen: list[str | None] = []
+
+    class Vllm(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200 if seen[-1] == sent else 401)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Vllm)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("CHAT_API_KEY", "sk-warm-up-key")
+    project = tmp_path / "project"
+    (project / "group_vars" / "all").mkdir(parents=True)
+    (project / "group_vars" / "all" / "warmup.yml").write_text(yaml.safe_dump({
+        "warmup_model": "stand-in-model", "warmup_url_host": "127.0.0.1", "warmup_api_key_env": api_key_env,
+        "warmup_prompts": [{"name": "system-0", "prompt": [1, 2, 3]}],
+        "warmup_instances": [{"index": 0, "port": server.server_address[1], "devices": "0"}]}))
+    try:
+        r = run_play(project, ["warmup"])
+        assert seen == [sent]
+        assert "sk-warm-up-key" not in r.stdout.read()
+    finally:
+        server.shutdown()
 
 
 def test_an_lmcache_server_that_never_listens_fails_at_the_timeout_with_its_log(tmp_path):

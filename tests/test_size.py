@@ -287,7 +287,7 @@ def test_json_parses_and_the_same_seed_gives_the_same_json(spec_file, tmp_path):
     first, again, other = kvplan("size", spec_file, "--json"), kvplan("size", spec_file, "--json"), \
         kvplan("size", spec_file, "--json", "--seed", "2")
     data = json.loads(first.output)
-    assert data["kind"] == "size" and [t["tier"] for t in data["tiers"]] == ["hbm", "ddr", "nvme", "ceph"]
+    assert data["kind"] == "SizeResult" and [t["tier"] for t in data["tiers"]] == ["hbm", "ddr", "nvme", "ceph"]
     assert first.output == again.output and other.output != first.output
     assert json.loads(other.output)["seed"] == 2
     out = tmp_path / "size.json"

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -342,6 +343,40 @@ def test_observe_reads_every_component(stack):
         "ceph osds", "rgw http://rgw.kvplan.local:7480"], snap["components"]
     assert snap["vllm"][f"http://{API[0]}:{API[1]}"]["prompt_tokens"] > 0
     assert snap["ceph"]["pool_objects"] >= 0 and snap["ceph"]["rgw_objects"] >= 0 and snap["lmcache"]["l1_used_bytes"] >= 0
+
+
+def test_every_dashboard_panel_reads_data_from_the_live_prometheus(stack):
+    """The Grafana dashboard the monitoring role wrote: every live query has data on the stack's own Prometheus, and
+    each stands beside its prediction (a constant the simulator gave for the deployed spec)."""
+    board = json.loads(Path("/etc/prometheus/kvplan-dashboard.json").read_text())
+    for i in range(3):       # traffic within the queries' 5-minute window, and one long prompt for LMCache's tiers
+        post("/v1/completions", {"model": MODEL, "prompt": f"kalo mine rusa {i}", "max_tokens": 4, "temperature": 0})
+    post("/v1/completions", {"model": MODEL, "prompt": fresh_prompt(300), "max_tokens": 2, "temperature": 0})
+
+    def query(expr: str) -> list:
+        url = "http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            body = json.load(resp)
+        assert body["status"] == "success", (expr, body)
+        return body["data"]["result"]
+
+    titles = [panel["title"] for panel in board["panels"]]
+    assert {"TTFT", "TPOT p50", "Prompt tokens from a cache", "KV block utilisation", "LMCache hits by level",
+            "Ceph op latency"} <= set(titles), titles
+    empty = {}
+    deadline = time.monotonic() + 120        # two scrapes after the requests, at most
+    for panel in board["panels"]:
+        live = [t for t in panel["targets"] if t["legendFormat"].endswith("(live)")]
+        predicted = [t for t in panel["targets"] if "(predicted" in t["legendFormat"]]
+        assert len(predicted) == len(live) > 0, panel
+        for target in live:
+            while not (found := query(target["expr"])) and time.monotonic() < deadline:
+                time.sleep(5)
+            if not found:
+                empty[f"{panel['title']}: {target['legendFormat']}"] = target["expr"]
+        for target in predicted:
+            assert len(query(target["expr"])) == 1, target
+    assert not empty, f"queries without data on the live Prometheus: {empty}"
 
 
 def session_of(pid: int) -> int:

@@ -17,7 +17,8 @@ import typer
 
 from ..errors import SpecError
 from . import deploy as cli_deploy, doctor as cli_doctor, imports as cli_import, live as cli_live, plan as cli_plan
-from .common import HELP, JSON_HELP, STDOUT, ProgressBar, emit, print_warnings
+from .common import (HELP, JSON_HELP, STDOUT, WIDE, ProgressBar, data_format, echo_change, emit_document, format_option,
+                     overrides, print_tables, print_warnings, set_option, spec_words, table_width)
 from .console import EXIT_INVALID, err, fail as _fail, out, styled
 from .files import OVERWRITE_HELP, check as check_output
 from .usage import Conventional
@@ -37,10 +38,14 @@ def _version(value: bool) -> None:
 def _main(version: Optional[bool] = typer.Option(None, "-V", "--version", callback=_version, is_eager=True,
                                                  help="Print the version and exit.")) -> None:
     """kvplan: one declarative spec for simulating and deploying vLLM + LMCache + Ceph."""
+    from .console import GIVEN_SETS
+
+    GIVEN_SETS.clear()            # a command's --set (common.overrides) is its own, also when one process runs several
 
 
 def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
-             as_json: bool = typer.Option(False, "--json", help="Print the resolved numbers as JSON.")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="Print the resolved numbers as JSON (--format json)."),
+             fmt: str = format_option("table"), sets: Optional[list[str]] = set_option()) -> None:
     """Check a spec against the rules of the real stack and the catalog, and print its resolved numbers."""
     from ..resolve import resolve
     from ..validation import load
@@ -48,18 +53,19 @@ def validate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
 
     from ..tier_checks import tier_warnings
 
+    changes = overrides(sets)
+    data = data_format(fmt, as_json)
     try:
-        resolved = resolve(load(spec))
+        resolved = resolve(load(spec, changes, echo_change))
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     warnings = tier_warnings(resolved)
-    if as_json:
-        out.print_json(resolved.model_dump_json())
+    if data:
+        emit_document("ResolvedSpec", resolved, None, data, "resolved spec", False)
         print_warnings(warnings, err)
         return
     out.print(styled(("valid:", "bold green"), f" {spec}  ({resolved.name}, spec {resolved.spec_hash[:12]})"))
-    for table in summary_tables(resolved):
-        out.print(table)
+    print_tables(summary_tables(resolved))
     print_warnings(warnings, out)
 
 
@@ -67,15 +73,16 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              seed: Optional[int] = typer.Option(None, "--seed", help="Seed for every random choice (default: workload.seed)."),
              seeds: int = typer.Option(1, "--seeds", min=1, max=1000,
                                        help="Run N seeds (seed, seed+1, ...) and report mean and 95 % confidence intervals."),
-             ablate: bool = typer.Option(False, "--ablate", help="Also run the workload without reuse, HBM only, + ddr, "
-                                                                  "+ nvme and + ceph, and compare them (each on the "
+             ablate: bool = typer.Option(False, "--ablate", help="Also run the workload without reuse, with HBM only, and "
+                                                                  "adding the spec's offload tiers one at a time "
+                                                                  "(ddr, nvme, ceph), and compare them (each on the "
                                                                   "--seeds; with 2 or more, each change is tested "
                                                                   "against the noise)."),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the full result(s) as JSON to this file "
                                                                         "(- for stdout, instead of the tables)."),
              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-             fmt: str = typer.Option("table", "--format", help="table (terminal) or md (Markdown)."),
+             fmt: str = format_option("table", "md"),
              profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate "
                                                                             "(its step_model replaces the spec's)."),
              max_wall: float = typer.Option(1800.0, "--max-wall", min=0.1, help="Seconds one run may take on this machine "
@@ -85,7 +92,8 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                "the arrivals' span, at least an hour)."),
              warm: bool = typer.Option(False, "--warm", help="Start with the offload tiers in steady state, filled by a "
                                                              "warm-up of the same workload that no figure counts "
-                                                             "(workload.warm_start: true).")) -> None:
+                                                             "(workload.warm_start: true)."),
+             wide: bool = WIDE, sets: Optional[list[str]] = set_option()) -> None:
     """Simulate the spec: where each prompt's KV came from, and what users feel (TTFT, TPOT, throughput)."""
     from ..cost import cost_of
     from ..report import markdown, sections, terminal
@@ -94,11 +102,11 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..sim.run import Bounds, run
     from ..validation import load
 
-    if fmt not in ("table", "md"):
-        raise typer.BadParameter(f"'{fmt}' is not a format; use table or md", param_hint="--format")
+    data_fmt = data_format(fmt, as_json, ("table", "md"))
     check_output(out_file, "--out", overwrite)
+    changes = overrides(sets)
     try:
-        topo = load(spec)
+        topo = load(spec, changes, echo_change)
         if profile is not None:
             from ..spec.profile import apply_profile, read_profile
 
@@ -122,33 +130,31 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         err.print(f"no cost section: {exc.render()}")
     if ablation:
         report.append(sections.ablation_section(ablation, _ablation_costs(topo, ablation)))
-    data = ""
-    if out_file or as_json:
-        from pydantic_core import to_json
+    if seeds == 1 and not ablation:   # the SimResult's own keys, with "cost" beside them as the last key
+        kind, payload = "SimulateResult", results[0].fields()
+    else:
+        kind, payload = "SimulateRuns", {"results": results}
+        if ablation:
+            # every seed's run of every setup, as the table above compares them (`kvplan report` reads it)
+            payload["ablation"] = [{"setup": name, "results": rs} for name, rs in ablation]
+    if cost is not None:
+        payload["cost"] = cost
+    if changes:                       # the --set the run was made with, beside the results as cost is
+        from ..spec.overrides import recorded
 
-        if seeds == 1 and not ablation:   # the SimResult's own keys, with "cost" beside them as the last key
-            payload: dict = results[0].fields()
-        else:
-            payload = {"results": results}
-            if ablation:
-                # every seed's run of every setup, as the table above compares them (`kvplan report` reads it)
-                payload["ablation"] = [{"setup": name, "results": rs} for name, rs in ablation]
-        if cost is not None:
-            payload["cost"] = cost
-        data = to_json(payload, indent=1).decode() + "\n"
-    if as_json or out_file == STDOUT:
-        return emit(data, out_file, as_json, "result", overwrite)
+        payload["overrides"] = recorded(changes)
+    if data_fmt or out_file == STDOUT:
+        return emit_document(kind, payload, out_file, data_fmt, "result", overwrite)
     if fmt == "md":
         typer.echo(markdown.markdown(report), nl=False)
     else:
-        for table in terminal.tables(report):
-            out.print(table)
+        print_tables(terminal.tables(report, table_width(wide)), wide)
     from ..report.next_steps import cold_tiers, next_steps
     from ..spec.stages import listable, stages_of
 
     replayed = resolved.workload.kind in ("trace", "replay")
     loads = stages_of(resolved.workload)
-    for line in cold_tiers(results[0]) + next_steps(spec, results[0], trace=replayed, rated=loads is None,
+    for line in cold_tiers(results[0]) + next_steps(spec_words(spec, changes), results[0], trace=replayed, rated=loads is None,
                                                     listed=loads is None or listable(loads)):
         out.print(line)
     from ..sim.bottleneck import bottleneck
@@ -162,7 +168,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                   if seeds > 1 else "ablation on 1 seed: its changes are not tested against the noise; "
                                     "--seeds 3 (or more) tests them")
     if out_file:
-        emit(data, out_file, False, "result", overwrite)
+        emit_document(kind, payload, out_file, None, "result", overwrite)
 
 
 def _ablation_costs(topo, ablation) -> list[float | None]:
@@ -181,27 +187,48 @@ def _ablation_costs(topo, ablation) -> list[float | None]:
     return costs
 
 
-def schema() -> None:
-    """Print the JSON Schema of the spec (point your editor's YAML support at it)."""
+def schema(kind: Optional[str] = typer.Option(None, "--kind", help="Print the JSON Schema of this kind of result "
+                                                                  "instead (the `kind` of what --json and --format "
+                                                                  "json|yaml print, e.g. SimulateResult)."),
+           kinds: bool = typer.Option(False, "--kinds", help="List the kinds of result, their schema_version and the "
+                                                            "command that prints each.")) -> None:
+    """Print the JSON Schema of the spec (point your editor's YAML support at it), or of a kind of result."""
+    if kinds or kind is not None:
+        import json
+
+        from ..report.kinds import KINDS, schema as kind_schema
+
+        if kinds:
+            if kind is not None:
+                raise typer.BadParameter("--kinds lists every kind; --kind prints one: give one of them",
+                                         param_hint="--kind/--kinds")
+            for k in KINDS.values():
+                out.print(f"{k.name:<16} schema_version {k.version}  {k.written_by}: {k.about}")
+            return
+        try:
+            return typer.echo(json.dumps(kind_schema(kind), indent=1))
+        except SpecError as exc:
+            _fail(exc)
     from ..reference import schema_json
 
     typer.echo(schema_json(), nl=False)
 
 
 def catalog(as_json: bool = typer.Option(False, "--json", help="Print every model, device, tier class and price with its "
-                                                                "numbers and sources as JSON.")) -> None:
+                                                                "numbers and sources as JSON (--format json)."),
+            fmt: str = format_option("table"), wide: bool = WIDE) -> None:
     """List the catalog: models, accelerators, NVMe and NIC classes, Ceph device classes, and their prices."""
     from ..catalog import load_catalog
     from .summary import catalog_tables
 
+    data = data_format(fmt, as_json)
     try:
         cat = load_catalog()
     except SpecError as exc:
         _fail(exc)
-    if as_json:
-        return typer.echo(cat.model_dump_json(indent=1, exclude={"root"}))
-    for table in catalog_tables(cat):
-        out.print(table)
+    if data:
+        return emit_document("Catalog", cat, None, data, "catalog", False)
+    print_tables(catalog_tables(cat, table_width(wide)), wide)
 
 
 model_app = typer.Typer(cls=Conventional, context_settings=HELP, no_args_is_help=True, rich_markup_mode=None,

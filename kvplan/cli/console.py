@@ -78,7 +78,16 @@ EXIT_INVALID = 1
 """The exit code of a command whose input (spec, flags, files) is invalid."""
 
 
+GIVEN_SETS: list = []
+"""The --set overrides of the command running (cli/common.py `overrides`; the app's callback empties it), so that a
+problem `fail` prints of a field they set says so, whichever check (fields, rules, catalog) found it."""
+
+
 def fail(exc) -> NoReturn:
     """Print a SpecError's problems (each with its field, value and fix) and exit EXIT_INVALID."""
+    if GIVEN_SETS:
+        from ..spec.overrides import attributed
+
+        exc = attributed(exc, GIVEN_SETS)
     err.print(styled(("invalid:", "bold red"), " ", exc.render()))
     raise typer.Exit(EXIT_INVALID)

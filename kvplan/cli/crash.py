@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -40,9 +41,24 @@ MIN_SECRET = 4
 letters); the command line's own value is redacted whatever its length."""
 
 
+def _quoted_secrets(arg: str) -> list[str]:
+    """The secrets inside a command line given as one argument (`kvplan import --vllm "VLLM_API_KEY=K vllm serve M
+    --api-key K"`): the values of its secret options and of its NAME=value words whose name says secret."""
+    if not any(c.isspace() for c in arg):
+        return []
+    try:
+        words = shlex.split(arg)
+    except ValueError:
+        words = arg.split()
+    found = redact_argv(words)[1]
+    found += [value for name, eq, value in (w.partition("=") for w in words)
+              if eq and value and not name.startswith("-") and secret_name(name)]
+    return found
+
+
 def redact_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """(argv with the value of every secret option redacted, the values redacted). `--api-key VALUE` and
-    `--api-key=VALUE` alike."""
+    `--api-key=VALUE` alike, also inside a command line quoted as one argument (_quoted_secrets)."""
     out: list[str] = []
     secrets: list[str] = []
     hide_next = False
@@ -61,6 +77,10 @@ def redact_argv(argv: list[str]) -> tuple[list[str], list[str]]:
                 out.append(arg)
                 hide_next = True
             continue
+        quoted = _quoted_secrets(arg)
+        for secret in sorted(set(quoted), key=len, reverse=True):
+            arg = arg.replace(secret, REDACTED)
+        secrets += quoted
         out.append(arg)
     return out, secrets
 

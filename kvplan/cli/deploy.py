@@ -11,13 +11,13 @@ import typer
 
 from .. import paths
 from ..errors import SpecError
-from .common import STATE_HELP, STDOUT
+from .common import STATE_HELP, STDOUT, echo_change, overrides, set_option, spec_words
 from . import files
 from .console import err, fail as _fail, out, styled, warn
 from .files import OVERWRITE_HELP
 
 
-def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | None):
+def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | None, given: tuple = ()):
     """Load, resolve and render a spec for an inventory (errors name the field and the fix); without
     `out_dir`, into a fresh run directory under the state directory."""
     from pathlib import Path
@@ -29,7 +29,7 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | N
     from ..validation import load
 
     try:
-        resolved = resolve(load(spec))
+        resolved = resolve(load(spec, given, echo_change))
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     try:
@@ -37,10 +37,38 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | N
         check_deployable(resolved, inv)
         state = paths.state_dir(state_dir, warn=warn)
         target = Path(out_dir) if out_dir else _run_dir(state, resolved.name)
+        predicted = _predicted(resolved)
         # Keys are loaded or generated only once render has accepted the spec, inventory and target.
-        return render(resolved, inv, target, lambda: load_or_create(state, resolved.name))
+        return render(resolved, inv, target, lambda: load_or_create(state, resolved.name), predicted)
     except SpecError as exc:
         _fail(exc.with_source(spec))
+
+
+PREDICTION_WALL_S = 60.0
+"""Seconds of this machine's time the dashboard's prediction may take; a longer simulation is left out, said."""
+
+
+def _predicted(resolved):
+    """What the Grafana dashboard draws beside the live metrics: `kvplan simulate` of the deployed spec, at the
+    workload's seed (None, said on stderr, when that takes over PREDICTION_WALL_S)."""
+    from ..deploy.dashboard import Predicted
+    from ..sim.run import Bounds, SimulationStopped, run
+
+    try:
+        result = run(resolved, seed=resolved.workload.seed, bounds=Bounds(max_wall=PREDICTION_WALL_S))
+    except SimulationStopped:
+        warn(f"the Grafana dashboard has no prediction: simulating the spec took over {PREDICTION_WALL_S:g} s here; "
+             f"`kvplan simulate` gives the figures")
+        return None
+    served = {t.name: t.served_tokens for t in result.tiers}
+    prompt = max(result.prompt_tokens, 1)
+    offload = sum(n for name, n in served.items() if name != "hbm")
+    return Predicted(seed=result.seed, ttft_p50=result.ttft.p50, ttft_p99=result.ttft.p99, tpot_p50=result.tpot.p50,
+                     requests_per_s=result.requests_per_s, cache_share=(served.get("hbm", 0) + offload) / prompt,
+                     lmcache_share=offload / prompt, block_utilisation=result.mean_block_utilisation,
+                     l1_tokens_per_s=served.get("ddr", 0) / result.duration,
+                     l2_tokens_per_s=(served.get("nvme", 0) + served.get("ceph", 0)) / result.duration,
+                     ceph_op_latency=result.ceph_op_latency.mean if result.ceph_op_latency is not None else None)
 
 
 def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
@@ -63,14 +91,16 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP + " With --format "
                                                                                         "production-stack only: a "
                                                                                         "render directory is never "
-                                                                                        "replaced unless kvplan made it.")) -> None:
+                                                                                        "replaced unless kvplan made it."),
+               sets: Optional[list[str]] = set_option()) -> None:
     """Write the Ansible that deploys the spec (inventory/, project/site.yml and roles, env/) without running it,
     or the Helm values that deploy its vLLM + LMCache with production-stack."""
+    given = overrides(sets)
     if diff and fmt != "ansible":
         raise typer.BadParameter("--diff compares a render directory with the earlier render it replaces "
                                  "(--format ansible)", param_hint="--diff")
     if fmt == "production-stack":
-        return _render_production_stack(spec, out_dir, request_cpu, request_memory, overwrite)
+        return _render_production_stack(spec, out_dir, request_cpu, request_memory, overwrite, given)
     if fmt != "ansible":
         raise typer.BadParameter(f"'{fmt}' is not a format; use ansible or production-stack", param_hint="--format")
     if overwrite:
@@ -79,31 +109,38 @@ def render(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                  param_hint="--overwrite")
     if inventory is None:
         raise typer.BadParameter("--format ansible renders for an inventory: give -i INVENTORY", param_hint="-i")
-    rendered = _rendered(spec, inventory, out_dir, state_dir)
+    rendered = _rendered(spec, inventory, out_dir, state_dir, given)
     s = rendered.stack
     out.print(styled(("rendered:", "bold green"),
                      f" {rendered.root}  ({rendered.resolved.name}, spec {rendered.resolved.spec_hash[:12]})"))
     if rendered.changes is not None:
         out.print(f"  {rendered.changes.summary()}")
-        for line in rendered.changes.unified() if diff else []:
-            out.print(line)
     parts = [f"vllm: {sum(len(v) for v in s.instances.values())} instance(s) on {len(s.instances)} host(s)"]
     if s.lmcache:
         parts.append(f"lmcache: {s.lmcache.lmcache_mode} mode")
     if s.ceph:
         parts.append(f"ceph: {s.ceph.ceph_deploy}, pool {s.ceph.ceph_pool_name} size {s.ceph.ceph_pool_size}")
+    if s.monitoring and s.monitoring.monitoring_dashboard:
+        from ..deploy.render import DASHBOARD
+
+        board = s.monitoring.monitoring_dashboard
+        drawn = any("(predicted" in t["legendFormat"] for p in board["panels"] for t in p["targets"])
+        parts.append(f"grafana: {DASHBOARD}, {len(board['panels'])} panels, live "
+                     + ("beside kvplan simulate's prediction" if drawn else "only (no prediction)"))
     for part in parts:
         out.print(f"  {part}")
-    out.print(f"  run it: kvplan deploy {spec} -i {inventory}")
+    out.print(f"  run it: kvplan deploy {spec_words(spec, given)} -i {inventory}")
+    for line in rendered.changes.unified() if diff and rendered.changes is not None else []:
+        out.print(line)
 
 
 def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, request_memory: str | None,
-                             overwrite: bool) -> None:
+                             overwrite: bool, given: tuple = ()) -> None:
     from pathlib import Path
 
     import yaml
 
-    from ..deploy.helm import values
+    from ..deploy.helm import api_key_secret, notes, values
     from ..deploy.llmd import endpoint_picker_config
     from ..resolve import resolve
     from ..validation import load
@@ -113,9 +150,11 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
         raise typer.BadParameter(f"production-stack pods need {' and '.join(missing)} (the chart requires them)",
                                  param_hint=missing[0])
     try:
-        r = resolve(load(spec))
+        r = resolve(load(spec, given, echo_change))
+        said = notes(r)
         text = (f"# Helm values for vllm-project/production-stack, rendered by kvplan from {Path(spec).name} "
-                f"(spec {r.spec_hash[:12]})\n" + yaml.safe_dump(values(r, request_cpu, request_memory), sort_keys=False))
+                f"(spec {r.spec_hash[:12]})\n" + "".join(f"# {line}\n" for line in said)
+                + yaml.safe_dump(values(r, request_cpu, request_memory), sort_keys=False))
         picker = None
         if r.router == "llm_d":
             picker = (f"# llm-d's EndpointPickerConfig (the InferencePool chart's pluginsCustomConfig), rendered by kvplan "
@@ -130,6 +169,12 @@ def _render_production_stack(spec: str, out_file: str, request_cpu: int | None, 
         files.check(path, "-o/--out", overwrite)
     files.write(out_file, text, "-o/--out", overwrite)
     out.print(styled(("rendered:", "bold green"), f" {out_file}  ({r.name}, spec {r.spec_hash[:12]})"))
+    for line in said:
+        out.print(f"  note: {line}")
+    secret = api_key_secret(r)
+    if secret is not None:
+        out.print(f"  the API key: kubectl create secret generic {secret['secretName']} "
+                  f"--from-literal={secret['secretKey']}=\"${secret['secretKey']}\"")
     out.print(f"  run it: helm install {r.name} vllm/vllm-stack -f {out_file}")
     if picker:
         files.write(str(picker_file), picker, "-o/--out", overwrite)
@@ -198,7 +243,8 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
            down: bool = typer.Option(False, "--down", help="Stop every component instead (Prometheus, the router, vLLM, LMCache, "
                                                             "then Ceph's daemons) by pid file and process group; "
                                                             "nothing is deleted, and a deploy starts them again."),
-           state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP)) -> None:
+           state_dir: Optional[str] = typer.Option(None, "--state-dir", help=STATE_HELP),
+           sets: Optional[list[str]] = set_option()) -> None:
     """Render the spec into a fresh run directory and apply it with Ansible (ansible-runner)."""
     import sys
 
@@ -213,7 +259,7 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     if down and (check or diff):
         raise typer.BadParameter(f"--down and {'--check' if check else '--diff'} cannot be combined: --down stops the "
                                  "services and changes no file", param_hint="--down")
-    rendered = _rendered(spec, inventory, None, state_dir)
+    rendered = _rendered(spec, inventory, None, state_dir, overrides(sets))
     out.print(f"run directory: {rendered.root}")
     status = err.status("starting ansible-playbook") if sys.stderr.isatty() else None
 

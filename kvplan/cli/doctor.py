@@ -16,7 +16,8 @@ import typer
 from ..errors import Problem, SpecError
 from ..named_file import check_regular
 from ..units import fmt_duration
-from .common import CACHE_HELP, ProgressBar, run_cache
+from .common import (CACHE_HELP, ProgressBar, data_format, echo_change, emit_document, format_option, overrides, run_cache,
+                     set_option, spec_words)
 from . import files
 from .console import err, fail as _fail, out, styled
 from .files import OVERWRITE_HELP
@@ -40,29 +41,33 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                     "simulating the fixes."),
            write: Optional[str] = typer.Option(None, "--write", help="Write the spec with the fixes doctor proved applied to "
                                                                     "this file: the cheapest that meets the SLO first, and "
-                                                                    "several only when simulated together."),
+                                                                    "several only when simulated together (with --set, "
+                                                                    "the overrides are written in too)."),
            overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
            as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON on stdout instead of tables "
-                                                              "(`kvplan report` renders it as a page)."),
+                                                              "(`kvplan report` renders it as a page; --format json)."),
+           fmt: str = format_option("table"),
            timeout: float = typer.Option(10.0, "--timeout", min=0.1, help=LIVE_TIMEOUT_HELP),
            workers: int = typer.Option(1, "--workers", min=1, max=256, help="Simulations run in parallel."),
            cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-           no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+           no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+           sets: Optional[list[str]] = set_option()) -> None:
     """Diagnose a spec (simulated) or its live stack: symptoms, causes with evidence, and spec changes proven by simulation."""
     from ..doctor import diagnose, diagnose_live, simulated_case, written
     from ..doctor.case import Case
     from ..resolve import resolve
-    from ..spec.load import read_yaml
-    from ..validation import from_mapping
+    from ..validation import from_mapping, read
 
     if result and target:
         raise typer.BadParameter("give --result or --target, not both", param_hint="--result")
+    data_fmt = data_format(fmt, as_json)
     files.check(write, "--write", overwrite)
+    given = overrides(sets)
     cache = run_cache(cache_dir, no_cache)
     try:
-        data = read_yaml(spec)
+        data, _, _ = read(spec, given, echo_change)     # the spec diagnosed, fixed and written: with the overrides
         base = Path(spec).parent if spec != "-" else None
-        topo = from_mapping(data, base_dir=base, source=spec)
+        topo = from_mapping(data, base_dir=base, source=spec, overrides=given)
         resolved = resolve(topo)
         first = resolved.workload.seed if seed is None else seed
         seed_list = [first + i for i in range(seeds)]
@@ -87,17 +92,21 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     wrote = None
     if write:
         try:
-            wrote = _write(write, spec, written(case, diagnosis, cache, workers), diagnosis, overwrite)
+            wrote = _write(write, spec_words(spec, given), written(case, diagnosis, cache, workers), diagnosis, overwrite)
         except SpecError as exc:
             _fail(exc if exc.source else exc.with_source(spec))
-    if as_json:
+    if data_fmt:
         payload = diagnosis.model_dump(mode="json")
         payload["healthy"] = diagnosis.healthy
+        if given:
+            from ..spec.overrides import recorded
+
+            payload["overrides"] = recorded(given)
         if wrote is not None:
             payload["written"] = wrote
-        typer.echo(json.dumps(payload, indent=1))
+        emit_document("DoctorResult", payload, None, data_fmt, "diagnosis", False)
     else:
-        _print(diagnosis, spec, hint=wrote is None)
+        _print(diagnosis, spec_words(spec, given), hint=wrote is None)
         if wrote is not None:
             _print_written(write, wrote)
     if not diagnosis.healthy:
@@ -112,9 +121,11 @@ def _results(path: str, resolved) -> list:
 
     check_regular(path, "--result", "write it with kvplan simulate SPEC --out run.json")
     try:
-        raw = json.loads(Path(path).read_text())
+        from ..report.kinds import read
+
+        _, raw = read(json.loads(Path(path).read_text()), path)
         runs = raw["results"] if isinstance(raw, dict) and "results" in raw else [raw]
-        results = [SimResult.model_validate({k: v for k, v in run.items() if k != "cost"}) for run in runs]
+        results = [SimResult.model_validate({k: v for k, v in run.items() if k not in ("cost", "overrides")}) for run in runs]
     except (OSError, ValueError, TypeError, KeyError, AttributeError, ValidationError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else f"not the JSON of `kvplan simulate --out` ({type(exc).__name__})"
         raise SpecError([Problem("--result", reason, path, fix="write it with kvplan simulate SPEC --out run.json")]) from None

@@ -14,8 +14,8 @@ nothing. `-` (stdout) is never checked.
   `# made by kvplan import ...`, `# Helm values ..., rendered by kvplan ...`, `# ... fitted by `kvplan calibrate` ...`);
 - an HTML report: `<meta name="generator" content="kvplan ...">` in its head;
 - a Markdown report: a first line `<!-- written by kvplan report ... -->` (invisible when rendered);
-- JSON (simulate, sweep, capacity, size --out): a result `kvplan report` recognises by its keys
-  (kvplan.report.inputs), the same test that reads it back;
+- JSON (simulate, sweep, capacity, size --out): a result `kvplan report` reads back (kvplan.report.inputs): a
+  document with one of kvplan's kinds (kvplan.report.kinds), or from a kvplan before kinds, its keys;
 - CSV (sweep --csv): kvplan's header row (`..., spec_hash, seeds, ..., slo_met`).
 The marker guards against mistakes, not against forgery: a file can be made to look like kvplan's.
 """

@@ -11,7 +11,7 @@ import typer
 from ..errors import SpecError
 from .common import STDOUT
 from . import files
-from .console import err, fail as _fail, warn
+from .console import err, fail as _fail, styled
 from .files import OVERWRITE_HELP
 
 def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vllm serve MODEL --flag value ...` command "
@@ -99,16 +99,27 @@ def import_spec(vllm: Optional[str] = typer.Option(None, "--vllm", help="The `vl
     else:
         files.write(out_file, text, "-o/--out", overwrite)
         err.print(f"spec written to {out_file}")
-    for what, why in (imported.unmapped if imported is not None else []) + (bench.unmapped if bench else []):
-        warn(f"not imported: {what}: {why}")
-    for what, how in bench.approximated if bench else []:
-        warn(f"imported with a difference: {what}: {how}")
+    problem = None
     try:
         if imported is not None:
             resolve(from_mapping(imported.spec, source=out_file))
         else:
             check_workload(bench.workload, out_file)
     except SpecError as exc:
+        problem = exc
+    _left_over((imported.unmapped if imported is not None else []) + (bench.unmapped if bench else []),
+               (imported.approximated if imported is not None else []) + (bench.approximated if bench else []))
+    if problem is not None:
         err.print("the imported spec does not validate yet; fill in what the problems below name")
-        _fail(exc)
+        _fail(problem)
+
+
+def _left_over(unmapped: list[tuple[str, str]], approximated: list[tuple[str, str]]) -> None:
+    """What the import could not carry, and what it carried with a difference, in one block after the spec (stderr),
+    each with the reason: never dropped, never scattered."""
+    for title, rows in (("not imported", unmapped), ("imported with a difference", approximated)):
+        if rows:
+            err.print(styled((f"{title} ({len(rows)}):", "bold yellow")))
+            for what, why in rows:
+                err.print(f"  {what}: {why}")
 

@@ -15,19 +15,21 @@ from .. import paths
 from ..errors import Problem, SpecError
 from ..units import fmt_duration
 from . import files
+from .common import data_format, echo_change, emit_document, format_option, overrides, set_option
 from .console import err, fail as _fail, out, styled, warn
 from .files import OVERWRITE_HELP
 
 EXIT_LIVE = 5
 
 
-def _spec(spec: str, profile: str | None = None):
-    """(topology, resolved, resolved with the profile applied) of a spec file; exits on bad input."""
+def _spec(spec: str, profile: str | None = None, given: tuple = ()):
+    """(topology, resolved, resolved with the profile applied) of a spec file with the --set overrides `given`;
+    exits on bad input."""
     from ..resolve import resolve
     from ..validation import load
 
     try:
-        topo = load(spec)
+        topo = load(spec, given, echo_change)
         base = resolve(topo)
         if profile is None:
             return topo, base, base
@@ -69,8 +71,10 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
                                                                       "names every instance, whose counters are read."),
           out_dir: Optional[str] = typer.Option(None, "--out", help="Run directory (default: STATE_DIR/bench/<time>-<name>)."),
           overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
-          state_dir: Optional[str] = typer.Option(None, "--state-dir", help="Where bench runs are kept (default: "
-                                                                             "KVPLAN_STATE_DIR, else ~/.local/state/kvplan)."),
+          state_dir: Optional[str] = typer.Option(None, "--state-dir", help="Where bench runs are kept, under bench/ "
+                                                                             "(default: KVPLAN_STATE_DIR, else "
+                                                                             "$XDG_STATE_HOME/kvplan, "
+                                                                             "~/.local/state/kvplan)."),
           seed: Optional[int] = typer.Option(None, "--seed", help="Workload seed (default: workload.seed)."),
           salt: Optional[int] = typer.Option(None, "--salt", help="Token salt (default: a fresh one, so caches start cold "
                                                                   "for this run; reuse one to replay the same tokens)."),
@@ -79,15 +83,18 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
                                         "within (output tokens + 2) x this; checking a target and each read of its "
                                         "counters end within it (at most 10 s) in all, however slowly a server sends."),
           api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
-                                                help=API_KEY_HELP)) -> None:
+                                                help=API_KEY_HELP),
+          fmt: str = format_option("table"), sets: Optional[list[str]] = set_option()) -> None:
     """Replay the spec's workload against a live vLLM: TTFT, TPOT and E2E per request, and what the stack observed."""
     from ..live.bench import BenchError, new_salt
     from ..live.runner import bench as run_bench, default_run_dir
     from ..spec.load import read_text
 
+    given = overrides(sets)
+    data = data_format(fmt, False)
     if out_dir:
         _check_run_dir(Path(out_dir), overwrite)
-    topo, resolved, _ = _spec(spec)
+    topo, resolved, _ = _spec(spec, given=given)
     targets = _targets(target, api_key)
     via = _targets([router], api_key)[0] if router else None
     directory = Path(out_dir) if out_dir else default_run_dir(resolved, paths.state_dir(state_dir, warn=warn))
@@ -99,15 +106,34 @@ def bench(spec: str = typer.Argument(..., help="Topology spec (YAML) whose workl
             err.print(f"bench: {done}/{total} done, {failed} failed, {in_flight} in flight")
 
     try:
-        run = run_bench(resolved, read_text(spec), targets, directory, salt=new_salt() if salt is None else salt,
+        run = run_bench(resolved, _benched_text(spec, given, read_text), targets, directory, salt=new_salt() if salt is None else salt,
                         seed=seed, timeout=timeout, progress=progress, router=via)
     except BenchError as exc:
         err.print(styled(("bench failed:", "bold red"), " ", exc.render()))
         raise typer.Exit(EXIT_LIVE)
-    _print_observed(run)
-    out.print(f"run written to {directory}")
+    if data:
+        emit_document("BenchRun", run, None, data, "run", False)
+        err.print(f"run written to {directory}")
+    else:
+        _print_observed(run)
+        out.print(f"run written to {directory}")
     if run.observed.failed or run.observed.components_down:
         raise typer.Exit(EXIT_LIVE)
+
+
+def _benched_text(spec: str, given: tuple, read_text) -> str:
+    """The spec text the run directory keeps as spec.yaml: the file as written, or, with --set, the spec as benched
+    (the file's mapping with the overrides applied, under a header naming them), so `compare` and `calibrate` of the
+    run read the spec it ran."""
+    if not given:
+        return read_text(spec)
+    import yaml
+
+    from ..validation import read
+
+    data, _, _ = read(spec, given)
+    header = f"# written by kvplan bench: {spec} with --set {' --set '.join(map(str, given))}".replace("\n", " ")
+    return header + "\n" + yaml.safe_dump(data, sort_keys=False, width=1000)
 
 
 def _check_run_dir(directory: Path, overwrite: bool) -> None:
@@ -167,15 +193,17 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
             timeout: float = typer.Option(10.0, "--timeout", min=0.1, help=LIVE_TIMEOUT_HELP),
             api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=False,
                                                   help=API_KEY_HELP),
-            as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON.")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON (--format json)."),
+            fmt: str = format_option("table"), sets: Optional[list[str]] = set_option()) -> None:
     """Read the live stack once: which components are up, and their counters since they started."""
     from ..live.observe import snapshot
 
-    _, resolved, _ = _spec(spec)
+    data = data_format(fmt, as_json)
+    _, resolved, _ = _spec(spec, given=overrides(sets))
     lmcache = _targets(lmcache_url) if lmcache_url else None
     snap = snapshot(resolved, _targets(target, api_key), lmcache=lmcache, ceph=not no_ceph, timeout=timeout)
-    if as_json:
-        out.print_json(snap.model_dump_json())
+    if data:
+        emit_document("ObserveSnapshot", snap, None, data, "snapshot", False)
     else:
         out.print(f"{resolved.name}: {sum(c.up for c in snap.components)}/{len(snap.components)} components up")
         _components(snap.components)
@@ -191,26 +219,26 @@ def observe(spec: str = typer.Argument(..., help="Topology spec (YAML) of the li
 def compare(spec: str = typer.Argument(..., help="The spec the run benched."),
             observed: str = typer.Option(..., "--observed", help="Bench run directory (from kvplan bench)."),
             profile: Optional[str] = typer.Option(None, "--profile", help="Device profile from kvplan calibrate."),
-            as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON.")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (--format json)."),
+            fmt: str = format_option("table"), sets: Optional[list[str]] = set_option()) -> None:
     """Predicted against observed, metric by metric, with the error."""
     from rich.table import Table
 
     from ..live.compare import check_same_spec, predict, rows
     from ..live.observed import read_run
 
-    _, base, resolved = _spec(spec, profile)
+    data = data_format(fmt, as_json)
+    _, base, resolved = _spec(spec, profile, overrides(sets))
     try:
         run = read_run(observed)
         check_same_spec(base, run, observed)
     except SpecError as exc:
         _fail(exc)
     table_rows = rows(predict(resolved, run), run)
-    if as_json:
-        import json
-
-        out.print_json(json.dumps([{"metric": r.metric, "unit": r.unit, "predicted": r.predicted, "observed": r.observed,
-                                    "error": r.error} for r in table_rows]))
-        return
+    if data:
+        return emit_document("CompareResult", {"rows": [{"metric": r.metric, "unit": r.unit, "predicted": r.predicted,
+                                                         "observed": r.observed, "error": r.error}
+                                                        for r in table_rows]}, None, data, "comparison", False)
     table = Table(title=f"{run.name}: predicted vs observed ({run.observed.ok} requests"
                         + (f", profile {profile})" if profile else ")"), title_justify="left")
     for column in ("metric", "predicted", "observed", "error"):
@@ -238,9 +266,10 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
                                                     "file of the same deployment (repeat to fit several)."),
               requests: List[str] = typer.Option([], "--requests", help="A benchmark's per-request log of the same "
                                                  "deployment: the replay log with measured ttft and e2e (repeat to "
-                                                 "fit several; docs/calibrate.md)."),
+                                                 "fit several; docs/benchmarks.md, kind: replay)."),
               out_file: str = typer.Option(..., "-o", "--out", help="Where to write the device profile (YAML)."),
-              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
+              overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+              fmt: str = format_option("table"), sets: Optional[list[str]] = set_option()) -> None:
     """Fit the step-time coefficients to benchmarks and write them as a device profile."""
     from ..gpufit.calibrate import fit_vllm_results
     from ..live.calibrate import fit
@@ -248,6 +277,7 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
     from ..live.observed import read_run
     from ..spec.profile import write_profile
 
+    data = data_format(fmt, False)
     if sum(map(bool, (observed, vllm_result, requests))) != 1:
         _fail(SpecError([Problem("--observed / --vllm-result / --requests", "give the benchmarks to fit, one kind per "
                                  "profile: kvplan bench runs (--observed), vllm bench serve results (--vllm-result) "
@@ -256,16 +286,17 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
                                      "kvplan calibrate SPEC --vllm-result result.json -o profile.yaml, or "
                                      "kvplan calibrate SPEC --requests log.jsonl -o profile.yaml")]))
     files.check(out_file, "-o/--out", overwrite)
-    topo, resolved, _ = _spec(spec)
+    given = overrides(sets)
+    topo, resolved, _ = _spec(spec, given=given)
     try:
         if vllm_result:
             profile = fit_vllm_results(resolved, topo, vllm_result)
         elif requests:
             from ..gpufit.requests import fit_request_logs
-            from ..spec import read_yaml
+            from ..validation import read
 
-            base = Path.cwd() if spec == "-" else Path(spec).parent
-            profile = fit_request_logs(resolved, read_yaml(spec), base, requests)
+            raw, base, _ = read(spec, given)        # the spec as calibrated: with the --set overrides
+            profile = fit_request_logs(resolved, raw, base, requests)
         else:
             runs = [(path, read_run(path)) for path in observed]
             for path, run in runs:
@@ -275,6 +306,9 @@ def calibrate(spec: str = typer.Argument(..., help="The spec of the deployment t
         _fail(exc)
     files.check(out_file, "-o/--out", overwrite)
     write_profile(profile, Path(out_file))
+    if data:
+        emit_document("DeviceProfile", profile, None, data, "profile", False)
+        return err.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
     s, f = profile.step_model, profile.fit
     out.print(f"profile written to {out_file}: {profile.device} serving {profile.model}")
     decode = (f"graph_step_overhead {fmt_duration(s.graph_step_overhead)}" if "graph_step_overhead" in profile.fitted

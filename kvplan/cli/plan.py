@@ -13,7 +13,8 @@ import typer
 
 from ..errors import SpecError
 from . import files
-from .common import CACHE_HELP, JSON_HELP, STDOUT, ProgressBar, emit, run_cache
+from .common import (CACHE_HELP, JSON_HELP, STDOUT, WIDE, ProgressBar, data_format, echo_change, emit, emit_document,
+                     format_option, overrides, print_tables, run_cache, set_option, table_width)
 from .console import err, fail as _fail, out
 from .files import OVERWRITE_HELP
 
@@ -39,12 +40,15 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
          max_runs: int = typer.Option(200, "--max-runs", min=1, help="Most simulation runs the search may make."),
          show_all: bool = typer.Option(False, "--all", help="List every candidate, not only the simulated ones."),
          as_json: bool = typer.Option(False, "--json", help="Print the plan (every candidate, its price, verdict and "
-                                                             "metrics) as JSON on stdout instead of tables."),
+                                                             "metrics) as JSON on stdout instead of tables "
+                                                             "(--format json)."),
+         fmt: str = format_option("table"),
          out_file: Optional[str] = typer.Option(None, "--out", help="Write the winner as a spec YAML (ready for kvplan "
                                                                      "deploy; - for stdout)."),
          overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
          cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-         no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+         no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+         wide: bool = WIDE, sets: Optional[list[str]] = set_option()) -> None:
     """Find the cheapest topology that meets the SLO at the rate: enumerate, prune, simulate, explain."""
     from ..plan.headroom import parse_headroom_arg
     from ..plan.search import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
@@ -52,6 +56,10 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     from ..validation import load
     from ..spec.slo import parse_slo_flags
 
+    data = data_format(fmt, as_json)
+    if data and out_file == STDOUT:
+        raise typer.BadParameter(f"--out - prints the winner's spec on stdout, --format {data} the plan: give one of "
+                                 "them, or write the winner to a file", param_hint="--out/--format")
     try:
         wanted = parse_rate_arg(rate)
         targets = parse_slo_flags(slo)
@@ -60,9 +68,10 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     except SpecError as exc:       # the flags, not the spec
         _fail(exc)
     files.check(out_file, "--out", overwrite)
+    given = overrides(sets)
     cache = run_cache(cache_dir, no_cache)
     try:
-        topo = load(spec)
+        topo = load(spec, given, echo_change)
         with ProgressBar() as bar:
             def progress(runs: int, most: int, best) -> None:
                 if err.is_terminal:
@@ -76,13 +85,15 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                               headroom=margin, top=top)
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
-    if as_json:
-        import json
+    if data:
+        payload = plan_json(result)
+        if given:                          # the --set the start spec was read with
+            from ..spec.overrides import recorded
 
-        typer.echo(json.dumps(plan_json(result), indent=1))
+            payload["overrides"] = recorded(given)
+        emit_document("PlanResult", payload, None, data, "plan", overwrite)
     elif out_file != STDOUT:
-        for table in plan_tables(result, show_all=show_all):
-            out.print(table)
+        print_tables(plan_tables(result, show_all=show_all, width=table_width(wide)), wide)
     winner = result.winner
     if result.unsearched:
         err.print("warning: the search was " + search_verdict(result))
@@ -91,10 +102,14 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
                   + ("; raise --max-runs, " if result.unsearched else "; raise ")
                   + "--max-instances or --budget, add --gpu choices, or relax --slo")
         raise typer.Exit(EXIT_NO_PLAN)
+    text = winner_yaml(winner, result, topo)
+    if given:      # the winner holds them already; below kvplan's header (its mark, cli/files.py), where they came from
+        head, _, body = text.partition("\n")
+        text = head + "\n" + f"# from {spec} with --set {' --set '.join(map(str, given))}".replace("\n", " ") + "\n" + body
     if out_file == STDOUT:
-        typer.echo(winner_yaml(winner, result, topo), nl=False)
+        typer.echo(text, nl=False)
     elif out_file:
-        files.write(out_file, winner_yaml(winner, result, topo), "--out", overwrite)
+        files.write(out_file, text, "--out", overwrite)
         err.print(f"winner written to {out_file}: kvplan deploy {out_file} -i INVENTORY")
 
 
@@ -124,10 +139,12 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                      "`ray start` names) or a cluster address."),
               out_file: Optional[str] = typer.Option(None, "--out", help="Write the sweep as JSON to this file (- for stdout)."),
               as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+              fmt: str = format_option("table"),
               csv_file: Optional[str] = typer.Option(None, "--csv", help="Write the sweep as CSV to this file (- for stdout)."),
               overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
               cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-              no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
+              no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+              wide: bool = WIDE, sets: Optional[list[str]] = set_option()) -> None:
     """Simulate variants of a spec (--vary PATH=V1,V2,...) and compare them in one table."""
     from ..report import terminal
     from ..report.sweep import sweep_section
@@ -135,27 +152,32 @@ def sweep(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..sweep.variants import VaryUsageError, parse_vary
 
     _executor_options(workers, ray)
+    data = data_format(fmt, as_json)
+    if data and csv_file == STDOUT:
+        raise typer.BadParameter(f"--csv - prints the sweep as CSV on stdout, --format {data} as a document: give one "
+                                 "of them", param_hint="--csv/--format")
     try:
         varies = [parse_vary(v) for v in vary]
     except VaryUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--vary") from None
+    given = overrides(sets)
     files.check(out_file, "--out", overwrite)
     files.check(csv_file, "--csv", overwrite)
     cache = run_cache(cache_dir, no_cache)
     try:
         with ProgressBar() as progress:
             result, simulated = sweep(spec, varies, zip_=zip_, seeds=seeds, first_seed=seed, workers=workers, ray=ray,
-                                      cache=cache, on_done=lambda done, total: progress(done / total))
+                                      cache=cache, on_done=lambda done, total: progress(done / total),
+                                      overrides=given, on_change=echo_change)
     except VaryUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--vary/--zip") from None
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
-    if not (as_json or STDOUT in (out_file, csv_file)):
-        for table in terminal.tables([sweep_section(result)]):
-            out.print(table)
+    if not (data or STDOUT in (out_file, csv_file)):
+        print_tables(terminal.tables([sweep_section(result)], table_width(wide)), wide)
     _runs_line(len(result.points) * seeds, simulated, cache)
-    if out_file or as_json:
-        emit(result.model_dump_json(indent=1) + "\n", out_file, as_json, "sweep", overwrite)
+    if out_file or data:
+        emit_document("SweepResult", result, out_file, data, "sweep", overwrite)
     if csv_file:
         emit(result.to_csv(), csv_file, False, "CSV", overwrite, "--csv")
 
@@ -183,21 +205,26 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                                                                             "(- for stdout)."),
                  overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
                  as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+                 fmt: str = format_option("table"),
                  cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-                 no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache.")) -> None:
-    """Find the highest arrival rate at which the spec still meets its SLO (bisection over simulations)."""
+                 no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+                 wide: bool = WIDE, sets: Optional[list[str]] = set_option()) -> None:
+    """Find the highest arrival rate (new sessions/s for chat sessions, the replay speed for a trace or log) at
+    which the spec still meets its SLO (bisection over simulations)."""
     from ..report import terminal
     from ..report.sections import Section
-    from ..report.sweep import TABLE_COLUMNS
+    from ..report.sweep import NARROW, TABLE_COLUMNS
     from ..spec.slo import parse_slo_flags
     from ..sweep.capacity import SloUsageError, headline, search
     from ..units import fmt_duration
 
     _executor_options(workers, ray)
+    given = overrides(sets)
+    data = data_format(fmt, as_json)
     files.check(out_file, "--out", overwrite)
     cache = run_cache(cache_dir, no_cache)
     state = {"n": 0}
-    machine = as_json or out_file == STDOUT
+    machine = data is not None or out_file == STDOUT
     say = err if machine else out          # with JSON on stdout, the probes are progress on stderr
 
     def verdict(p) -> str:
@@ -221,7 +248,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         from ..validation import load
         from ..sweep.capacity import Knob
 
-        topo = load(spec)
+        topo = load(spec, given, echo_change)
         knob = Knob.of(topo)
         targets = targets or topo.slo.targets()
         goal = ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in targets.items())
@@ -232,7 +259,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                          else " on 1 seed (no interval)"))
         result, simulated = search(spec, targets, seeds=seeds, first_seed=seed, low=low, high=high,
                                    tolerance=tolerance, workers=workers, ray=ray, cache=cache, on_probe=show,
-                                   headroom=margin)
+                                   headroom=margin, overrides=given)
     except SloUsageError as exc:
         raise typer.BadParameter(str(exc), param_hint="--slo/--low/--high/--tolerance") from None
     except SpecError as exc:
@@ -240,7 +267,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     for line in headline(result):
         say.print(line)
     section = Section("Bracketing probes" + (", mean ± 95 % CI" if seeds > 1 else ""),
-                      ["", "rate", "seeds", *(label for _, label, _ in TABLE_COLUMNS)])
+                      ["", "rate", "seeds", *(label for _, label, _ in TABLE_COLUMNS)], narrow=NARROW)
     for name, p in (("met", result.met), ("missed", result.missed)):
         if p is not None:
             section.rows.append([name, knob.fmt_probe(p), str(len(p.seeds)),
@@ -250,37 +277,43 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
                 section.rows.append(["", "± 95 % CI", "", *("" if p.metrics.get(key) is None else f(p.metrics[key].ci95)
                                                             for key, _, f in TABLE_COLUMNS)])
     if not machine:
-        for table in terminal.tables([section]):
-            out.print(table)
+        print_tables(terminal.tables([section], table_width(wide)), wide)
     _runs_line(sum(len(p.seeds) for p in result.probes), simulated, cache)
-    if out_file or as_json:
-        emit(result.model_dump_json(indent=1) + "\n", out_file, as_json, "search", overwrite)
+    if out_file or data:
+        emit_document("CapacityResult", result, out_file, data, "search", overwrite)
 
 
 def size(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
              seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the workload (default: workload.seed)."),
-             as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
+             as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables "
+                                                                 "(--format json)."),
+             fmt: str = format_option("table"),
              out_file: Optional[str] = typer.Option(None, "--out", help="Write the result as JSON to this file "
                                                                         "(for kvplan report; - for stdout)."),
-             overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP)) -> None:
+             overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+             sets: Optional[list[str]] = set_option()) -> None:
     """Hit ratio against capacity for every tier, from one pass over the workload: working set, the sizes
     reaching 50/90/99 % of the reuse, and their cost."""
     from ..report.sizing import terminal_tables
     from ..sizing import size
     from ..validation import load
 
+    data = data_format(fmt, as_json)
     files.check(out_file, "--out", overwrite)
+    given = overrides(sets)
     try:
-        result = size(load(spec), seed=seed)
+        result = size(load(spec, given, echo_change), seed=seed)
+        if given:
+            from ..spec.overrides import recorded
+
+            result = result.model_copy(update={"overrides": recorded(given)})
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
-    data = result.model_dump_json(indent=1) + "\n"
-    if as_json or out_file == STDOUT:
-        return emit(data, out_file, as_json, "result", overwrite)
-    for table in terminal_tables(result):
-        out.print(table)
+    if data or out_file == STDOUT:
+        return emit_document("SizeResult", result, out_file, data, "result", overwrite)
+    print_tables(terminal_tables(result, table_width(False)))
     if out_file:
-        emit(data, out_file, False, "result", overwrite)
+        emit_document("SizeResult", result, out_file, None, "result", overwrite)
 
 
 def report(result_or_sweep: str = typer.Argument(..., help="JSON kvplan wrote: `simulate --out` (one run, --seeds, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ..catalog import Catalog
+from ..report.terminal import natural_width
 from ..resolve import Resolved, kv_bytes_per_token
 from ..units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
 
@@ -27,7 +28,7 @@ def _drives(r: Resolved) -> str:
 
 def summary_tables(r: Resolved) -> list[Table]:
     serving = Table(title="Serving", show_header=False, title_justify="left")
-    serving.add_column(style="bold")
+    serving.add_column(style="bold", no_wrap=True)
     serving.add_column()
     rows = [
         ("model", f"{r.model.name} ({r.model.attention}, {r.model.num_layers} layers, {r.model.num_kv_heads} KV heads x {r.model.head_dim})"),
@@ -61,7 +62,7 @@ def summary_tables(r: Resolved) -> list[Table]:
         lm = r.lmcache
         tiers = Table(title=f"LMCache ({lm.mode} mode, chunk {lm.chunk_size} tokens = {fmt_bytes(lm.chunk_bytes)})",
                       show_header=False, title_justify="left")
-        tiers.add_column(style="bold")
+        tiers.add_column(style="bold", no_wrap=True)
         tiers.add_column()
         for t in lm.tiers:
             ttl = f", ttl {fmt_duration(t.ttl_s)}" if t.ttl_s else ""
@@ -77,7 +78,7 @@ def summary_tables(r: Resolved) -> list[Table]:
     if n:
         native = Table(title=f"vLLM native offloading (OffloadingConnector, chunk {n.chunk_tokens} tokens = "
                              f"{fmt_bytes(n.chunk_bytes)})", show_header=False, title_justify="left")
-        native.add_column(style="bold")
+        native.add_column(style="bold", no_wrap=True)
         native.add_column()
         native.add_row("ddr", f"{r.instances} x {fmt_bytes(n.capacity_bytes)} (one per instance) = "
                               f"{fmt_count(n.capacity_chunks)} chunks = {fmt_count(n.capacity_tokens)} tokens each; "
@@ -88,7 +89,7 @@ def summary_tables(r: Resolved) -> list[Table]:
     if r.ceph:
         c = r.ceph
         ceph = Table(title=f"Ceph ({c.deploy})", show_header=False, title_justify="left")
-        ceph.add_column(style="bold")
+        ceph.add_column(style="bold", no_wrap=True)
         ceph.add_column()
         ceph.add_row("OSDs", f"{c.osds} x {fmt_bytes(c.osd_size)} {c.device_class.name} on {c.hosts} host(s), {c.network.name}")
         ceph.add_row("capacity", f"{fmt_bytes(c.raw_bytes)} raw, {fmt_bytes(c.usable_bytes)} usable at size {c.pool_size}")
@@ -101,7 +102,20 @@ def summary_tables(r: Resolved) -> list[Table]:
     return tables
 
 
-def catalog_tables(cat: Catalog) -> list[Table]:
+def _nvme_table(cat: Catalog, example: bool) -> Table:
+    nvme = Table(title="NVMe classes", title_justify="left")
+    for col in ("name", *(["example"] if example else []), "read", "write", "read IOPS", "write IOPS", "read lat",
+                "write lat"):
+        nvme.add_column(col)
+    for n in cat.nvme.values():
+        nvme.add_row(n.name, *([n.example_device] if example else []), fmt_bandwidth(n.read_bandwidth),
+                     fmt_bandwidth(n.write_bandwidth), fmt_count(n.read_iops), fmt_count(n.write_iops),
+                     fmt_duration(n.read_latency), fmt_duration(n.write_latency))
+    return nvme
+
+
+def catalog_tables(cat: Catalog, width: int | None = None) -> list[Table]:
+    """The catalog's tables; one wider than `width` columns leaves out a column and says so (None: all)."""
     llm = Table(title="Models", title_justify="left")
     for col in ("name", "attention", "layers", "KV heads", "head dim", "params", "context", "KV/token bf16"):
         llm.add_column(col)
@@ -118,12 +132,10 @@ def catalog_tables(cat: Catalog) -> list[Table]:
                     f"{d.fp8_tflops:g}" if d.fp8_tflops else "-", f"{d.fp32_tflops:g}" if d.fp32_tflops else "-",
                     fmt_bandwidth(d.pcie) if d.pcie else "-",
                     fmt_bandwidth(d.nvlink) if d.nvlink else "-")
-    nvme = Table(title="NVMe classes", title_justify="left")
-    for col in ("name", "example", "read", "write", "read IOPS", "write IOPS", "read lat", "write lat"):
-        nvme.add_column(col)
-    for n in cat.nvme.values():
-        nvme.add_row(n.name, n.example_device, fmt_bandwidth(n.read_bandwidth), fmt_bandwidth(n.write_bandwidth),
-                     fmt_count(n.read_iops), fmt_count(n.write_iops), fmt_duration(n.read_latency), fmt_duration(n.write_latency))
+    nvme = _nvme_table(cat, example=True)
+    if width is not None and natural_width(nvme) > width:      # the example drive is what goes (--wide shows it)
+        nvme = _nvme_table(cat, example=False)
+        nvme.caption, nvme.caption_justify = "left out: example; --wide shows all", "left"
     nics = Table(title="NICs", title_justify="left")
     for col in ("name", "bandwidth", "latency"):
         nics.add_column(col)

@@ -10,8 +10,15 @@ For teams that run the vLLM layer on Kubernetes, as the design note recommends, 
   Ansible path passes them (`stack.vllm_args`);
 - LMCache in-process (LMCacheConnectorV1, the only mode the chart runs): its CPU buffer and disk
   sizes from the same config the Ansible path writes (`stack.inprocess_config`), the rest as
-  LMCACHE_* variables (chunk size, disk path, policy, save/retrieve settings); the nvme tier's
-  directory is the node's (a hostPath volume mounted at lmcache.nvme.path);
+  LMCACHE_* variables (chunk size, disk path, policy, save/retrieve settings). The chart reads
+  the CPU buffer through Sprig's `int` (LMCACHE_LOCAL_CPU only when `int` of it is above 0, and
+  `int` of a string such as '40.5' is 0), so it is written as whole GB per GPU worker, rounded
+  down, and `notes` says by how much; the disk size, which the chart passes on as written, stays
+  exact. The nvme tier's directory is the node's (a hostPath volume mounted at lmcache.nvme.path),
+  each pod writing under its own subdirectory, named for the pod (subPathExpr), so that replicas
+  on one node never share LMCache's files;
+- the API key (serving.api_key_env): the chart's `servingEngineSpec.vllmApiKey`, a reference to a
+  Kubernetes Secret `<name>-vllm-api-key` whose key is the variable's name (`api_key_secret`);
 - one replica per vLLM instance, `requestGPU` = TP; round-robin routing, or, for serving.router: llm_d, no
   production-stack router (`enableRouter: false`) and llm-d's EndpointPickerConfig beside the values
   (kvplan.deploy.llmd), for llm-d's gateway to route to the pods.
@@ -30,6 +37,7 @@ source in tests/fixtures/production-stack/).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -38,9 +46,15 @@ from ..resolve import Resolved
 from . import llmd
 from .stack import inprocess_config, vllm_args
 
-IMAGE = {"repository": "lmcache/vllm-openai", "tag": "latest"}
-"""The chart's default engine image (vLLM with LMCache); pin a tag that carries the vLLM and LMCache versions
-your kvplan checks its configs against (docs/deploy.md)."""
+LMCACHE_RELEASE = "0.5.6"
+"""The LMCache release whose configuration kvplan writes and checks (stack.LMCACHE_ENGINE_KEYS: the 0.5.6 wheel's
+LMCacheEngineConfig)."""
+
+IMAGE = {"repository": "lmcache/vllm-openai", "tag": f"v{LMCACHE_RELEASE}"}
+"""The engine image, pinned to that release: LMCache's release workflow (LMCache/LMCache .github/workflows/publish.yml,
+job publish-image) builds lmcache/vllm-openai from docker/Dockerfile at each release and pushes it tagged with the
+release's git tag (v0.5.6) besides `latest`, which moves with every release. The vLLM inside is the one that
+Dockerfile installs at that tag."""
 
 CHART_FLAGS = {"tensorParallelSize": "--tensor-parallel-size", "maxModelLen": "--max-model-len",
                "maxNumSeqs": "--max-num-seqs", "gpuMemoryUtilization": "--gpu-memory-utilization", "dtype": "--dtype"}
@@ -48,12 +62,67 @@ CHART_FLAGS = {"tensorParallelSize": "--tensor-parallel-size", "maxModelLen": "-
 extraArgs); `kvplan import --helm-values` reads them back through the same table."""
 _FIELDS = {flag: name for name, flag in CHART_FLAGS.items()}
 
+POD_NAME = "KVPLAN_POD_NAME"
+"""The variable the pod's own name is given in (a fieldRef), which names its subdirectory of the nvme tier."""
+
 LMCACHE_ENV = {"chunk_size": "LMCACHE_CHUNK_SIZE", "local_disk": "LMCACHE_LOCAL_DISK",
                "cache_policy": "LMCACHE_CACHE_POLICY", "save_decode_cache": "LMCACHE_SAVE_DECODE_CACHE",
                "save_unfull_chunk": "LMCACHE_SAVE_UNFULL_CHUNK", "min_retrieve_tokens": "LMCACHE_MIN_RETRIEVE_TOKENS",
                "pre_caching_hash_algorithm": "LMCACHE_PRE_CACHING_HASH_ALGORITHM",
                "local_disk_path_sharding": "LMCACHE_LOCAL_DISK_PATH_SHARDING"}
 """LMCache engine config keys the chart has no field for -> the LMCACHE_* variable LMCache reads them from."""
+
+
+CHART = "production-stack chart vllm-stack 0.1.12 (commit a6c01db), helm/templates/deployment-vllm-multi.yaml"
+"""The chart the values are written for and checked against (tests/fixtures/production-stack/)."""
+
+
+def cpu_buffer_gb(r: Resolved) -> int:
+    """cpuOffloadingBufferSize: LMCache's CPU buffer per GPU worker in whole GB (GiB), rounded down, as the chart
+    compares it (`gt (int ...) 0`)."""
+    return math.floor(inprocess_config(r)["max_local_cpu_size"])
+
+
+def api_key_secret(r: Resolved) -> dict[str, str] | None:
+    """The chart's vllmApiKey for serving.api_key_env: the Kubernetes Secret `<name>-vllm-api-key`, under the key
+    named as the variable (the deploy's user creates it from that variable: `kubectl create secret`)."""
+    if r.api_key_env is None:
+        return None
+    return {"secretName": f"{_k8s_name(r.name)}-vllm-api-key", "secretKey": r.api_key_env}
+
+
+def notes(r: Resolved) -> list[str]:
+    """What the values mean that the spec does not say: a tier's size is a node's in the spec and per GPU worker in
+    the values, and the CPU buffer is whole GB."""
+    lm = r.lmcache
+    if lm is None or lm.mode != "inprocess":
+        return []
+    cfg, out = inprocess_config(r), []
+    per_node, workers = r.instances_per_node, r.instances_per_node * r.tensor_parallel
+    for tier, key in (("ddr", "max_local_cpu_size"), ("nvme", "max_local_disk_size")):
+        if lm.tier(tier) is None:
+            continue
+        exact = cfg[key]
+        out.append(f"lmcache.{tier}.size {_gb(exact * workers)} GiB is a node's ({per_node} instance"
+                   f"{'s' if per_node != 1 else ''} of TP {r.tensor_parallel} on a node of {r.gpus_per_node} GPUs, as "
+                   f"kvplan simulates and Ansible deploys): {_gb(exact * r.tensor_parallel)} GiB per pod, "
+                   f"{_gb(exact)} GiB per GPU worker; Kubernetes places the pods, so a node holds "
+                   f"{_gb(exact * workers)} GiB only with {per_node} of them on it")
+    written = cpu_buffer_gb(r)
+    exact = cfg["max_local_cpu_size"]
+    if written != exact:
+        whole = written * workers
+        out.append(f"cpuOffloadingBufferSize {written}: {_gb(exact)} GiB per GPU worker rounded down to whole GB, "
+                   f"as the chart reads it (int), {_gb(exact - written)} GiB per worker less than simulated; "
+                   f"lmcache.ddr.size: {whole}GiB deploys exactly what is simulated")
+    if lm.tier("nvme") is not None:
+        out.append(f"each pod keeps LMCache's disk files under {', '.join(lm.nvme_paths)}/<pod name> on its node: a "
+                   "replaced pod's directory stays there (LMCache does not read it again); remove it by hand")
+    return out
+
+
+def _gb(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
 def refusals(r: Resolved) -> list[Problem]:
@@ -73,6 +142,12 @@ def refusals(r: Resolved) -> list[Problem]:
     elif r.ceph is not None:
         out.append(Problem("ceph", "production-stack deploys no Ceph cluster", fix="drop the ceph section, or deploy "
                            "with Ansible"))
+    if lm is not None and lm.mode == "inprocess" and lm.tier("ddr") is not None and cpu_buffer_gb(r) < 1:
+        share = inprocess_config(r)["max_local_cpu_size"]
+        out.append(Problem("lmcache.ddr.size", f"production-stack turns LMCache's CPU cache on only for a buffer of at "
+                           f"least 1 GB per GPU worker (it compares int of cpuOffloadingBufferSize with 0); this spec "
+                           f"gives each worker {_gb(share)} GiB", fix=f"raise lmcache.ddr.size to at least "
+                           f"{r.instances_per_node * r.tensor_parallel}GiB, or deploy with Ansible"))
     if lm is not None and lm.mode == "inprocess" and lm.tier("ddr") is None:
         out.append(Problem("lmcache.ddr", "production-stack turns LMCache's CPU cache on whenever it has a CPU buffer, "
                            "which in-process LMCache always needs; a spec without a ddr tier cannot be expressed",
@@ -92,11 +167,11 @@ def values(r: Resolved, request_cpu: int, request_memory: str) -> dict[str, Any]
     """The Helm values, or a SpecError listing every refusal."""
     problems = refusals(r)
     cfg = inprocess_config(r) if r.lmcache is not None else None
-    buffer_gib = cfg["max_local_cpu_size"] * r.tensor_parallel if cfg else 0.0
+    buffer_gib = math.floor(cfg["max_local_cpu_size"]) * r.tensor_parallel if cfg else 0.0
     if r.kv_offloading is not None:          # vLLM's native CPU tier lives in the pod's memory too
         buffer_gib = r.kv_offloading.capacity_bytes / 2 ** 30
     if _gib(request_memory) < buffer_gib:
-        held = (f"LMCache's CPU buffer: {buffer_gib:.1f} GiB ({cfg['max_local_cpu_size']:.1f} GiB on each of "
+        held = (f"LMCache's CPU buffer: {buffer_gib:.1f} GiB ({math.floor(cfg['max_local_cpu_size'])} GiB on each of "
                 f"{r.tensor_parallel} GPU(s))" if cfg else f"vLLM's native CPU offloading tier: {buffer_gib:.1f} GiB")
         problems.append(Problem("--request-memory", f"the pod must hold {held}",
                                 request_memory, fix=f"request at least {buffer_gib:.1f}Gi plus what vLLM needs"))
@@ -127,8 +202,9 @@ def values(r: Resolved, request_cpu: int, request_memory: str) -> dict[str, Any]
                             "requestCPU": request_cpu, "requestMemory": request_memory, "requestGPU": r.tensor_parallel,
                             "vllmConfig": config}
     if cfg is not None:
-        lmcache: dict[str, Any] = {"enabled": True, "cpuOffloadingBufferSize": repr(float(cfg["max_local_cpu_size"]))}
-        if "max_local_disk_size" in cfg:
+        # whole GB: the chart turns the CPU cache on only where `int` of it is above 0 (CHART, lines 336-342)
+        lmcache: dict[str, Any] = {"enabled": True, "cpuOffloadingBufferSize": cpu_buffer_gb(r)}
+        if "max_local_disk_size" in cfg:          # passed on as written (lines 344-347): exact
             lmcache["diskOffloadingBufferSize"] = repr(float(cfg["max_local_disk_size"]))
         spec["lmcacheConfig"] = lmcache
         spec["env"] = [{"name": LMCACHE_ENV[key], "value": _text(cfg[key])} for key in LMCACHE_ENV if key in cfg]
@@ -137,9 +213,15 @@ def values(r: Resolved, request_cpu: int, request_memory: str) -> dict[str, Any]
             names = ["lmcache-nvme"] if len(paths) == 1 else [f"lmcache-nvme{i}" for i in range(len(paths))]
             spec["extraVolumes"] = [{"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
                                     for name, path in zip(names, paths)]
-            spec["extraVolumeMounts"] = [{"name": name, "mountPath": path} for name, path in zip(names, paths)]
+            # each pod its own subdirectory of the node's: replicas on one node never share LMCache's files
+            spec["env"].append({"name": POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+            spec["extraVolumeMounts"] = [{"name": name, "mountPath": path, "subPathExpr": f"$({POD_NAME})"}
+                                         for name, path in zip(names, paths)]
     router = {"enableRouter": False} if r.router == "llm_d" else {"routingLogic": "roundrobin"}
-    return {"servingEngineSpec": {"modelSpec": [spec]}, "routerSpec": router}
+    engine: dict[str, Any] = {"modelSpec": [spec]}
+    if r.api_key_env is not None:
+        engine["vllmApiKey"] = api_key_secret(r)
+    return {"servingEngineSpec": engine, "routerSpec": router}
 
 
 def _text(value: Any) -> str:

@@ -13,6 +13,7 @@ Layout (ansible-runner's, docs/deploy.md):
     project/roles/                   templates/roles, copied as they are (Ansible renders those)
     env/settings                     runner settings
     kvplan.json                      what was rendered: spec, hash, kvplan version, stack
+    grafana/kvplan-dashboard.json    the Grafana dashboard, live beside predicted (kvplan.deploy.dashboard)
     .kvplan-render.json              the marker: every file above, with its sha256
 
 kvplan's own Jinja templates live in templates/project and templates/env; every file kvplan
@@ -37,10 +38,13 @@ from ..resolve import Resolved
 from ..resources import data_root
 from ..spec.grammar import host_problem
 from . import ansible_yaml, inventory as inventory_mod, output as output_mod, rerender
+from .dashboard import Predicted, dashboard
 from .secrets import Secrets
 from .stack import Stack, build
 
 MANIFEST = "kvplan.json"
+DASHBOARD = "grafana/kvplan-dashboard.json"
+"""The Grafana dashboard, to import by hand (the monitoring role also writes it on the monitoring host)."""
 """What was rendered (spec, hash, kvplan version, stack), for people and tools; it decides nothing."""
 ROLES = ("ceph", "lmcache", "vllm", "router", "warmup", "monitoring", "daemon")
 
@@ -119,11 +123,12 @@ def _quantised_weights(r: Resolved) -> list[Problem]:
 
 
 def render(r: Resolved, inv: inventory_mod.Inventory, out: Path,
-           secrets: Secrets | Callable[[], Secrets]) -> Rendered:
+           secrets: Secrets | Callable[[], Secrets], predicted: Predicted | None = None) -> Rendered:
     """Write the private_data_dir; `out` must be new, empty, or an earlier kvplan render.
 
     `secrets` may be a callable (load_or_create): it is called only once the spec, the inventory
-    and `out` have been accepted, so a refused render leaves no keys behind."""
+    and `out` have been accepted, so a refused render leaves no keys behind. `predicted`: the
+    simulator's figures the Grafana dashboard draws beside the live ones."""
     check_deployable(r, inv)
     out = Path(out)
     earlier = output_mod.claim(out)
@@ -132,7 +137,7 @@ def render(r: Resolved, inv: inventory_mod.Inventory, out: Path,
     output_mod.clear(out, earlier)
     output = output_mod.Output(out)
     try:
-        stack = _write(r, inv, keys, output)
+        stack = _write(r, inv, keys, output, predicted)
     except BaseException:
         output.discard()
         raise
@@ -140,9 +145,14 @@ def render(r: Resolved, inv: inventory_mod.Inventory, out: Path,
     return Rendered(out, stack, r, rerender.compare(before, written, r.spec_hash, __version__))
 
 
-def _write(r: Resolved, inv: inventory_mod.Inventory, secrets: Secrets, output: output_mod.Output) -> Stack:
+def _write(r: Resolved, inv: inventory_mod.Inventory, secrets: Secrets, output: output_mod.Output,
+           predicted: Predicted | None) -> Stack:
     gpu = inv.hosts("gpu")
     stack = build(r, [h.name for h in gpu], [h.address for h in inv.hosts("ceph")], [h.address for h in gpu])
+    if stack.monitoring is not None:
+        board = dashboard(r, stack, predicted)
+        stack = stack.model_copy(update={"monitoring": stack.monitoring.model_copy(update={"monitoring_dashboard": board})})
+        output.write(DASHBOARD, json.dumps(board, indent=2) + "\n")
     header = (f"# Rendered by kvplan {__version__} from spec '{r.name}' (sha256 {r.spec_hash}).\n"
               "# Do not edit: change the spec and render again.\n")
     env = _env()

@@ -4,7 +4,7 @@
 did). Before that earlier render is cleared, its files are read; after the new one is written, each
 file is compared with its predecessor. Every file kvplan renders names the spec's hash and kvplan's
 version in its header, so a changed spec changes every header: the comparison reads the earlier
-files with the earlier hash and version replaced by the new ones, and a file whose only difference
+files with the earlier hash (and its short form) and version replaced by the new ones, and a file whose only difference
 was its header counts as unchanged. Files that hold secrets (the RGW keys, the inventory with its
 `ansible_become_password`) are named when they change, their content never shown.
 """
@@ -89,7 +89,8 @@ def compare(earlier: Earlier | None, written: dict[str, bytes], spec_hash: str, 
 def _as_new(text: str, earlier: Earlier, spec_hash: str, version: str) -> str:
     """The earlier text as if it had been rendered with the new spec hash and kvplan version."""
     if earlier.spec_hash:
-        text = text.replace(earlier.spec_hash, spec_hash)
+        # the full hash, then its 12-character short form (the dashboard's uid, the summaries)
+        text = text.replace(earlier.spec_hash, spec_hash).replace(earlier.spec_hash[:12], spec_hash[:12])
     if earlier.version and earlier.version != version:
         text = text.replace(f"kvplan {earlier.version}", f"kvplan {version}").replace(
             json.dumps(earlier.version), json.dumps(version))

@@ -141,6 +141,9 @@ class VllmVars(SpecModel):
     """CPU-only node: no CUDA_VISIBLE_DEVICES; the KV space comes from VLLM_CPU_KVCACHE_SPACE."""
     vllm_s3_credentials: bool
     """In-process LMCache runs inside vLLM, so vLLM gets the RGW keys (as AWS_* variables)."""
+    vllm_api_key_env: str
+    """The variable, where the deploy runs, whose value each instance gets as VLLM_API_KEY through its private
+    environment file (serving.api_key_env); empty: vLLM asks no key."""
 
 
 class RouterVars(SpecModel):
@@ -161,6 +164,8 @@ class WarmupVars(SpecModel):
     warmup_prompts: list[dict[str, Any]]
     """{name, prompt: token ids} for each prompt lmcache.warmup prefills (kvplan.warmup: the simulator's and
     kvplan bench's warm-up too)."""
+    warmup_api_key_env: str
+    """The variable holding the key vLLM asks of clients (serving.api_key_env), sent as a bearer token; empty: none."""
 
 
 class MonitoringVars(SpecModel):
@@ -178,6 +183,8 @@ class MonitoringVars(SpecModel):
     """Prometheus alert rules file content."""
     monitoring_vllm_targets: list[str]
     monitoring_lmcache_targets: list[str]
+    monitoring_dashboard: dict[str, Any] = {}
+    """The Grafana dashboard (deploy/dashboard.py), set by the render; written beside the rules."""
     """host:port of each GPU host's LMCache MP server HTTP API (its /metrics); empty without one."""
     monitoring_ceph_targets: list[str]
 
@@ -399,7 +406,8 @@ def _vllm(r: Resolved) -> VllmVars:
                  and r.ceph.access == "s3")
     return VllmVars(vllm_model=r.model_path or "", vllm_args=vllm_args(r), vllm_env=env, vllm_host=r.api_host,
                     vllm_url_host=url_host(local_address(r.api_host)),
-                    vllm_tensor_parallel=r.tensor_parallel, vllm_cpu_host=r.device.kind == "cpu", vllm_s3_credentials=s3_inside)
+                    vllm_tensor_parallel=r.tensor_parallel, vllm_cpu_host=r.device.kind == "cpu", vllm_s3_credentials=s3_inside,
+                    vllm_api_key_env=r.api_key_env or "")
 
 
 def router_policy(kind: str, thresholds: RouterThresholds) -> list[str]:
@@ -429,7 +437,8 @@ def _warmup(r: Resolved) -> WarmupVars | None:
     if not prompts:
         return None
     return WarmupVars(warmup_model=r.model.name, warmup_url_host=url_host(local_address(r.api_host)),
-                      warmup_prompts=[{"name": p.name, "prompt": warm.token_ids(p, r.model.vocab_size)} for p in prompts])
+                      warmup_prompts=[{"name": p.name, "prompt": warm.token_ids(p, r.model.vocab_size)} for p in prompts],
+                      warmup_api_key_env=r.api_key_env or "")
 
 
 def hit_ratio_expr(r: Resolved) -> str:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..deploy.helm import CHART_FLAGS
+from ..deploy.helm import CHART_FLAGS, POD_NAME
 from ..errors import Problem, SpecError
 from ..spec.serving import Serving
+from ..units import exact_size, parse_size
 from .imported import Imported
 from .lmcache import add_lmcache_config
-from .vllm import from_vllm_command
+from .vllm import API_KEY_ENV, from_vllm_command
 
 CHART_RESOURCES = {"repository", "tag", "requestCPU", "requestMemory", "requestGPUType", "pvcStorage", "storageClass",
                    "runtimeClassName", "nodeSelectorTerms", "tolerations", "labels", "annotations"}
@@ -55,7 +56,8 @@ def from_helm_values(data: dict[str, Any], gpu: str, model_spec: str | None = No
         imported.unmapped.append((f"modelSpec.{key}", "the pod's, not the engine's: kvplan neither simulates nor sets it"
                                   if key in CHART_RESOURCES else "kvplan has no setting for it"))
     lmcache = entry.get("lmcacheConfig") or {}
-    env = {str(e.get("name")): str(e.get("value")) for e in entry.get("env") or [] if isinstance(e, dict)}
+    env = {str(e.get("name")): str(e.get("value")) for e in entry.get("env") or []
+           if isinstance(e, dict) and e.get("name") != POD_NAME}      # the pod's name: its nvme subdirectory
     if lmcache.get("enabled"):
         imported.spec["lmcache"] = {"mode": "inprocess"}
         engine: dict[str, Any] = {}
@@ -76,10 +78,11 @@ def from_helm_values(data: dict[str, Any], gpu: str, model_spec: str | None = No
         for tier in ("ddr", "nvme"):
             if tier in imported.spec["lmcache"]:
                 size = imported.spec["lmcache"][tier]["size"]
-                imported.spec["lmcache"][tier]["size"] = f"{int(size[:-1]) * per_node}B"
+                imported.spec["lmcache"][tier]["size"] = exact_size(parse_size(size) * per_node)
         imported.spec["workload"] = imported.spec.pop("workload")     # keep the placeholder last
     for name in sorted(n for n in env if not n.startswith("LMCACHE_") or not lmcache.get("enabled")):
         imported.unmapped.append((f"env {name}", "kvplan has no setting for it"))
+    _api_key(serving_spec.get("vllmApiKey"), imported)
     router = data.get("routerSpec") or {}
     logic = router.get("routingLogic", "roundrobin")
     if router.get("enableRouter") is False:
@@ -95,6 +98,31 @@ def from_helm_values(data: dict[str, Any], gpu: str, model_spec: str | None = No
         if other != entry.get("name"):
             imported.unmapped.append((f"modelSpec {other}", "a spec plans one model: import it with --model-spec"))
     return imported
+
+
+def _api_key(reference: Any, imported: Imported) -> None:
+    """servingEngineSpec.vllmApiKey as serving.api_key_env: a Secret's key names the variable (the render refers to
+    the Secret `<name>-vllm-api-key` under that key); a key written into the values is never carried, only named as
+    VLLM_API_KEY for the deploy to read."""
+    from ..spec.serving import ENV_NAME
+
+    if not reference:
+        return
+    serving = imported.spec["serving"]
+    where = "servingEngineSpec.vllmApiKey"
+    if isinstance(reference, dict) and ENV_NAME.fullmatch(str(reference.get("secretKey", ""))):
+        key, name = str(reference["secretKey"]), str(reference.get("secretName", ""))
+        serving["api_key_env"] = key
+        imported.approximated.append((f"{where}.secretName {name}", f"serving.api_key_env: {key} names the key; kvplan's "
+                                  f"render refers to the Secret <name>-vllm-api-key: create it from ${key}"))
+    elif isinstance(reference, str):
+        serving["api_key_env"] = API_KEY_ENV
+        imported.approximated.append((where, f"the values hold the key itself, which a spec never does: serving.api_key_env: "
+                                  f"{API_KEY_ENV} names the variable the deploy reads it from; export it, or create the "
+                                  "Secret the render names"))
+    else:
+        imported.unmapped.append((where, "not a Secret reference kvplan can read (secretName, and a secretKey that is "
+                                  "a variable's name): set serving.api_key_env by hand"))
 
 
 def _env_value(text: str) -> Any:

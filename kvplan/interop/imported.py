@@ -12,10 +12,12 @@ PLACEHOLDER_WORKLOAD = {"kind": "chat", "duration": "10min", "arrivals": {"rate"
 
 @dataclass
 class Imported:
-    """A spec mapping made from users' configs, and what did not map: (flag or key, why)."""
+    """A spec mapping made from users' configs, what did not map (flag or key, why) and what mapped with a difference
+    (flag or key, what differs: an API key becomes a reference to where the deploy reads it)."""
 
     spec: dict[str, Any]
     unmapped: list[tuple[str, str]] = field(default_factory=list)
+    approximated: list[tuple[str, str]] = field(default_factory=list)
 
 
 def read_int(text: str) -> int:

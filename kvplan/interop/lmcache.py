@@ -12,6 +12,7 @@ from typing import Any
 from ..deploy.stack import MP_POLICY
 from ..errors import Problem, SpecError, did_you_mean
 from ..resolve import MP_EVICTION_RATIO, MP_EVICTION_WATERMARK
+from ..units import exact_size
 from .imported import Imported, read_int
 
 LMCACHE_KEYS = {"chunk_size": "chunk_size", "save_decode_cache": "save_decode_cache",
@@ -94,8 +95,9 @@ def add_lmcache_config(imported: Imported, config: dict[str, Any], source: str) 
 
 
 def _gib(gb: float) -> str:
-    """LMCache's GB are GiB (2^30 bytes); as a spec size, to the byte."""
-    return f"{round(gb * 2 ** 30)}B"
+    """LMCache's GB are GiB (2^30 bytes); as a spec size, to the byte, in the largest unit that holds it exactly
+    (200 -> '200GiB', 0.5 -> '512MiB')."""
+    return exact_size(round(gb * 2 ** 30))
 
 
 def _gb(value: Any, where: str = "--lmcache", fix: str = "write sizes as LMCache reads them, in GB "

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from ..deploy.stack import VLLM_DTYPE
 from ..errors import Problem, SpecError
 from ..spec.serving import QUANTIZATIONS
+from ..units import exact_size
 from .imported import PLACEHOLDER_WORKLOAD, Imported, read_int
 
 DTYPES = {**{vllm: ours for ours, vllm in VLLM_DTYPE.items()}, "half": "fp16", "float": "fp32"}
@@ -27,7 +28,7 @@ VLLM_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--tensor-parallel-size": ("tensor_parallel", read_int), "-tp": ("tensor_parallel", read_int),
     "--block-size": ("block_size", read_int),
     "--gpu-memory-utilization": ("gpu_memory_utilization", float),
-    "--kv-cache-memory-bytes": ("kv_cache_memory", lambda v: f"{read_int(v)}B"),
+    "--kv-cache-memory-bytes": ("kv_cache_memory", lambda v: exact_size(read_int(v))),
     "--max-model-len": ("max_model_len", read_int),
     "--max-num-seqs": ("max_num_seqs", read_int),
     "--max-num-batched-tokens": ("max_num_batched_tokens", read_int),
@@ -52,6 +53,14 @@ ENV_SET_BY_KVPLAN = {name: "kvplan's deployment sets it" for name in (
 """Environment variables before the command that kvplan's deployment writes itself (VLLM_CPU_KVCACHE_SPACE is
 imported: the KV space of a CPU device)."""
 
+API_KEY_ENV = "VLLM_API_KEY"
+"""The variable vLLM reads its key from (as --api-key): what an imported serving.api_key_env names."""
+
+API_KEY_REASON = (f"a reference, not the key: serving.api_key_env: {API_KEY_ENV} names the variable the deploy reads "
+                  f"the key from; export {API_KEY_ENV}=<the key> where kvplan deploy runs (production-stack: "
+                  "create the Secret the render names)")
+"""Why the API key is carried as a reference only (it is listed with the flag, never with its value)."""
+
 KNOWN_SWITCHES = {"--enforce-eager", "--trust-remote-code", "--disable-log-requests", "--disable-log-stats",
                   "--enable-log-requests", "--disable-frontend-multiprocessing", "--no-enable-log-requests"}
 """Boolean flags without a value that kvplan has no setting for (so the next word is not read as their value)."""
@@ -69,11 +78,15 @@ def from_vllm_command(command: str, gpu: str, name: str = "imported") -> Importe
     serving: dict[str, Any] = {"gpu": gpu}
     lmcache: dict[str, Any] | None = None
     unmapped: list[tuple[str, str]] = []
+    approximated: list[tuple[str, str]] = []     # the API key: carried as a reference, never as its value
     offloading: dict[str, str] = {}              # --kv-offloading-size / --kv-offloading-backend, read after the loop
     while words and "=" in words[0] and not words[0].startswith("-"):      # NAME=value before the command
         variable, value = words.pop(0).split("=", 1)
         if variable == "VLLM_CPU_KVCACHE_SPACE":
             serving["kv_cache_memory"] = f"{value}GiB"
+        elif variable == API_KEY_ENV:
+            serving["api_key_env"] = API_KEY_ENV
+            approximated.append((variable, API_KEY_REASON))                # the name, never the value
         else:
             unmapped.append((f"{variable}={value}", ENV_SET_BY_KVPLAN.get(variable, "kvplan has no setting for it")))
     words = _after_entrypoint(words)
@@ -96,6 +109,11 @@ def from_vllm_command(command: str, gpu: str, name: str = "imported") -> Importe
         shown = flag if value is None else f"{flag} {value}"
         if flag == "--model":
             model = value
+        elif flag == "--api-key":
+            while i < len(words) and not words[i].startswith("-"):      # vLLM takes one key or more
+                i += 1
+            serving["api_key_env"] = API_KEY_ENV
+            approximated.append((flag, API_KEY_REASON))                    # the flag, never the key
         elif flag in VLLM_FLAGS and value is not None:
             key, read = VLLM_FLAGS[flag]
             try:
@@ -142,7 +160,7 @@ def from_vllm_command(command: str, gpu: str, name: str = "imported") -> Importe
     if lmcache is not None:
         spec["lmcache"] = lmcache
     spec["workload"] = dict(PLACEHOLDER_WORKLOAD)
-    return Imported(spec, unmapped)
+    return Imported(spec, unmapped, approximated)
 
 
 def _after_entrypoint(words: list[str]) -> list[str]:
@@ -177,7 +195,7 @@ def _kv_offloading_flags(flags: dict[str, str], serving: dict[str, Any], lmcache
         unmapped.append((shown, f"'{size}' is not a size in GiB"))
         return lmcache
     if backend == "native":
-        serving.setdefault("kv_offloading", {"size": nbytes})
+        serving.setdefault("kv_offloading", {"size": exact_size(nbytes)})
         return lmcache
     if backend == "lmcache":
         unmapped.append((shown, "with --kv-offloading-backend lmcache vLLM passes no size: the LMCache server's "
@@ -200,7 +218,7 @@ def _offloading_connector(text: str, unmapped: list[tuple[str, str]]) -> dict[st
     if "eviction" in section:
         section["eviction"] = str(section["eviction"]).upper()
     if "size" in section:
-        section["size"] = int(float(section["size"]))
+        section["size"] = exact_size(int(float(section["size"])))
     for key in sorted(set(extra) - set(NATIVE_EXTRA)):
         unmapped.append((f"kv_connector_extra_config.{key}", "kvplan has no setting for it"))
     return section

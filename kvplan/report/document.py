@@ -40,7 +40,17 @@ from .sweep import sweep_section
 
 
 def build(data: ReportInput) -> Document:
-    """The document for a loaded result file."""
+    """The document for a loaded result file; its subtitle names the --set overrides the result was computed with."""
+    doc = _build(data)
+    given = data.overrides or list(getattr(data.sweep or data.size or data.capacity, "overrides", None) or [])
+    if data.plan is not None:
+        given = given or list((data.plan.model_extra or {}).get("overrides") or [])
+    if given:
+        doc.subtitle += "; with " + " ".join(f"--set {o}" for o in given)
+    return doc
+
+
+def _build(data: ReportInput) -> Document:
     ids = Ids()
     if data.kind == "sweep":
         return _sweep_document(data, ids)

@@ -14,7 +14,10 @@
 - `kvplan compare SPEC --observed RUN --json`: a list of rows (keys `metric`, `unit`, `predicted`, `observed`,
   `error`).
 
-Each is recognised by the keys only it has, not by a version or kind field.
+Each document kvplan writes now begins with its `kind` and `schema_version` (kvplan/report/kinds.py): a file with
+a kind is recognised by it (one from a newer kvplan, with a higher schema_version, is refused naming both
+versions); a file written before kinds existed is recognised by the keys only its kind has, as above (and a
+comparison, then a bare list of rows, is now `{"kind": "CompareResult", "rows": [...]}`).
 
 `kvplan validate --json` (a resolved spec) and `kvplan catalog --json` (reference data) are not answers:
 they are refused with what they are and the command that prints them. Anything else (a missing file,
@@ -63,6 +66,9 @@ class ReportInput:
     """A kvplan.report.plan_page.PlanFile when kind == 'plan'."""
     doctor: Any = None
     """A kvplan.doctor.finding.Diagnosis when kind == 'doctor'."""
+    overrides: list[str] = field(default_factory=list)
+    """The --set PATH=VALUE overrides a simulation or diagnosis ran with (sweeps, sizings and searches keep theirs in
+    their own model)."""
     healthy: bool | None = None
     """The diagnosis's verdict as `kvplan doctor --json` wrote it."""
     snapshot: Any = None
@@ -114,55 +120,22 @@ def load(path: str | Path) -> ReportInput:
                        f"{WRITE_ONE}") from None
     except (ValueError, RecursionError) as exc:           # a number past Python's digit limit, nesting past its stack
         raise _problem(path, f"is not a JSON file kvplan reads: {str(exc)[:120]}", WRITE_ONE) from None
+    from . import kinds
+
+    kind, data = kinds.read(data, str(path))
+    if kind is not None:
+        return _of_kind(path, kind, data)
     if isinstance(data, list) and data and all(isinstance(row, dict) and {"metric", "predicted", "observed"} <= set(row)
                                                for row in data):
-        from .compare_page import CompareRow
-
-        return ReportInput(path, "compare", compare=[_validated(path, CompareRow, row, str(i))
-                                                     for i, row in enumerate(data)])
+        return _of_kind(path, "CompareResult", {"rows": data})      # compare --json before kinds: a bare list
     if not isinstance(data, dict):
         raise _problem(path, f"holds a JSON {_JSON_KIND.get(type(data), 'value')}, not a kvplan result object",
                        WRITE_ONE)             # its kind, never its content: the path may name some other file
-    if "per_request" in data and "spec_hash" in data:
-        cost = _cost(path, data.pop("cost", None))
-        return ReportInput(path, "result", results=[_validated(path, SimResult, data, "")], cost=cost)
-    if isinstance(data.get("results"), list):
-        return _simulate_payload(path, data)
-    if data.get("kind") == "size":
-        from ..sizing import SizeResult
-
-        return ReportInput(path, "size", size=_validated(path, SizeResult, data, ""))
-    if data.get("kind") == "doctor":
-        from ..doctor.finding import Diagnosis
-
-        healthy = data.pop("healthy", None)
-        data.pop("written", None)                 # what --write wrote: paths, not part of the diagnosis
-        return ReportInput(path, "doctor", doctor=_validated(path, Diagnosis, data, ""),
-                           healthy=healthy if isinstance(healthy, bool) else None)
-    if "taken_at" in data and "components" in data:
-        from ..live.observe import Snapshot
-
-        return ReportInput(path, "snapshot", snapshot=_validated(path, Snapshot, data, ""))
-    if "points" in data and "varied" in data:
-        from ..sweep.result import SweepResult
-
-        return ReportInput(path, "sweep", sweep=_validated(path, SweepResult, data, ""))
-    if "probes" in data and "knob" in data:
-        from ..sweep.capacity import CapacityResult
-
-        return ReportInput(path, "capacity", capacity=_validated(path, CapacityResult, data, ""))
-    if "candidates" in data and "winner" in data:
-        from .plan_page import PlanFile
-
-        return ReportInput(path, "plan", plan=_validated(path, PlanFile, data, ""))
-    if "kv_bytes_per_token" in data and "hbm_blocks" in data:
-        raise _problem(path, "is the resolved spec `kvplan validate --json` prints: a spec's numbers, not an answer "
-                             "to show", "`kvplan validate SPEC` prints them as tables; for a page, simulate the spec: "
-                                        "`kvplan simulate SPEC --out result.json`, then `kvplan report result.json`")
-    if "llms" in data and "devices" in data:
-        raise _problem(path, "is the catalog `kvplan catalog --json` prints: reference data, not an answer to show",
-                       f"`kvplan catalog` prints it as tables; {WRITE_ONE}")
-    raise _problem(path, "is JSON but not a kvplan result: expected a simulation result (keys spec_hash, "
+    for kind, keys in _KEYS_OF_KIND:
+        if keys <= set(data) and (kind != "SimulateRuns" or isinstance(data["results"], list)):
+            return _of_kind(path, kind, data)
+    raise _problem(path, "is JSON but not a kvplan result: expected a document with a `kind` (kvplan schema --kinds "
+                         "lists them) or, from a kvplan before kinds, a simulation result (keys spec_hash, "
                          "per_request), `{\"results\": [...]}` from --seeds/--ablate, a sweep (keys varied, points), "
                          "a capacity search (keys knob, probes), a plan (keys candidates, winner), a sizing "
                          "(\"kind\": \"size\"), a diagnosis (\"kind\": \"doctor\"), a live snapshot (keys taken_at, "
@@ -170,8 +143,79 @@ def load(path: str | Path) -> ReportInput:
                    value=sorted(data)[:8])
 
 
+_KEYS_OF_KIND = (("SimulateResult", {"per_request", "spec_hash"}), ("SimulateRuns", {"results"}),
+                 ("ObserveSnapshot", {"taken_at", "components"}), ("SweepResult", {"points", "varied"}),
+                 ("CapacityResult", {"probes", "knob"}), ("PlanResult", {"candidates", "winner"}),
+                 ("ResolvedSpec", {"kv_bytes_per_token", "hbm_blocks"}), ("Catalog", {"llms", "devices"}))
+"""How a file written before kinds existed is recognised: the keys only its kind has, tried in this order (sizings
+and diagnoses carried `"kind": "size"` and `"kind": "doctor"`: kinds.LEGACY)."""
+
+
+def _of_kind(path: Path, kind: str, data: dict) -> ReportInput:
+    """A document recognised by its kind (its kind and schema_version already taken off)."""
+    if kind == "SimulateResult":
+        cost = _cost(path, data.pop("cost", None))
+        given = _overrides(path, data.pop("overrides", None))   # the --set it ran with (kvplan simulate --set)
+        return ReportInput(path, "result", results=[_validated(path, SimResult, data, "")], cost=cost, overrides=given)
+    if kind == "SimulateRuns":
+        if not isinstance(data.get("results"), list):
+            raise _problem(path, "a SimulateRuns document holds `results`, a list of runs", WRITE_ONE, where="results")
+        return _simulate_payload(path, data)
+    if kind == "SizeResult":
+        from ..sizing import SizeResult
+
+        return ReportInput(path, "size", size=_validated(path, SizeResult, data, ""))
+    if kind == "DoctorResult":
+        from ..doctor.finding import Diagnosis
+
+        healthy = data.pop("healthy", None)
+        data.pop("written", None)                 # what --write wrote: paths, not part of the diagnosis
+        given = _overrides(path, data.pop("overrides", None))   # the --set it diagnosed the spec with
+        return ReportInput(path, "doctor", doctor=_validated(path, Diagnosis, data, ""),
+                           healthy=healthy if isinstance(healthy, bool) else None, overrides=given)
+    if kind == "ObserveSnapshot":
+        from ..live.observe import Snapshot
+
+        return ReportInput(path, "snapshot", snapshot=_validated(path, Snapshot, data, ""))
+    if kind == "SweepResult":
+        from ..sweep.result import SweepResult
+
+        return ReportInput(path, "sweep", sweep=_validated(path, SweepResult, data, ""))
+    if kind == "CapacityResult":
+        from ..sweep.capacity import CapacityResult
+
+        return ReportInput(path, "capacity", capacity=_validated(path, CapacityResult, data, ""))
+    if kind == "PlanResult":
+        from .plan_page import PlanFile
+
+        return ReportInput(path, "plan", plan=_validated(path, PlanFile, data, ""))
+    if kind == "CompareResult":
+        from .compare_page import CompareRow
+
+        rows = data.get("rows")
+        if not isinstance(rows, list) or not rows:
+            raise _problem(path, "a CompareResult document holds `rows`, a list of one row per metric", WRITE_ONE,
+                           where="rows")
+        return ReportInput(path, "compare", compare=[_validated(path, CompareRow, row, f"rows.{i}")
+                                                     for i, row in enumerate(rows)])
+    if kind == "ResolvedSpec":
+        raise _problem(path, "is the resolved spec `kvplan validate --json` prints: a spec's numbers, not an answer "
+                             "to show", "`kvplan validate SPEC` prints them as tables; for a page, simulate the spec: "
+                                        "`kvplan simulate SPEC --out result.json`, then `kvplan report result.json`")
+    if kind == "Catalog":
+        raise _problem(path, "is the catalog `kvplan catalog --json` prints: reference data, not an answer to show",
+                       f"`kvplan catalog` prints it as tables; {WRITE_ONE}")
+    if kind == "BenchRun":
+        raise _problem(path, "is a bench run `kvplan bench --format json` prints: measurements, with no prediction "
+                             "beside them", "compare it with the simulation: `kvplan compare SPEC --observed RUN_DIR "
+                                            "--json > compare.json`, then `kvplan report compare.json`")
+    raise _problem(path, f"is a {kind} document, which `kvplan report` does not show",
+                   f"{'a device profile is applied with --profile PROFILE.yaml; ' if kind == 'DeviceProfile' else ''}"
+                   f"{WRITE_ONE}")
+
+
 def _simulate_payload(path: Path, data: dict) -> ReportInput:
-    extra = sorted(set(data) - {"results", "ablation", "cost"})
+    extra = sorted(set(data) - {"results", "ablation", "cost", "overrides"})
     if extra:
         raise _problem(path, f"has keys kvplan simulate never writes: {', '.join(extra)}", WRITE_ONE)
     if not data["results"]:
@@ -192,7 +236,17 @@ def _simulate_payload(path: Path, data: dict) -> ReportInput:
             runs = [_validated(path, SimResult, r, f"ablation.{i}.results.{j}") for j, r in enumerate(entry["results"])]
         ablation.append((str(entry["setup"]), runs))
     kind = "ablation" if ablation else "seeds" if len(results) > 1 else "result"
-    return ReportInput(path, kind, results=results, ablation=ablation, cost=_cost(path, data.get("cost")))
+    return ReportInput(path, kind, results=results, ablation=ablation, cost=_cost(path, data.get("cost")),
+                       overrides=_overrides(path, data.get("overrides")))
+
+
+def _overrides(path: Path, data: Any) -> list[str]:
+    """The --set overrides a result file keeps (key `overrides`: a list of PATH=VALUE), or none."""
+    if data is None:
+        return []
+    if not isinstance(data, list) or not all(isinstance(o, str) for o in data):
+        raise _problem(path, "`overrides` is not a list of PATH=VALUE strings", WRITE_ONE, where="overrides")
+    return data
 
 
 def _cost(path: Path, data: Any):

@@ -56,6 +56,9 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
         table.rows.append([str(c.index), d["accelerator"], _tiers(d) or "-", d["eviction"],
                            f"{c.usd_per_hour:,.2f}", *[_measured(c, k) for k in keys],
                            _verdict(c)])
+    targets = plan.slo.targets()
+    table.narrow = [("verdict", [_short_verdict(c, targets) for c in shown]), ("eviction", None),
+                    *_means_only(shown, keys), ("verdict", [_short_verdict(c, targets, terse=True) for c in shown])]
     sections = [head, *_winner_figures(plan), *_top(plan), table]
     if not show_all:
         left = Section("Not simulated (--all lists each)", ["why", "candidates", "cheapest", "e.g."])
@@ -64,6 +67,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
             if group:
                 left.rows.append([status, str(len(group)), f"${group[0].usd_per_hour:,.2f}/h",
                                   f"{_short(group[0])}: {group[0].reason}"])
+        left.narrow = [("e.g.", [row[3].split(": ", 1)[0] for row in left.rows]), ("e.g.", None)]
         sections.append(left)
     return sections
 
@@ -117,6 +121,7 @@ def _top(plan: Plan) -> list[Section]:
         section.rows.append([str(rank), _short(c), f"{c.usd_per_hour:,.2f}",
                              "-" if rank == 1 else f"+${c.usd_per_hour - best[0].usd_per_hour:,.2f}/h",
                              *[_measured(c, k) for k in keys]])
+    section.narrow = [("vs winner", None), *_means_only(best, keys)]
     return [section]
 
 
@@ -132,8 +137,9 @@ def search_verdict(plan: Plan) -> str:
             "to decide")
 
 
-def plan_tables(plan: Plan, show_all: bool = False) -> list[Table]:
-    return tables(plan_sections(plan, show_all))
+def plan_tables(plan: Plan, show_all: bool = False, width: int | None = None) -> list[Table]:
+    """The plan's tables, each narrowed to `width` columns (None: whole; kvplan.report.terminal)."""
+    return tables(plan_sections(plan, show_all), width)
 
 
 def _short(c: Candidate) -> str:
@@ -176,6 +182,34 @@ def _verdict(c: Candidate) -> str:
     if c.status == "alternative":
         return "alternative: " + c.reason.split("; ", 1)[-1]
     return c.reason
+
+
+def _means_only(shown: list[Candidate], keys: list[str]) -> list[tuple[str, list[str]]]:
+    """Narrowing steps (kvplan.report.terminal) that print each SLO column's mean without its 95 % interval."""
+    def mean(c: Candidate, key: str) -> str:
+        return _measured(c, key).split(" ± ")[0]
+
+    return [(_label(k), [mean(c, k) for c in shown]) for k in keys
+            if any(" ± " in _measured(c, k) for c in shown)]
+
+
+def _short_verdict(c: Candidate, targets: dict[str, float], terse: bool = False) -> str:
+    """The verdict in a few words, for a narrow terminal: the metrics a candidate misses, not by how much (its
+    SLO columns show that), or its status; `terse` leaves out that a miss is cheaper than the winner (the order
+    says it) and that its run stopped early."""
+    undecided = "" if c.decided else " (undecided)"
+    if c.status == "winner":
+        return "WINNER" + undecided
+    if c.status == "alternative":
+        return "alternative" + undecided
+    if c.status == "meets SLO":
+        return "meets the SLO" + undecided
+    if c.status == "missed SLO":
+        missed = [c.stopped.key] if c.stopped else [k for k in targets if c.measured.get(k, 0) > targets[k]]
+        cheaper = "cheaper, " if c.reason.startswith("cheaper") and not terse else ""
+        stopped = "" if terse else " (stopped)"
+        return (f"{cheaper}misses " + ", ".join(_label(k) for k in missed) + (stopped if c.stopped else undecided))
+    return c.status
 
 
 def plan_json(plan: Plan) -> dict:

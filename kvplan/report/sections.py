@@ -19,6 +19,9 @@ class Section:
     title: str
     headers: list[str] | None                      # None: a key/value list
     rows: list[list[str]] = field(default_factory=list)
+    narrow: list[tuple[str, list[str] | None]] = field(default_factory=list)
+    """How the terminal makes the table fit its width (`terminal.fitted`), step by step until it does: (header,
+    None) leaves that column out, (header, cells) prints it shorter, a cell per row. Never an answer's column."""
 
 
 def _warm_start(res: SimResult) -> str:
@@ -116,7 +119,7 @@ def ablation_section(results: list[tuple[str, SimResult | list[SimResult]]],
     section = Section("Ablation: the same workload, one tier at a time",
                       ["setup", *(label for label, _, _ in ABLATION_METRICS), *(["$/h"] if priced else []), "SLO",
                        f"vs the row above ({n} seeds, paired)" if n > 1 else "vs the row above"])
-    previous = None
+    previous, short = None, []
     for k, (name, rs) in enumerate(runs):
         values = {label: [get(r) for r in rs] for label, get, _ in ABLATION_METRICS}
         row = [name]
@@ -136,10 +139,27 @@ def ablation_section(results: list[tuple[str, SimResult | list[SimResult]]],
             same = [label for label, _, _ in ABLATION_METRICS if label not in differs]
             change = "; ".join(part for part in (f"differs: {', '.join(differs)}" if differs else "",
                                                  f"within noise: {', '.join(same)}" if same else "") if part)
+        short.append(change if previous is None else "not tested" if n < 2 else _fewer(differs, same))
         row.append(change)
         section.rows.append(row)
         previous = values
+    section.narrow = [(section.headers[-1], short), *((label, None) for label in ABLATION_NARROW)]
     return section
+
+
+ABLATION_NARROW = ("HBM blocks", "E2E p50", "TPOT p50", "req/s", "TTFT p50")
+"""The ablation's columns a narrow terminal leaves out, in this order, after it has shortened the last column to
+what differs; TTFT p99, recomputed, $/h and SLO always stay."""
+
+
+def _fewer(differs: list[str], same: list[str]) -> str:
+    """What changed from the row above, in as few words as say it: the metrics that differ, or those within noise
+    when fewer do."""
+    if not differs:
+        return "within noise"
+    if not same:
+        return "differs: all"
+    return f"differs: {', '.join(differs)}" if len(differs) <= len(same) else f"within noise: {', '.join(same)}"
 
 
 def _slo_verdict(runs: list[SimResult]) -> str:

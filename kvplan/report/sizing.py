@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import math
 
-from rich import box
 from rich.table import Table
-from rich.text import Text
 
 from ..cost import HOURS_PER_MONTH
 from ..sizing.view import SizeResult, TierSize
 from ..units import fmt_bytes, fmt_count, fmt_duration, fmt_si, pct
-from . import svg
+from . import svg, terminal
 from .figures import TIER_COLOURS, Figure, Ids
 from .page import Document, Part
 from .sections import Section
@@ -102,24 +100,10 @@ def sections(res: SizeResult) -> list[Section]:
     return out
 
 
-def terminal_tables(res: SizeResult) -> list[Table]:
-    """The sections as rich tables; every cell and title is plain Text (no markup is interpreted)."""
-    tables = []
-    for section in sections(res):
-        if section.headers is None:
-            table = Table(title=Text(section.title), show_header=False, title_justify="left")
-            table.add_column(style="bold")
-            if section.rows and len(section.rows[0]) > 1:
-                table.add_column()
-        else:
-            table = Table(title=Text(section.title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                          collapse_padding=True)
-            for i, header in enumerate(section.headers):
-                table.add_column(Text(header), justify="left" if i == 0 else "right")
-        for row in section.rows:
-            table.add_row(*(Text(cell) for cell in row))
-        tables.append(table)
-    return tables
+def terminal_tables(res: SizeResult, width: int | None = None) -> list[Table]:
+    """The sections as rich tables within `width` columns (kvplan.report.terminal); every cell and title is plain
+    Text (no markup is interpreted)."""
+    return terminal.tables(sections(res), width)
 
 
 # --- plots --------------------------------------------------------------------------------------

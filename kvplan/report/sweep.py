@@ -23,6 +23,11 @@ TABLE_COLUMNS: list[tuple[str, str, Callable[[float], str]]] = [
 ]
 """The metrics the terminal table shows (the JSON and CSV have all of METRICS)."""
 
+NARROW: list[tuple[str, list[str] | None]] = [("goodput", None), ("TPOT p50", None), ("recomp.", None),
+                                               ("TTFT p50", None)]
+"""The metric columns a narrow terminal leaves out, in this order (kvplan.report.terminal); the varied values,
+req/s, TTFT p99 and E2E p99 stay."""
+
 
 def sweep_section(result: SweepResult) -> Section:
     """The sweep as one table: a row per point, the headline metrics (± 95 % CI over several seeds)."""
@@ -30,7 +35,7 @@ def sweep_section(result: SweepResult) -> Section:
     title = f"Sweep of {result.name} over {' x '.join(result.varied)}: {len(result.points)} point(s) x {seeds} seed(s)"
     if seeds > 1:
         title += ", mean ± 95 % CI"
-    section = Section(title, [*short_names(result.varied), *(label for _, label, _ in TABLE_COLUMNS)])
+    section = Section(title, [*short_names(result.varied), *(label for _, label, _ in TABLE_COLUMNS)], narrow=NARROW)
     for point in result.points:
         row, ci = [point.values[p] for p in result.varied], ["± 95 % CI", *([""] * (len(result.varied) - 1))]
         for key, _, fmt in TABLE_COLUMNS:
@@ -56,4 +61,4 @@ def short_names(paths: list[str]) -> list[str]:
     return names
 
 
-__all__ = ["TABLE_COLUMNS", "short_names", "sweep_section"]
+__all__ = ["NARROW", "TABLE_COLUMNS", "short_names", "sweep_section"]

@@ -51,6 +51,7 @@ from ..sim import stages
 from ..sim import workload as wl
 from ..sim.eviction import make
 from ..spec import Topology
+from ..spec.overrides import RecordsOverrides
 from ..units import fmt_bytes, fmt_duration
 from .stack import NEVER, Needs, Stream, hits_at, least_capacity, needs, previous
 
@@ -132,7 +133,7 @@ class TierSize(_Model):
     """USD per hour of one GB (ddr, nvme), one raw GB (ceph) or one GPU (hbm)."""
 
 
-class SizeResult(_Model):
+class SizeResult(RecordsOverrides, _Model):
     kind: Literal["size"] = "size"
     name: str
     spec_hash: str

@@ -103,6 +103,9 @@ LEDGER: dict[str, tuple[Kind, str]] = {
     "serving.model_path": (DEPLOYED, "the checkpoint `vllm serve` is given"),
     "serving.host": (DEPLOYED, "vLLM --host"),
     "serving.port": (DEPLOYED, "vLLM --port of each host's first instance"),
+    "serving.api_key_env": (DEPLOYED, "VLLM_API_KEY of each instance, read from this variable where the deploy runs "
+                                      "into the instance's private environment file; production-stack: the chart's "
+                                      "servingEngineSpec.vllmApiKey Secret reference"),
     "serving.step_model": (NOT_DEPLOYED, "how fast the hardware runs engine steps: fitted to it, not a setting of it"),
     "serving.step_profile": (NOT_DEPLOYED, "a fitted device profile (kvplan calibrate): how fast the hardware runs, "
                                            "not a setting of it"),

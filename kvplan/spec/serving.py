@@ -6,6 +6,7 @@ knows vLLM recognises them; where a field is left unset, `resolve` applies vLLM'
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -22,6 +23,8 @@ WeightsDtype = Literal["auto", "fp32", "bf16", "fp16", "fp8", "int4"]
 Quantization = Literal["fp8", "awq", "gptq", "compressed-tensors"]
 QUANTIZATIONS: dict[str, tuple[str, ...]] = {"fp8": ("fp8", "compressed-tensors"), "int4": ("awq", "gptq", "compressed-tensors")}
 """serving.weights_dtype -> the vLLM --quantization methods whose weights it is."""
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+"""An environment variable's name, as serving.api_key_env gives one."""
 KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
 
@@ -207,6 +210,13 @@ class Serving(SpecModel):
     port: int = Field(8000, ge=1, le=65535)
     """Port of the first vLLM instance on a node; further instances on the node take the next ports."""
 
+    api_key_env: str | None = None
+    """The environment variable, on the machine that runs `kvplan deploy`, that holds the API key vLLM then asks of
+    every client (vLLM's --api-key, given as VLLM_API_KEY): a reference to the secret, never the key. The deploy
+    passes it to each instance through its private environment file (mode 0600) and the warm-up sends it; the
+    production-stack render points the chart's vllmApiKey at a Kubernetes Secret holding it. Unset: vLLM serves
+    without authentication."""
+
     step_model: StepModel | None = None
     """Step-time coefficients that override the accelerator's catalog defaults (any subset)."""
 
@@ -224,6 +234,15 @@ class Serving(SpecModel):
             raise ValueError(f"serving.llm_d weighs llm-d's scorers, but serving.router is {self.router}, which has "
                              "none; set router: llm_d, or remove serving.llm_d")
         return self
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _an_environment_variable(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not the name of an environment variable: it names the variable that "
+                             "holds the key (letters, digits and _, not starting with a digit), never the key itself; "
+                             "write e.g. api_key_env: VLLM_API_KEY")
+        return value
 
     @field_validator("step_profile")
     @classmethod

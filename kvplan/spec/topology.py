@@ -80,9 +80,11 @@ class Topology(SpecModel):
         """sha256 of the canonical JSON of this spec (its identity in rendered files and caches)."""
         import hashlib
 
-        # fields that came after many specs were hashed (serving.kv_offloading, serving.host_memory, the nvme tier's
-        # drives, ceph.allow_no_auth): a spec that leaves them at their defaults keeps the hash it had
-        serving = {name for name in ("kv_offloading", "host_memory", "disaggregation") if getattr(self.serving, name) is None}
+        # fields that came after many specs were hashed (serving.kv_offloading, serving.host_memory,
+        # serving.api_key_env, serving.disaggregation, the nvme tier's drives, ceph.allow_no_auth): a spec that leaves
+        # them at their defaults keeps the hash it had
+        serving = {name for name in ("kv_offloading", "host_memory", "api_key_env", "disaggregation")
+                   if getattr(self.serving, name) is None}
         unset: dict = {"serving": serving} if serving else {}
         nvme = self.lmcache.nvme if self.lmcache is not None else None
         if nvme is not None and nvme.drives == 1 and nvme.layout == "raid0" and not nvme.paths:

@@ -33,12 +33,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import Problem, SpecError
-from ..spec import from_mapping, read_yaml, stages
+from ..spec import from_mapping, stages
+from ..spec.overrides import Override, RecordsOverrides, recorded
 from ..spec.topology import Topology
 from .cache import RunCache, run_cached
 from .executor import Task
@@ -180,7 +181,7 @@ class Probe(_Model):
     """The seeds this probe ran (more when fewer could not decide it)."""
 
 
-class CapacityResult(_Model):
+class CapacityResult(RecordsOverrides, _Model):
     name: str
     spec_hash: str
     knob: str
@@ -234,12 +235,16 @@ DEFAULT_SEEDS = 3
 def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds: int = DEFAULT_SEEDS,
            first_seed: int | None = None, low: str | None = None, high: str | None = None,
            tolerance: float = 0.05, workers: int = 1, ray: str | None = None, cache: RunCache | None = None,
-           on_probe: OnProbe | None = None, headroom: float = DEFAULT_HEADROOM) -> tuple[CapacityResult, int]:
-    """Search the highest rate meeting `slo` (default: the spec's slo); returns it and the runs simulated. The
-    result also says the rate the spec can be planned for with `headroom` kept free (capacity / (1 + headroom))."""
-    spec_path = Path(spec_path)
-    data = read_yaml(spec_path)
-    base = from_mapping(data, base_dir=spec_path.parent, source=str(spec_path))
+           on_probe: OnProbe | None = None, headroom: float = DEFAULT_HEADROOM,
+           overrides: Iterable[Override] = ()) -> tuple[CapacityResult, int]:
+    """Search the highest rate meeting `slo` (default: the spec's slo) for the spec file with the --set `overrides`
+    applied; returns it and the runs simulated. The result also says the rate the spec can be planned for with
+    `headroom` kept free (capacity / (1 + headroom))."""
+    from ..validation import from_mapping as validated, read
+
+    spec_path, overrides = Path(spec_path), tuple(overrides)
+    data, _, _ = read(spec_path, overrides)
+    base = validated(data, spec_path.parent, str(spec_path), overrides)
     targets = slo if slo else base.slo.targets()
     if not targets:
         raise SpecError([Problem("slo", "there is no SLO to search against",
@@ -318,7 +323,7 @@ def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds:
                               low=low, high=high, headroom=headroom, planned_rate=planned(rate),
                               planned_low=planned(low), planned_high=planned(high),
                               noise_band=[p.rate for p in band] if outcome == "found" else [],
-                              tested=seeds > 1), simulated
+                              tested=seeds > 1, overrides=recorded(overrides)), simulated
 
     if lo_rate is not None:
         p = probe(lo_rate)

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..cost import CostBreakdown
 from ..sim.result import SimResult
+from ..spec.overrides import RecordsOverrides
 from .confidence import confidence
 
 TIERS = ("hbm", "ddr", "nvme", "ceph")
@@ -110,7 +111,7 @@ class SweepPoint(_Model):
                    for key, target in self.slo.items())
 
 
-class SweepResult(_Model):
+class SweepResult(RecordsOverrides, _Model):
     name: str
     """The swept spec's name."""
     spec_hash: str
