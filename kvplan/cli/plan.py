@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from ..errors import SpecError
+from ..spec.disaggregation import refuse_search
 from . import files
 from .common import (CACHE_HELP, JSON_HELP, STDOUT, WIDE, ProgressBar, data_format, echo_change, emit, emit_document,
                      format_option, overrides, print_tables, run_cache, set_option, table_width)
@@ -72,6 +73,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     cache = run_cache(cache_dir, no_cache)
     try:
         topo = load(spec, given, echo_change)
+        refuse_search(topo, "plan")
         with ProgressBar() as bar:
             def progress(runs: int, most: int, best) -> None:
                 if err.is_terminal:
@@ -249,6 +251,7 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         from ..sweep.capacity import Knob
 
         topo = load(spec, given, echo_change)
+        refuse_search(topo, "capacity")
         knob = Knob.of(topo)
         targets = targets or topo.slo.targets()
         goal = ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in targets.items())
