@@ -226,6 +226,9 @@ def schema(name: str) -> dict:
     may be left out) with `kind` and `schema_version` as required constants."""
     kind = lookup(name)
     body = kind.model().model_json_schema()
+    if "$ref" in body:          # a model that holds itself (Resolved's pools): its keys are a definition; lift them
+        defs = body["$defs"]
+        body = {**defs[body["$ref"].rsplit("/", 1)[-1]], "$defs": defs}
     left_out = (*ENVELOPE, *kind.omitted)
     properties = {key: value for key, value in body.get("properties", {}).items() if key not in left_out}
     required = [key for key in body.get("required", []) if key not in left_out]
