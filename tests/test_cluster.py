@@ -412,7 +412,7 @@ def test_the_simulator_predicts_where_two_servers_prompt_tokens_come_from(deploy
     assert run.observed.tier_split == "exact"                           # one L2 tier: no nvme/ceph split to guess
     compared = kvplan("compare", str(SPEC), "--observed", str(out), "--json")
     assert compared.returncode == 0, compared.stdout + compared.stderr
-    rows = {row["metric"]: row for row in json.loads(compared.stdout)}
+    rows = {row["metric"]: row for row in json.loads(compared.stdout)["rows"]}      # a CompareResult document
     share = {tier: rows[f"prompt tokens from {tier}"] for tier in ("hbm", "ddr", "ceph", "recomputed")}
     assert share["ceph"]["observed"] > 0, share["ceph"]             # the servers really shared through Ceph
     # vLLM counts exactly the tokens its prefix cache gave, those LMCache gave and those it computed: each share
