@@ -22,6 +22,7 @@ from kvplan.deploy.render import check_deployable
 from kvplan.errors import SpecError
 from kvplan.resolve import resolve
 from kvplan.sim.result import SimResult
+from kvplan.sim.engine import Probe
 from kvplan.sim.run import Simulation, run
 from kvplan.sim.steptime import StepTime
 from kvplan.spec import from_mapping
@@ -219,26 +220,18 @@ def test_a_port_bandwidth_override_is_the_links_rate():
     assert run(r).disaggregation.transfer.mean < run(resolve(pd())).disaggregation.transfer.mean
 
 
-class Watched:
-    """An engine's step-time model that tells `seen` each step's prefill chunks (new tokens, computed before)."""
-
-    def __init__(self, model, seen):
-        self.model, self.seen = model, seen
-
-    def step(self, prefills, decodes, context):
-        self.seen(list(prefills))
-        return self.model.step(prefills, decodes, context)
-
-    def __getattr__(self, name):
-        return getattr(self.model, name)
-
-
 def recorded_steps(sim: Simulation) -> dict[int, list[list[tuple[int, int]]]]:
-    """Every step's prefill chunks, per engine, as the step-time model is asked."""
+    """Every step's prefill chunks (new tokens, computed before), per engine, as each step is scheduled (an engine's
+    Probe: the installed simulator is compiled, so its step-time model cannot be wrapped)."""
     steps: dict[int, list] = {e.index: [] for e in sim.engines}
     for engine in sim.engines:
-        engine.steptime = Watched(engine.steptime, steps[engine.index].append)
+        engine.probe = Probe(on_prefills=lambda e, chunks: steps[e.index].append(chunks))
     return steps
+
+
+def on_each_step(engine, seen) -> None:
+    """Call `seen()` as each step of `engine` is scheduled."""
+    engine.probe = Probe(on_step=lambda _e, _tokens: seen())
 
 
 def test_decode_batches_carry_no_prefill_besides_each_prompts_last_token():
@@ -271,7 +264,7 @@ def test_decode_kv_memory_bounds_admission():
     decode = sim.pools.decodes[0]
     most = []
     # requests holding KV there: running, receiving (`loading` counts them until they rejoin the queue), received
-    decode.steptime = Watched(decode.steptime, lambda _: most.append(
+    on_each_step(decode, lambda: most.append(
         len(decode.running) + decode.loading + sum(seq.loaded for seq in decode.waiting)))
     res = sim.run()
     assert res.requests == 40 and max(most) == 1024 // 188
@@ -334,8 +327,7 @@ def test_lmcaches_proxy_holds_requests_until_their_chunks_fit_in_the_decode_buff
     sim = Simulation(tight)
     prefilling = []                              # requests in the prefill pool at each of its steps
     for engine in sim.pools.prefills:
-        engine.steptime = Watched(engine.steptime, lambda _: prefilling.append(
-            sum(len(e.running) + len(e.waiting) for e in sim.pools.prefills)))
+        on_each_step(engine, lambda: prefilling.append(sum(len(e.running) + len(e.waiting) for e in sim.pools.prefills)))
     res = sim.run()
     assert res.requests == 8 and max(prefilling) == 1
     assert res.disaggregation.prefill_queue.p90 > run(roomy).disaggregation.prefill_queue.p90 + 0.05

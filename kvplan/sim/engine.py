@@ -89,10 +89,12 @@ class Probe:
     for (kvplan/sim/__init__.py lists them); a production engine has none."""
 
     def __init__(self, fast_forward: bool = True, visit_each: bool = False,
-                 on_step: Callable[[Engine, int], object] | None = None):
+                 on_step: Callable[[Engine, int], object] | None = None,
+                 on_prefills: Callable[[Engine, list[tuple[int, int]]], object] | None = None):
         self.fast_forward = fast_forward         # False: decode runs are stepped one iteration at a time
         self.visit_each = visit_each             # True: every step goes through vLLM's whole loop (_schedule_each)
         self.on_step = on_step                   # on_step(engine, tokens scheduled), after each step is scheduled
+        self.on_prefills = on_prefills           # on_prefills(engine, [(new tokens, computed before)]), likewise
 
 
 OnFinish = Callable[[int, Seq, float], None]
@@ -275,8 +277,11 @@ class Engine:
                 yield self.wakeup
                 continue
             probe = self.probe
-            if probe is not None and probe.on_step is not None:
-                probe.on_step(self, sum(new for _, new in prefills) + decodes)
+            if probe is not None:
+                if probe.on_step is not None:
+                    probe.on_step(self, sum(new for _, new in prefills) + decodes)
+                if probe.on_prefills is not None:
+                    probe.on_prefills(self, [(new, seq.computed) for seq, new in prefills])
             self.blocked = bool(self.waiting)
             if not prefills and not loads and (probe is None or probe.fast_forward) and self._can_fast_forward():
                 yield from self._fast_forward()
