@@ -223,8 +223,11 @@ def test_helm_mounts_every_drives_directory_and_tells_lmcache_to_shard_by_gpu():
                      serving__gpus_per_node=2, serving__tensor_parallel=2,
                      lmcache__nvme={"size": "1TB", "drives": 2, "layout": "per_drive", "paths": PATHS4[:2]}))
     model = values(r, 8, "256Gi")["servingEngineSpec"]["modelSpec"][0]
-    env = {e["name"]: e["value"] for e in model["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in model["env"]}
     assert env["LMCACHE_LOCAL_DISK"] == "file:///mnt/nvme0/lmcache/,file:///mnt/nvme1/lmcache/"
     assert env["LMCACHE_LOCAL_DISK_PATH_SHARDING"] == "by_gpu"
     assert [v["hostPath"]["path"] for v in model["extraVolumes"]] == PATHS4[:2]
     assert [m["mountPath"] for m in model["extraVolumeMounts"]] == PATHS4[:2]
+    # each pod in a directory of its own on every drive (the pod's name, from the downward API)
+    assert env["KVPLAN_POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert {m["subPathExpr"] for m in model["extraVolumeMounts"]} == {"$(KVPLAN_POD_NAME)"}
