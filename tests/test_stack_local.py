@@ -436,7 +436,7 @@ def doctor(spec: str | Path, cache: Path) -> tuple[int, dict]:
                            "--cache-dir", str(cache)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode in (0, DOCTOR_PROBLEM), f"kvplan doctor failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     report = json.loads(done.stdout)
-    assert report["kind"] == "doctor" and report["source"] == "live", report
+    assert report["kind"] == "DoctorResult" and report["source"] == "live", report
     assert (done.returncode == DOCTOR_PROBLEM) == any(f["severity"] == "problem" for f in report["findings"]), report
     return done.returncode, report
 
