@@ -17,9 +17,11 @@ from .console import err, fail as _fail, out, styled, warn
 from .files import OVERWRITE_HELP
 
 
-def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | None, given: tuple = ()):
+def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | None, given: tuple = (),
+              predict: bool = True):
     """Load, resolve and render a spec for an inventory (errors name the field and the fix); without
-    `out_dir`, into a fresh run directory under the state directory."""
+    `out_dir`, into a fresh run directory under the state directory. `predict`: simulate the spec for the
+    dashboard's prediction (not for --down, which deploys nothing)."""
     from pathlib import Path
 
     from ..deploy import inventory as inventory_mod
@@ -37,7 +39,7 @@ def _rendered(spec: str, inventory: str, out_dir: str | None, state_dir: str | N
         check_deployable(resolved, inv)
         state = paths.state_dir(state_dir, warn=warn)
         target = Path(out_dir) if out_dir else _run_dir(state, resolved.name)
-        predicted = _predicted(resolved)
+        predicted = _predicted(resolved) if predict else None
         # Keys are loaded or generated only once render has accepted the spec, inventory and target.
         return render(resolved, inv, target, lambda: load_or_create(state, resolved.name), predicted)
     except SpecError as exc:
@@ -60,14 +62,15 @@ def _predicted(resolved):
         warn(f"the Grafana dashboard has no prediction: simulating the spec took over {PREDICTION_WALL_S:g} s here; "
              f"`kvplan simulate` gives the figures")
         return None
-    served = {t.name: t.served_tokens for t in result.tiers}
-    prompt = max(result.prompt_tokens, 1)
-    offload = sum(n for name, n in served.items() if name != "hbm")
+    share = {t.name: t.served_share for t in result.tiers}
+    tokens = {t.name: t.served_tokens for t in result.tiers}
+    per_s = 1.0 / result.duration if result.duration > 0 else 0.0
     return Predicted(seed=result.seed, ttft_p50=result.ttft.p50, ttft_p99=result.ttft.p99, tpot_p50=result.tpot.p50,
-                     requests_per_s=result.requests_per_s, cache_share=(served.get("hbm", 0) + offload) / prompt,
-                     lmcache_share=offload / prompt, block_utilisation=result.mean_block_utilisation,
-                     l1_tokens_per_s=served.get("ddr", 0) / result.duration,
-                     l2_tokens_per_s=(served.get("nvme", 0) + served.get("ceph", 0)) / result.duration,
+                     requests_per_s=result.requests_per_s, cache_share=sum(share.values()),
+                     lmcache_share=sum(v for name, v in share.items() if name != "hbm"),
+                     block_utilisation=result.mean_block_utilisation,
+                     l1_tokens_per_s=tokens.get("ddr", 0) * per_s,
+                     l2_tokens_per_s=(tokens.get("nvme", 0) + tokens.get("ceph", 0)) * per_s,
                      ceph_op_latency=result.ceph_op_latency.mean if result.ceph_op_latency is not None else None)
 
 
@@ -259,7 +262,7 @@ def deploy(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     if down and (check or diff):
         raise typer.BadParameter(f"--down and {'--check' if check else '--diff'} cannot be combined: --down stops the "
                                  "services and changes no file", param_hint="--down")
-    rendered = _rendered(spec, inventory, None, state_dir, overrides(sets))
+    rendered = _rendered(spec, inventory, None, state_dir, overrides(sets), predict=not down)
     out.print(f"run directory: {rendered.root}")
     status = err.status("starting ansible-playbook") if sys.stderr.isatty() else None
 

@@ -141,6 +141,8 @@ def render(r: Resolved, inv: inventory_mod.Inventory, out: Path,
     except BaseException:
         output.discard()
         raise
+    if before is None:
+        return Rendered(out, stack, r)
     written = {rel: (out / rel).read_bytes() for rel in output.files}
     return Rendered(out, stack, r, rerender.compare(before, written, r.spec_hash, __version__))
 

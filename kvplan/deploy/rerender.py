@@ -69,10 +69,8 @@ def read(out: Path, tree: list[tuple[str, object]], marker: dict | None) -> Earl
     return Earlier(files, str(marker.get("spec_hash", "")), str(marker.get("kvplan", "")))
 
 
-def compare(earlier: Earlier | None, written: dict[str, bytes], spec_hash: str, version: str) -> Changes | None:
-    """The changes from `earlier` to the files just `written` (None when there was no earlier render)."""
-    if earlier is None:
-        return None
+def compare(earlier: Earlier, written: dict[str, bytes], spec_hash: str, version: str) -> Changes:
+    """The changes from `earlier` to the files just `written`."""
     changes = Changes(added=sorted(set(written) - set(earlier.files)), removed=sorted(set(earlier.files) - set(written)))
     for rel in sorted(set(written) & set(earlier.files)):
         before = _as_new(earlier.files[rel].decode("utf-8", "replace"), earlier, spec_hash, version)
