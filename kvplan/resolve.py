@@ -748,7 +748,12 @@ def _peak_tflops(device: Device, weights_dtype: str, problems: list[Problem]) ->
 def accelerator_problems(topo: Topology, catalog: Catalog) -> list[Problem]:
     """What keeps the spec's model off its accelerator at its tensor parallelism, whatever its tiers:
     `resolve` reports the same problems for every spec that shares the model and serving section, so
-    the planner rules out a hardware choice's every combination with one call."""
+    the planner rules out a hardware choice's every combination with one call. A disaggregated spec: each pool's,
+    named by the pool's fields."""
+    d = topo.serving.disaggregation
+    if d is not None:
+        return [_pool_problem(p, role) for role, pool in (("prefill", d.prefill), ("decode", d.decode))
+                for p in accelerator_problems(_pool_topology(topo, pool), catalog)]
     problems: list[Problem] = []
     try:
         model = topo.model if isinstance(topo.model, Architecture) else _llm(catalog, topo.model)

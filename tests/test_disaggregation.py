@@ -385,26 +385,3 @@ def test_a_disaggregated_result_reads_back_from_its_json():
     back = SimResult.model_validate_json(res.model_dump_json())
     assert back.disaggregation == res.disaggregation and back.disaggregation.transfers == 3
     assert [link.name for link in back.links][-2:] == ["kv-tx/prefill0", "kv-rx/decode0"]
-
-
-# ---------------------------------------------------------------------------------------------- what is not built yet
-
-
-@pytest.mark.parametrize("command", [["plan", "--rate", "2/s"], ["capacity", "--seeds", "1"], ["doctor", "--no-prove"]],
-                         ids=lambda c: c[0])
-def test_the_searching_commands_refuse_it_saying_they_do_not_search_it_yet(command):
-    done = subprocess.run([sys.executable, "-m", "kvplan", command[0], str(REPO / "docs" / "examples" / "disaggregated.yaml"),
-                           *command[1:]], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stdout + done.stderr
-    said = done.stdout + done.stderr
-    assert f"kvplan {command[0]} does not search disaggregated serving yet" in said, said
-    assert "serving.max_num_seqs" not in said, "no complaint about fields the user never set"
-
-
-def test_simulates_next_steps_do_not_suggest_a_planner_that_refuses_it():
-    from kvplan.report.next_steps import next_steps
-
-    result = run(resolve(pd(slo={"ttft_p99": "1ms"})), seed=1)          # a target no run meets
-    lines = next_steps("pd.yaml", result, searched=False)
-    assert lines and not any("kvplan plan" in line or "kvplan capacity" in line for line in lines), lines
-    assert any("kvplan plan" in line for line in next_steps("pd.yaml", result)), "an aggregated spec's next: has it"

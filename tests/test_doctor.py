@@ -173,8 +173,9 @@ def test_a_long_tail_is_split_into_its_causes_and_a_larger_batch_is_proven():
     e = f.evidence
     assert e["main_cause"] == "queue" and e["queue"] > 0.5
     assert e["queue"] + e["retrieve"] + e["recompute"] + e["compute"] == pytest.approx(1.0)
-    more_instances, more_seqs, *tiers = f.fixes
-    assert tiers and all(c.path.startswith("lmcache.") for fix in tiers for c in fix.changes)   # kvplan.doctor.rank
+    more_instances, more_seqs, *tiers, split = f.fixes     # then each tier removed or halved, and the same GPUs
+    assert tiers and all(c.path.startswith("lmcache.") for fix in tiers for c in fix.changes)   # disaggregated
+    assert split.summary.startswith("disaggregated: the same")                                  # (kvplan.doctor.rank)
     assert more_instances.proof.usd_per_hour_after > more_instances.proof.usd_per_hour_before
     assert more_seqs.changes[0].path == "serving.max_num_seqs" and more_seqs.changes[0].value > 8
     assert more_seqs.proof.verdict == "helps" and more_seqs.proof.after < more_seqs.proof.before
@@ -191,8 +192,9 @@ def test_a_missed_tpot_slo_is_diagnosed_and_a_smaller_batch_that_wrecks_ttft_is_
     case = case_of({**SMALL, "workload.arrivals.session_rate": "3/s", "slo.tpot_p99": "20ms"}, seeds=(42, 43, 44))
     (f,) = [f for f in diagnose(case).findings if f.code == "slow-decode"]
     assert f.evidence["tpot_p99_s"] > 0.02 and 0 < f.evidence["engine_busy"] <= 1
-    fewer, more, *tiers = f.fixes                          # then removing or halving a tier (kvplan.doctor.rank)
+    fewer, more, *tiers, split = f.fixes     # then removing or halving a tier, and disaggregating (kvplan.doctor.rank)
     assert all(c.path.startswith("lmcache.") for fix in tiers for c in fix.changes)
+    assert split.summary.startswith("disaggregated: the same")
     assert fewer.changes[0].path == "serving.max_num_seqs" and fewer.changes[0].value <= 16
     assert fewer.changes[0].value == max(1, int(f.evidence["mean_running_per_instance"] / 2))
     assert fewer.proof.after < fewer.proof.before           # shorter steps: TPOT falls...

@@ -155,8 +155,7 @@ def simulate(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     replayed = resolved.workload.kind in ("trace", "replay")
     loads = stages_of(resolved.workload)
     for line in cold_tiers(results[0]) + next_steps(spec_words(spec, changes), results[0], trace=replayed, rated=loads is None,
-                                                    listed=loads is None or listable(loads),
-                                                    searched=topo.serving.disaggregation is None):
+                                                    listed=loads is None or listable(loads)):
         out.print(line)
     from ..sim.bottleneck import bottleneck
 

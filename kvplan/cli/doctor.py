@@ -56,7 +56,6 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
     from ..doctor import diagnose, diagnose_live, simulated_case, written
     from ..doctor.case import Case
     from ..resolve import resolve
-    from ..spec.disaggregation import refuse_search
     from ..validation import from_mapping, read
 
     if result and target:
@@ -69,7 +68,6 @@ def doctor(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         data, _, _ = read(spec, given, echo_change)     # the spec diagnosed, fixed and written: with the overrides
         base = Path(spec).parent if spec != "-" else None
         topo = from_mapping(data, base_dir=base, source=spec, overrides=given)
-        refuse_search(topo, "doctor")
         resolved = resolve(topo)
         first = resolved.workload.seed if seed is None else seed
         seed_list = [first + i for i in range(seeds)]

@@ -12,7 +12,6 @@ from typing import Optional
 import typer
 
 from ..errors import SpecError
-from ..spec.disaggregation import refuse_search
 from . import files
 from .common import (CACHE_HELP, JSON_HELP, STDOUT, WIDE, ProgressBar, data_format, echo_change, emit, emit_document,
                      format_option, overrides, print_tables, run_cache, set_option, table_width)
@@ -49,9 +48,13 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
          overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
          cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
          no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the run cache."),
+         disaggregated: str = typer.Option("auto", "--disaggregated", help="Also plan prefill:decode splits of the "
+                                           "same accelerators: auto (when the SLO has a TPOT target or the spec is "
+                                           "disaggregated), on, only, off."),
          wide: bool = WIDE, sets: Optional[list[str]] = set_option()) -> None:
     """Find the cheapest topology that meets the SLO at the rate: enumerate, prune, simulate, explain."""
     from ..plan.headroom import parse_headroom_arg
+    from ..plan.pools import parse_disaggregated_arg
     from ..plan.search import parse_budget_arg, parse_rate_arg, plan as run_plan, winner_yaml
     from ..report.plan import plan_json, plan_tables, search_verdict
     from ..validation import load
@@ -66,6 +69,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
         targets = parse_slo_flags(slo)
         limit = parse_budget_arg(budget) if budget is not None else None
         margin = parse_headroom_arg(headroom)
+        parse_disaggregated_arg(disaggregated)
     except SpecError as exc:       # the flags, not the spec
         _fail(exc)
     files.check(out_file, "--out", overwrite)
@@ -73,7 +77,6 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
     cache = run_cache(cache_dir, no_cache)
     try:
         topo = load(spec, given, echo_change)
-        refuse_search(topo, "plan")
         with ProgressBar() as bar:
             def progress(runs: int, most: int, best) -> None:
                 if err.is_terminal:
@@ -84,7 +87,7 @@ def plan(spec: str = typer.Argument(..., help="Topology spec (YAML) to start fro
 
             result = run_plan(topo, wanted, targets, budget=limit, seeds=seeds, workers=workers, gpus=gpus,
                               max_instances=max_instances, max_runs=max_runs, progress=progress, cache=cache,
-                              headroom=margin, top=top)
+                              headroom=margin, top=top, disaggregated=disaggregated)
     except SpecError as exc:
         _fail(exc if exc.source else exc.with_source(spec))
     if data:
@@ -251,7 +254,6 @@ def capacity(spec: str = typer.Argument(..., help="Topology spec (YAML)."),
         from ..sweep.capacity import Knob
 
         topo = load(spec, given, echo_change)
-        refuse_search(topo, "capacity")
         knob = Knob.of(topo)
         targets = targets or topo.slo.targets()
         goal = ", ".join(f"{k} <= {fmt_duration(v)}" for k, v in targets.items())

@@ -39,6 +39,10 @@ class Change(_Model):
     def __str__(self) -> str:
         if self.value == 0 and self.path.startswith("lmcache.") and self.path.endswith(".size"):
             return f"{self.path.removesuffix('.size')}: removed"
+        if isinstance(self.value, dict):         # a section (serving.disaggregation), as a spec would write it inline
+            import yaml
+
+            return f"{self.path}: " + yaml.safe_dump(self.value, default_flow_style=True, sort_keys=False, width=10**6).strip()
         return f"{self.path}: {'(default)' if self.value is None else self.value}"
 
 

@@ -5,7 +5,9 @@ A missed SLO usually has several fixes: more instances, a larger batch, a faster
 Besides the rules' fixes, every finding about a missed SLO target (`long-ttft-tail`, `slow-decode`) is
 given the tier candidates that no finding proposes already: each offload tier removed, and the dearest
 tier that served any prompt tokens at half its size (`tier_fixes`; one halved tier bounds the extra runs),
-so that removing or shrinking a tier is always weighed. They are proven like any fix.
+so that removing or shrinking a tier is always weighed, and the same accelerators split into prefill and decode
+pools, or merged back (`shape_fixes`, kvplan.doctor.disaggregation), so that whether disaggregation pays is
+too. They are proven like any fix.
 
 When an SLO target is missed, `ranking` orders the proven fixes of every finding (a faster disk for a
 saturated link is a fix for the tail too): first the ones whose simulated runs meet every SLO target (on
@@ -28,6 +30,7 @@ import math
 
 from ..errors import SpecError
 from .case import METRICS, Case
+from .disaggregation import shape_fixes
 from .finding import Change, Diagnosis, Finding, Fix, Proof, Ranked
 
 SLO_FINDINGS = {"long-ttft-tail": "ttft_p99", "slow-decode": "tpot_p99"}
@@ -66,13 +69,14 @@ def tier_fixes(case: Case, metric: str) -> list[Fix]:
 
 
 def with_tier_fixes(case: Case, findings: list[Finding]) -> list[Finding]:
-    """The findings, each one about a missed SLO target given the tier candidates that no finding proposes already."""
+    """The findings, each one about a missed SLO target given the tier candidates and the same accelerators
+    disaggregated or aggregated (kvplan.doctor.disaggregation) that no finding proposes already."""
     proposed = {tuple(sorted((c.path, str(c.value)) for c in fix.changes)) for f in findings for fix in f.fixes}
     out = []
     for f in findings:
         metric = SLO_FINDINGS.get(f.code)
         if metric is not None:
-            new = [x for x in tier_fixes(case, metric)
+            new = [x for x in tier_fixes(case, metric) + shape_fixes(case, metric)
                    if tuple(sorted((c.path, str(c.value)) for c in x.changes)) not in proposed]
             f = f.model_copy(update={"fixes": f.fixes + new})
         out.append(f)

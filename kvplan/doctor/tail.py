@@ -28,6 +28,7 @@ from ..sim.bottleneck import SATURATED
 from ..units import fmt_duration
 from ..sweep.confidence import classify
 from .case import Case
+from .disaggregation import pool_path
 from .finding import Change, Finding, Fix
 
 TAIL_RATIO = 5.0
@@ -98,10 +99,12 @@ def long_ttft_tail(case: Case) -> list[Finding]:
     fixes = {
         "queue": [_more_instances(r, "ttft_p99")]
                  + ([Fix(summary=f"max_num_seqs {seqs} instead of {r.max_num_seqs}: a batch the KV cache holds",
-                         changes=[Change(path="serving.max_num_seqs", value=seqs)], metric="ttft_p99")] if seqs else []),
+                         changes=[Change(path=pool_path(r, "max_num_seqs", "prefill")[0], value=seqs)],
+                         metric="ttft_p99")] if seqs else []),
         "compute": [_more_instances(r, "ttft_p99")],
         "recompute": [Fix(summary=f"at most {max(1, r.max_num_seqs // 2)} sequences per instance",
-                          changes=[Change(path="serving.max_num_seqs", value=max(1, r.max_num_seqs // 2))], metric="ttft_p99")],
+                          changes=[Change(path=pool_path(r, "max_num_seqs", "prefill")[0],
+                                          value=max(1, r.max_num_seqs // 2))], metric="ttft_p99")],
         "retrieve": [],
     }
     ddr = case.topo.lmcache.ddr if case.topo.lmcache else None
@@ -120,10 +123,10 @@ def slow_decode(case: Case) -> list[Finding]:
     prefill chunks mixed into the step. The sequences running on average come from Little's law (their time from
     admission to the last token, summed, over the run's duration). Fixes: max_num_seqs half of that average
     (shorter steps), 50 % more instances (fewer requests each)."""
-    r = case.resolved
-    target = r.slo.tpot_p99
+    target = case.resolved.slo.tpot_p99
     if target is None or not any(len(res.per_request) for res in case.results):
         return []
+    seqs_path, r = pool_path(case.resolved, "max_num_seqs", "decode")     # disaggregated: the decode pool's
     tpot = case.mean("tpot_p99")
     if tpot <= target:
         return []
@@ -131,12 +134,12 @@ def slow_decode(case: Case) -> list[Finding]:
     busy = float(np.mean([np.mean(res.engine_busy) for res in case.results]))
     running = float(np.mean([float((res.per_request.e2e - res.per_request.queue).sum()) / res.duration / r.instances
                              for res in case.results if res.duration > 0]))   # Little's law: sequences in flight
-    fixes = [_more_instances(r, "tpot_p99")]
+    fixes = [_more_instances(case.resolved, "tpot_p99")]
     fewer = min(r.max_num_seqs // 2, max(1, int(running / 2)))
     if fewer >= 1 and fewer < r.max_num_seqs:
         fixes.insert(0, Fix(summary=f"at most {fewer} sequences per instance (half of the {running:.0f} running on average):"
                                     " shorter steps",
-                            changes=[Change(path="serving.max_num_seqs", value=fewer)], metric="tpot_p99"))
+                            changes=[Change(path=seqs_path, value=fewer)], metric="tpot_p99"))
     return [Finding(code="slow-decode", area="tail", severity=severity(verdict, tpot, target),
                     title="decode steps are slower than the TPOT SLO allows",
                     symptom=f"TPOT p99 {fmt_duration(tpot)} misses its SLO of {fmt_duration(target)} (median "
@@ -151,9 +154,12 @@ def slow_decode(case: Case) -> list[Finding]:
 
 
 def _more_instances(r, metric: str) -> Fix:
-    """50 % more instances (rounded up), judged on `metric`."""
-    more = r.instances + math.ceil(r.instances / 2)
-    return Fix(summary=f"{more} instances instead of {r.instances}", changes=[Change(path="serving.instances", value=more)],
+    """50 % more instances (rounded up), judged on `metric`; disaggregated, of the pool that makes it (prefill for
+    TTFT, decode for TPOT)."""
+    path, pool = pool_path(r, "instances", "decode" if metric.startswith("tpot") else "prefill")
+    more = pool.instances + math.ceil(pool.instances / 2)
+    role = "" if pool is r else f" {path.split('.')[2]}"
+    return Fix(summary=f"{more}{role} instances instead of {pool.instances}", changes=[Change(path=path, value=more)],
                metric=metric)
 
 

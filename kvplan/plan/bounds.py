@@ -134,32 +134,61 @@ class Floors:
 
 
 def floors(r: Resolved, stats: WorkloadStats, slo: Slo) -> Floors:
-    """Roofline bounds (docs/planning.md, "Planner"): perfect balance over instances, full batches, no context."""
-    from ..sim.steptime import StepTime
-
-    st = StepTime(r)
-    per_token = st.linear_flops / st.flops_rate            # compute seconds per new token, attention left out
-    memory = st.weight_bytes / st.bytes_rate               # every step reads the weights once
-    fixed = st.overhead + st.allreduce_fixed
-    batch = max(1, min(r.max_num_seqs, r.hbm_blocks))
+    """Roofline bounds (docs/planning.md, "Planner"): perfect balance over instances, full batches, no context.
+    Disaggregated, the prefill pool computes the never-cached prompt tokens and the decode pool the output tokens;
+    the load is the busier pool's, TTFT at least the prefill's floor (and, with vLLM's NixlConnector, the decode
+    instance's first step), TPOT the decode pool's step floor."""
     decode = np.maximum(stats.output - 1, 0)
-    tokens = float(stats.compulsory.sum() + decode.sum()) / r.instances
-    steps = max(float(decode.sum()) / r.instances / batch, tokens / r.max_num_batched_tokens)
-    busy = max(tokens * per_token, steps * memory) + steps * fixed + tokens * st.allreduce_per_token
-    load = busy / stats.span if stats.span > 0 else 0.0
-
-    k = np.ceil(stats.compulsory / r.max_num_batched_tokens)
-    ttft = np.maximum(stats.compulsory * per_token, k * memory) + k * fixed + stats.compulsory * st.allreduce_per_token
-    step_floor = memory + fixed + st.allreduce_per_token
-    tpot = np.full(int((stats.output > 1).sum()), step_floor)
-    e2e = ttft + decode * step_floor
-    dists = {"ttft": ttft, "tpot": tpot, "e2e": e2e}
+    d = r.disaggregation
+    if d is None:
+        pool = Roofline(r)
+        load = pool.load(stats.compulsory.sum(), decode.sum(), stats.span)
+        ttft, step = pool.prefill(stats.compulsory), pool.step
+    else:
+        prefill, decoder = Roofline(d.prefill), Roofline(d.decode)
+        load = max(prefill.load(stats.compulsory.sum(), 0, stats.span), decoder.load(0, decode.sum(), stats.span))
+        ttft = prefill.prefill(stats.compulsory) + (decoder.step if d.connector == "nixl" else 0.0)
+        step = decoder.step
+    tpot = np.full(int((stats.output > 1).sum()), step)
+    dists = {"ttft": ttft, "tpot": tpot, "e2e": ttft + decode * step}
     latency = {}
     for key in slo.targets():
         metric, pct = key.rsplit("_", 1)
         a = dists[metric]
         latency[key] = float(np.percentile(a, int(pct[1:]))) if a.size else 0.0
     return Floors(load=load, latency=latency)
+
+
+class Roofline:
+    """One pool's (or an aggregated deployment's) cheapest possible work: compute seconds per new token, attention
+    left out; every step reads the weights once and pays the fixed overheads (the smaller of a step's eager and
+    CUDA-graph overhead: kvplan.sim.steptime)."""
+
+    def __init__(self, r: Resolved):
+        from ..sim.steptime import StepTime
+
+        st = StepTime(r)
+        self.r = r
+        self.per_token = st.linear_flops / st.flops_rate
+        self.memory = st.weight_bytes / st.bytes_rate
+        self.fixed = min(st.overhead, st.graph_overhead) + st.allreduce_fixed   # a small batch runs as a CUDA graph
+        self.allreduce_per_token = st.allreduce_per_token
+        self.step = self.memory + self.fixed + self.allreduce_per_token
+
+    def load(self, prompt_tokens: float, decode_tokens: float, span: float) -> float:
+        """Engine seconds per second of traffic on each instance, at full batches and perfect balance."""
+        r = self.r
+        batch = max(1, min(r.max_num_seqs, r.hbm_blocks))
+        tokens = float(prompt_tokens + decode_tokens) / r.instances
+        steps = max(float(decode_tokens) / r.instances / batch, tokens / r.max_num_batched_tokens)
+        busy = max(tokens * self.per_token, steps * self.memory) + steps * self.fixed + tokens * self.allreduce_per_token
+        return busy / span if span > 0 else 0.0
+
+    def prefill(self, compulsory: np.ndarray) -> np.ndarray:
+        """Each request's prefill alone on an idle instance."""
+        k = np.ceil(compulsory / self.r.max_num_batched_tokens)
+        return (np.maximum(compulsory * self.per_token, k * self.memory) + k * self.fixed
+                + compulsory * self.allreduce_per_token)
 
 
 def behaviour(topo: Topology, r: Resolved, stats: WorkloadStats) -> str:

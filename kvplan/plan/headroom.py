@@ -93,6 +93,7 @@ def measure(winner: Topology, spec: Topology, rate: float, headroom: float, slo:
     """The winner's figures at `rate` and at low load, its capacity above the judged rate, and the user's spec."""
     from ..cost import cost_of
     from ..resolve import resolve
+    from .pools import accelerators
 
     targets = slo.targets()
     judged = rate * (1 + headroom)
@@ -104,8 +105,7 @@ def measure(winner: Topology, spec: Topology, rate: float, headroom: float, slo:
     spec_cost, problem, spec_accelerator = None, "", ""
     try:
         r = resolve(spec, catalog)
-        spec_accelerator = (f"{r.instances} x {r.device.name}"
-                            + (f" TP{r.tensor_parallel}" if r.tensor_parallel > 1 else ""))
+        spec_accelerator = accelerators(r)
         spec_cost = cost_of(spec, r, catalog=catalog).usd_per_hour
         runs.append(topo_at(spec, rate))
     except SpecError as exc:

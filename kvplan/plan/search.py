@@ -55,6 +55,8 @@ from ..spec.slo import Slo
 from ..units import fmt_bytes, fmt_duration, is_bare_number, parse_rate
 from .headroom import DEFAULT_HEADROOM, Limits, measure, simulate_all
 from .bounds import Floors, WorkloadStats, at_rate, behaviour as plan_behaviour, floors
+from . import pools
+from .pools import Considered, considered
 from .space import HardwareGroup, Specs, hardware_groups, variants
 
 if TYPE_CHECKING:
@@ -106,7 +108,7 @@ class Candidate:
         policy = ", ".join(sorted({t.eviction for t in tiers.values() if t.name != "ceph" or lm.mode == "mp"})) or "-"
         n = r.kv_offloading                      # vLLM's native CPU tier: per instance, named apart from LMCache's
         ddr = f"{_size(n.capacity_bytes)}/instance native" if n else _size(lm.ddr.size) if lm and lm.ddr else "-"
-        return {"accelerator": f"{r.instances} x {r.device.name}" + (f" TP{r.tensor_parallel}" if r.tensor_parallel > 1 else ""),
+        return {"accelerator": pools.accelerators(r),
                 "ddr": ddr,
                 "nvme": _size(lm.nvme.size) if lm and lm.nvme else "-",
                 "ceph": f"{c.hosts * c.osds_per_host} OSD x{c.pool.size}" if c and lm and lm.ceph else "-",
@@ -145,6 +147,8 @@ class Plan:
     limits: Limits | None = None
     """The winner's capacity, utilisation and figures at the asked rate (kvplan.plan.headroom; None without a
     winner, or when not asked for)."""
+    considered: Considered = Considered(True, False, "")
+    """Whether aggregated and disaggregated candidates were searched, and why (kvplan.plan.pools)."""
 
     @property
     def judged_rate(self) -> float:
@@ -212,7 +216,7 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
          workers: int = 1, gpus: Sequence[str] | None = None, max_instances: int = 8, max_runs: int = 200,
          catalog: Catalog | None = None, simulate: Simulate | None = None, progress: Progress | None = None,
          cache: "RunCache | None" = None, headroom: float = DEFAULT_HEADROOM, top: int = 1 + ALTERNATIVES,
-         limits: bool = True) -> Plan:
+         limits: bool = True, disaggregated: str = "auto") -> Plan:
     """The cheapest candidate that meets `slo` (default: the spec's) at `rate` x (1 + `headroom`) requests/s, and
     why the others lost; the `top` - 1 next cheapest that meet it as alternatives. With `limits`, the winner's
     own capacity, utilisation and figures at `rate` are measured too (kvplan.plan.headroom.measure: at most 7 runs
@@ -221,7 +225,10 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
     Runs are looked up in `cache` first. With one seed, a candidate's run stops as soon as it has
     certainly missed a target (kvplan.sim.slo_watch): the verdict is the finished run's, and most of
     a plan's time was simulating hopeless candidates to the end. With several seeds every run goes to
-    the end, since the 95 % intervals need every seed's value."""
+    the end, since the 95 % intervals need every seed's value.
+
+    `disaggregated` (auto, on, only, off) says whether prefill:decode splits of the same accelerators are
+    candidates too (kvplan.plan.pools)."""
     catalog = catalog or load_catalog()
     slo = slo if slo is not None and slo.targets() else topo.slo
     if not slo.targets():
@@ -253,6 +260,7 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
                                  "write it like --headroom 25%")])
     if top < 1:
         raise SpecError([Problem("--top", "must list at least the winner", str(top), "1 or more", "write --top 3")])
+    which = considered(topo, slo, disaggregated)
     seed_list = [topo.workload.seed + i for i in range(seeds)]
     if simulate is None:
         stop = slo.targets() if seeds == 1 else None
@@ -261,7 +269,7 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
             return simulate_all(topos, seeds, workers, cache=cache, stop_at_miss=stop)
 
     base, offered, stats = at_rate(topo, rate * (1 + headroom), slo, seed_list[0], cache)
-    groups = hardware_groups(variants(base, topo, catalog, gpus, max_instances), topo, catalog)
+    groups = hardware_groups(variants(base, topo, catalog, gpus, max_instances, which), topo, catalog)
     search = _Search(Specs(from_mapping(base)), seed_list, slo, budget, stats, offered, simulate, workers, max_runs,
                      progress, top - 1)
     waiting = list(groups)                   # not enumerated yet, cheapest accelerators first
@@ -278,7 +286,7 @@ def plan(topo: Topology, rate: float, slo: Slo | None = None, budget: float | No
             break
         limit = max(limit * PRICE_STEP, floor)
     result = search.result(rate, slo, budget, groups, waiting)
-    result.headroom, result.top = headroom, top
+    result.headroom, result.top, result.considered = headroom, top, which
     if limits and result.winner is not None:
         result.limits = measure(result.winner.topo, topo, rate, headroom, slo, seed_list, workers, catalog, cache)
     result.session_rate = base["workload"]["arrivals"].get("session_rate") if topo.workload.sessions else None
@@ -376,7 +384,7 @@ class _Search:
                 c.status, c.reason = "over budget", f"over budget: ${c.usd_per_hour:,.2f}/h > ${self.budget:,.2f}/h"
                 continue
             r = c.resolved
-            key = (r.device.name, r.tensor_parallel, r.instances, r.hbm_blocks, r.max_num_seqs, r.max_num_batched_tokens)
+            key = (pools.shape(r), r.hbm_blocks, r.max_num_seqs, r.max_num_batched_tokens)
             f = self.floors.get(key) or self.floors.setdefault(key, floors(r, self.stats, self.slo))
             if f.load > 1:
                 c.status = "pruned"
@@ -501,8 +509,7 @@ class _Search:
 
 
 def _hardware(c: Candidate) -> tuple:
-    r = c.resolved
-    return (r.device.name, r.tensor_parallel, r.instances)
+    return pools.shape(c.resolved)
 
 
 def _choice(c: Candidate) -> tuple:

@@ -27,6 +27,8 @@ from ..spec.lmcache import LMCache
 from ..spec.rules import REAL_POLICIES
 from ..spec.serving import Serving
 from ..units import parse_size
+from . import pools
+from .pools import Considered
 
 TP_LADDER = (1, 2, 4, 8)
 SIZE_LADDER = (0.25, 1.0, 4.0)
@@ -35,8 +37,10 @@ SKIPPED_POLICIES = ("IsolatedLRU",)
 
 
 def variants(base: dict, topo: Topology, catalog: Catalog, gpus: Sequence[str] | None,
-              max_instances: int) -> list[dict]:
-    """Every combination of the planner's axes, as spec mappings, the spec's own choices first."""
+              max_instances: int, which: Considered | None = None) -> list[dict]:
+    """Every combination of the planner's axes, as spec mappings, the spec's own choices first: aggregated, then
+    (as `which` says; kvplan.plan.pools) each prefill:decode split of the same accelerators and tiers."""
+    which = which or Considered(True, False, "")
     s = base["serving"]
     device = next(d for k, d in catalog.devices.items() if k.lower() == s["gpu"].lower())
     priced = {p.name.lower() for p in catalog.prices.gpu_hour}
@@ -75,22 +79,35 @@ def variants(base: dict, topo: Topology, catalog: Catalog, gpus: Sequence[str] |
     ceph_options = _ceph_options(base.get("ceph"), lm)
     offload_options = _native_options(s.get("kv_offloading"))
 
+    def with_tiers(serving: dict, tiers: dict | None, cluster: dict | None) -> dict:
+        spec = {**base, "serving": serving}
+        if tiers is not None:
+            spec["lmcache"] = tiers
+        spec["ceph"] = cluster if cluster is not None else (base.get("ceph") if tiers is None else None)
+        return spec
+
+    def tier_choices():
+        for tiers in tier_options:
+            for cluster in (ceph_options if tiers is not None and tiers.get("ceph") is not None else [None]):
+                yield tiers, cluster
+
     out = []
-    for name in names:
+    aggregated = pools.aggregated_serving(s)
+    for name in names if which.aggregated else []:
         for tp in tps:
-            for tiers in tier_options:
-                cephs = ceph_options if tiers is not None and tiers.get("ceph") is not None else [None]
-                for cluster in cephs:
-                    for offload in offload_options:
-                        for n in range(1, max_instances + 1):
-                            serving = {**s, "gpu": name, "tensor_parallel": tp, "instances": n}
-                            if offload is not None:
-                                serving["kv_offloading"] = offload
-                            spec = {**base, "serving": serving}
-                            if tiers is not None:
-                                spec["lmcache"] = tiers
-                            spec["ceph"] = cluster if cluster is not None else (base.get("ceph") if tiers is None else None)
-                            out.append(spec)
+            for tiers, cluster in tier_choices():
+                for offload in offload_options:
+                    for n in range(1, max_instances + 1):
+                        serving = {**aggregated, "gpu": name, "tensor_parallel": tp, "instances": n}
+                        if offload is not None:
+                            serving["kv_offloading"] = offload
+                        out.append(with_tiers(serving, tiers, cluster))
+    simulate_only = base.get("simulate_only", False) or pools.simulation_only()
+    for name in names if which.disaggregated else []:
+        for split in pools.splits(tps, max_instances):
+            serving = pools.disaggregated_serving(s, name, split)
+            for tiers, cluster in tier_choices():
+                out.append({**with_tiers(serving, tiers, cluster), "simulate_only": simulate_only})
     return out
 
 
@@ -147,11 +164,17 @@ def hardware_groups(variants: list[dict], topo: Topology, catalog: Catalog) -> l
     by_hardware: dict[tuple, HardwareGroup] = {}
     for index, spec in enumerate(variants):
         s = spec["serving"]
-        key = (s["gpu"].lower(), s["tensor_parallel"], s["instances"])
+        d = s.get("disaggregation")
+        if d is None:
+            key: tuple = (s["gpu"].lower(), s["tensor_parallel"], s["instances"])
+            gpus = s["tensor_parallel"] * s["instances"]
+        else:
+            p, dec = d["prefill"], d["decode"]
+            key = (s["gpu"].lower(), p["tensor_parallel"], p["instances"], dec["tensor_parallel"], dec["instances"])
+            gpus = p["tensor_parallel"] * p["instances"] + dec["tensor_parallel"] * dec["instances"]
         group = by_hardware.get(key)
         if group is None:
-            price = gpu_hour_usd(topo, key[0], catalog)
-            group = by_hardware[key] = HardwareGroup(key, price * s["tensor_parallel"] * s["instances"], [])
+            group = by_hardware[key] = HardwareGroup(key, gpu_hour_usd(topo, key[0], catalog) * gpus, [])
         group.variants.append((index, spec))
     return sorted(by_hardware.values(), key=lambda g: (g.gpu_usd_per_hour, g.variants[0][0]))
 

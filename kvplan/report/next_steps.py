@@ -18,13 +18,11 @@ def cold_tiers(result: SimResult) -> list[str]:
     return [f"warning: {state.note}" for state in result.steady_state if not state.steady]
 
 
-def next_steps(spec: str, result: SimResult, trace: bool = False, rated: bool = True, listed: bool = True,
-               searched: bool = True) -> list[str]:
+def next_steps(spec: str, result: SimResult, trace: bool = False, rated: bool = True, listed: bool = True) -> list[str]:
     """Lines to print after the tables; empty when the SLO is met and every tier serves something.
     A trace replays its own timestamps, so for one the planner's place is taken by `capacity` (the
     replay speed the topology sustains). A load of stages or a closed loop has no one rate for either to set
-    (`rated` False), `size` reads its requests only when they can be listed in advance (`listed`), and neither
-    planner searches a disaggregated spec yet (`searched` False)."""
+    (`rated` False), and `size` reads its requests only when they can be listed in advance (`listed`)."""
     missed = [c for c in result.slo if not c.met]
     idle = [t.name for t in result.tiers if t.name != "hbm" and t.served_tokens == 0]
     if not missed and not idle:
@@ -37,10 +35,10 @@ def next_steps(spec: str, result: SimResult, trace: bool = False, rated: bool = 
         why.append(f"the {', '.join(idle)} tier{'s' if len(idle) > 1 else ''} served no prompt token")
     targets = " ".join(f"--slo {c.key}={fmt_duration(c.target).replace(' ', '')}" for c in result.slo)
     commands = [(f"kvplan size {spec}", "how big each tier must be for this workload's reuse")] if listed else []
-    if searched and trace:
+    if trace:
         commands.append((f"kvplan capacity {spec}",
                          "the fastest replay of the trace this topology serves within the SLO"))
-    elif searched and rated:
+    elif rated:
         commands.append((f"kvplan plan {spec} --rate {result.requests_per_s:.3g}/s {targets}".rstrip(),
                          "the cheapest topology that meets the SLO at this rate"))
     commands.append((f"kvplan simulate {spec} --ablate --seeds 3", "what each tier adds, tested against the noise"))

@@ -31,7 +31,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
     winner = plan.winner
     head.rows.append(["winner", _short(winner) + f", ${winner.usd_per_hour:,.2f}/h"
                       + ("" if winner.decided else "; meets the SLO, but not distinguishably from missing it")
-                      if winner else "none"])
+                      + _simulation_only(winner) if winner else "none"])
     lim = plan.limits
     if winner and lim is not None:
         head.rows.append(["capacity", _capacity(plan)])
@@ -46,6 +46,7 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
                           + (f"its {', '.join(_label(k) for k in close)} not distinguishable from the winner's "
                              f"at {n} seeds" if close else "its SLO metrics differ from the winner's beyond the noise")])
     head.rows.append(["search", search_verdict(plan)])
+    head.rows.append(["disaggregated", disaggregation_verdict(plan)])
 
     shown = plan.candidates if show_all else [c for c in plan.candidates if c.measured]
     shown = sorted(shown, key=lambda c: (c.usd_per_hour, c.index))
@@ -70,6 +71,14 @@ def plan_sections(plan: Plan, show_all: bool = False) -> list[Section]:
         left.narrow = [("e.g.", [row[3].split(": ", 1)[0] for row in left.rows]), ("e.g.", None)]
         sections.append(left)
     return sections
+
+
+def _simulation_only(c: Candidate) -> str:
+    """'; simulation only: ...' for a candidate that kvplan render refuses (its simulate_only settings), else ''."""
+    refused = c.resolved.simulation_only
+    if not refused:
+        return ""
+    return "; simulation only, render refuses " + ", ".join(dict.fromkeys(path for path, _ in refused))
 
 
 def _capacity(plan: Plan) -> str:
@@ -137,6 +146,46 @@ def search_verdict(plan: Plan) -> str:
             "to decide")
 
 
+def disaggregation_verdict(plan: Plan) -> str:
+    """Whether prefill:decode splits were searched and, if so, whether one pays: the cheapest disaggregated candidate
+    meeting the SLO against the cheapest aggregated one, with the interval of each figure over the seeds."""
+    why = plan.considered.why
+    if not plan.considered.disaggregated:
+        return why
+    split = [c for c in plan.candidates if c.resolved.disaggregation is not None]
+    if not plan.considered.aggregated:
+        best = plan.winner
+        return why + (f"; the cheapest meeting the SLO is {_short(best)}, ${best.usd_per_hour:,.2f}/h" if best
+                      else f"; none of {len(split)} meets the SLO")
+    met = sorted((c for c in plan.candidates if c.status in ("winner", "alternative", "meets SLO")),
+                 key=lambda c: (c.usd_per_hour, c.index))
+    pd = next((c for c in met if c.resolved.disaggregation is not None), None)
+    agg = next((c for c in met if c.resolved.disaggregation is None), None)
+    keys = list(plan.slo.targets())
+
+    def figures(c: Candidate) -> str:
+        return ", ".join(f"{_label(k)} {with_ci(c, k)}" for k in keys)
+
+    if pd is not None and (agg is None or pd.usd_per_hour < agg.usd_per_hour):
+        than = (f"${agg.usd_per_hour - pd.usd_per_hour:,.2f}/h less than the cheapest aggregated candidate meeting it "
+                f"({_short(agg)})" if agg else "no aggregated candidate meets it")
+        return (f"pays: {_short(pd)} meets the SLO for ${pd.usd_per_hour:,.2f}/h ({figures(pd)}), {than}"
+                + ("" if pd.decided else "; not distinguishable from missing the SLO at these seeds"))
+    if pd is not None and agg is not None:
+        return (f"does not pay: the cheapest disaggregated candidate meeting the SLO, {_short(pd)}, costs "
+                f"${pd.usd_per_hour - agg.usd_per_hour:,.2f}/h more than {_short(agg)} ({figures(agg)})")
+    simulated = [c for c in split if c.measured]
+    if simulated:
+        cheapest = min(simulated, key=lambda c: (c.usd_per_hour, c.index))
+        return (f"does not pay: none of the {len(simulated)} disaggregated candidates simulated meets the SLO "
+                f"(the cheapest, {_short(cheapest)} at ${cheapest.usd_per_hour:,.2f}/h: {cheapest.reason})")
+    if not split:
+        return why + "; none validated"
+    cheapest = min(split, key=lambda c: (c.usd_per_hour, c.index))
+    return (f"does not pay here: no disaggregated candidate needed simulating ({len(split)} considered; the "
+            f"cheapest, {_short(cheapest)} at ${cheapest.usd_per_hour:,.2f}/h: {cheapest.reason})")
+
+
 def plan_tables(plan: Plan, show_all: bool = False, width: int | None = None) -> list[Table]:
     """The plan's tables, each narrowed to `width` columns (None: whole; kvplan.report.terminal)."""
     return tables(plan_sections(plan, show_all), width)
@@ -184,6 +233,15 @@ def _verdict(c: Candidate) -> str:
     return c.reason
 
 
+def _pools(c: Candidate) -> dict | None:
+    """A disaggregated candidate's pools (each one's accelerator, TP and instances); None for an aggregated one."""
+    d = c.resolved.disaggregation
+    if d is None:
+        return None
+    return {role: {"accelerator": p.device.name, "tensor_parallel": p.tensor_parallel, "instances": p.instances}
+            for role, p in (("prefill", d.prefill), ("decode", d.decode))} | {"connector": d.connector}
+
+
 def _means_only(shown: list[Candidate], keys: list[str]) -> list[tuple[str, list[str]]]:
     """Narrowing steps (kvplan.report.terminal) that print each SLO column's mean without its 95 % interval."""
     def mean(c: Candidate, key: str) -> str:
@@ -227,10 +285,13 @@ def plan_json(plan: Plan) -> dict:
         "not_enumerated": plan.not_enumerated, "not_enumerated_from_usd_per_hour": plan.not_enumerated_from,
         "over_budget_not_enumerated": plan.over_budget_unpriced,
         "search": search_verdict(plan), "winner": winner.index if winner else None,
+        "disaggregated": {"aggregated_searched": plan.considered.aggregated,
+                          "disaggregated_searched": plan.considered.disaggregated, "verdict": disaggregation_verdict(plan)},
         "winner_limits": dataclasses.asdict(plan.limits) if plan.limits else None,
         "candidates": [{"index": c.index, "status": c.status, "reason": c.reason, "usd_per_hour": c.usd_per_hour,
                         "choices": c.describe(), "instances": c.resolved.instances, "accelerator": c.resolved.device.name,
-                        "tensor_parallel": c.resolved.tensor_parallel, "measured": c.measured, "ci95": c.ci95,
+                        "tensor_parallel": c.resolved.tensor_parallel, "disaggregation": _pools(c),
+                        "measured": c.measured, "ci95": c.ci95,
                         "samples": c.samples, "decided": c.decided, "requests_per_s": c.requests_per_s,
                         "stopped": dataclasses.asdict(c.stopped) if c.stopped else None}
                        for c in sorted(plan.candidates, key=lambda c: (c.usd_per_hour, c.index))]}

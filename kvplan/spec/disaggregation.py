@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Iterator, Literal
 
 from pydantic import Field
 
-from ..errors import Problem, SpecError
+from ..errors import Problem
 from ..units import Bandwidth, Size
 from .base import MAX_INT32, SpecModel
 from .deployment import simulation_only
@@ -97,7 +97,8 @@ def problems(topo: "Topology") -> Iterator[Problem]:
         yield Problem("serving.disaggregation", simulation_only("serving.disaggregation"), "set",
                       fix="remove serving.disaggregation, or set simulate_only: true to study it in simulation only "
                           "(kvplan render then refuses the spec)")
-    set_fields = s.model_fields_set
+    # a field at its default says nothing a pool could ignore (a spec dumped whole and read back sets every field)
+    set_fields = {name for name in s.model_fields_set if getattr(s, name) != type(s).model_fields[name].default}
     for name in POOL_FIELDS:
         if name in set_fields:
             yield Problem(f"serving.{name}", "with serving.disaggregation each pool says its own; this setting would "
@@ -135,18 +136,3 @@ def problems(topo: "Topology") -> Iterator[Problem]:
         yield Problem("serving.disaggregation.connector", "LMCache's PD mode runs inside vLLM (LMCacheConnectorV1, "
                       "enable_pd); the lmcache section's mode is mp (a separate LMCache server)", d.connector,
                       "nixl, or lmcache with lmcache.mode: inprocess", "set lmcache.mode: inprocess, or connector: nixl")
-
-
-SEARCHES = ("plan", "capacity", "doctor")
-"""The commands that search changes to a spec; none searches a disaggregated one yet (the prefill:decode ratio,
-each pool's TP): they refuse it rather than search only part of it."""
-
-
-def refuse_search(topo: "Topology", command: str) -> None:
-    """Raise the refusal of `kvplan <command>` (one of SEARCHES) for a disaggregated spec; nothing for another."""
-    if topo.serving.disaggregation is None:
-        return
-    raise SpecError([Problem("serving.disaggregation", f"kvplan {command} does not search disaggregated serving yet "
-                             "(the prefill:decode ratio and each pool's TP are not among its candidates)", "set",
-                             fix="compare it with `kvplan simulate` against an aggregated spec on the same GPUs "
-                                 "(docs/disaggregation.md), or run this command on the aggregated spec")])

@@ -347,7 +347,7 @@ def search(spec_path: str | Path, slo: dict[str, float] | None = None, *, seeds:
         lo, hi, band = bracket()
         if lo is not None or lo_rate is not None:
             break
-        probe(min(p for p in probes if p < hi.rate) / 2)
+        probe(min(probes) / 2)          # below the lowest probe so far (the start, when it surely missed)
     else:
         if bracket()[0] is None:
             return done("below_low")
