@@ -40,6 +40,10 @@ def document() -> str:
              "Error is predicted / measured - 1. Latencies in milliseconds (mean, median, p99 over requests; TPOT "
              "excludes the first token, as vLLM's benchmark_serving and genai-perf's inter-token latency do), "
              "throughput in output tokens per second per GPU.", ""]
+    every, agree = _errors(meas, predicted, keys), verdicts(meas, predicted)
+    lines += [f"**In short:** over {len(every)} published figures kvplan's median absolute error is "
+              f"{statistics.median(every):.1%} (largest {max(every):.1%}), and it names the source's winner, "
+              f"aggregated or disaggregated, in {sum(agree)} of {len(agree)} comparisons (below).", ""]
     lines += _sources(d, srcs, meas, predicted)
     lines += _figures(srcs, meas, predicted)
     lines += _verdicts(srcs, meas, predicted)
