@@ -35,6 +35,8 @@ class PlanCandidate(BaseModel):
     instances: int
     accelerator: str
     tensor_parallel: int = 1
+    disaggregation: dict[str, Any] | None = None
+    """A disaggregated candidate's pools (each one's accelerator, TP and instances) and connector; None: aggregated."""
     measured: dict[str, float] = {}
     """Each SLO metric's mean over the seeds, seconds (empty when not simulated)."""
     ci95: dict[str, float] = {}
@@ -60,6 +62,9 @@ class PlanFile(BaseModel):
     search: str
     winner: int | None
     candidates: list[PlanCandidate]
+    disaggregated: dict[str, Any] | None = None
+    """Whether aggregated and disaggregated candidates were searched, and the verdict on disaggregation (plans
+    written before kvplan planned it have none)."""
 
     def candidate(self, index: int | None) -> PlanCandidate | None:
         return next((c for c in self.candidates if c.index == index), None)
@@ -139,6 +144,8 @@ def answer_part(plan: PlanFile) -> Part:
                           + ", ".join(f"{_label(k)} {_metric(winner, k, seeds)}" for k in plan.slo)
                           + ("" if winner.decided else "; meets the SLO, but not distinguishably from missing it")])
     head.rows.append(["search", plan.search])
+    if plan.disaggregated is not None:
+        head.rows.append(["disaggregated", str(plan.disaggregated.get("verdict", ""))])
     tables = [head]
     known = set(PlanCandidate.model_fields)
     if winner is not None:
