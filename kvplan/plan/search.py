@@ -14,6 +14,8 @@ Starting from a spec, `plan` varies what a buyer chooses (docs/planning.md, "Pla
   scales with the replicas, so replication is paid for);
 - one eviction policy for every LMCache tier, among those the spec's mode really has
   (kvplan.spec.rules.REAL_POLICIES; IsolatedLRU is left out: without cache salts it is LRU).
+- with a TPOT target (or `disaggregated`), prefill:decode splits of the same accelerators, with the same tiers
+  (kvplan.plan.pools; their floors are each pool's, kvplan.plan.bounds).
 
 Combinations are grouped by hardware (accelerator, TP, instances) and enumerated in the order of
 what the accelerators alone cost, a lower bound on each combination's price known before it is
