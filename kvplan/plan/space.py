@@ -4,7 +4,8 @@
 parallelism and instances; ddr and nvme per node on a ladder around the spec's sizes; the Ceph
 tier off, on, or at 2 replicas; one eviction policy for every LMCache tier among those its mode
 really has; with vLLM's native offloading instead of LMCache, its CPU tier on the same size ladder with LRU
-and ARC (vLLM 0.32's policies). `hardware_groups` gathers them by hardware choice (accelerator, TP, instances), each
+and ARC (vLLM 0.32's policies); where the plan considers them, prefill:decode splits of the same accelerators with
+the same tiers (kvplan.plan.pools). `hardware_groups` gathers them by hardware choice (accelerator, TP, instances; each pool's for a split), each
 with its accelerators' hourly price: a lower bound on the cost of every combination in it, known
 before any of them is validated, so the planner enumerates groups cheapest first. `Specs` validates
 the combinations, each distinct section once.
