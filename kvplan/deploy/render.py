@@ -37,7 +37,7 @@ from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from ..resources import data_root
 from ..spec.grammar import host_problem
-from . import ansible_yaml, inventory as inventory_mod, output as output_mod, rerender
+from . import ansible_yaml, disagg, inventory as inventory_mod, output as output_mod, rerender
 from .dashboard import Predicted, dashboard
 from .secrets import Secrets
 from .stack import Stack, build
@@ -79,6 +79,7 @@ def check_deployable(r: Resolved, inv: inventory_mod.Inventory) -> None:
             problems.append(Problem("simulate_only", "the spec is marked simulate_only, so render refuses it, but it sets "
                                     "nothing the real stack cannot honour", True, fix="remove simulate_only"))
     problems += _quantised_weights(r)
+    problems += disagg.problems(r)
     if r.router == "llm_d":
         problems.append(Problem("serving.router", "llm-d's scheduler is the endpoint picker of a Kubernetes gateway (an "
                                 "InferencePool); the Ansible deployment runs vllm-router, which has no weighted scorers",
@@ -175,8 +176,9 @@ def _write(r: Resolved, inv: inventory_mod.Inventory, secrets: Secrets, output: 
                      values=values.model_dump())
     output.write("project/group_vars/all/secrets.yml", header + ansible_yaml.dump(secrets.model_dump()) + "\n")
     for host, instances in stack.instances.items():
+        values = {"vllm_instances": instances} if stack.pools is None else stack.pools[host]
         template("project/role_vars.yml.j2", f"project/host_vars/{host}.yml", role="vllm (this host's instances)",
-                 values={"vllm_instances": instances})
+                 values=values)
     output.copy(data_root() / "templates" / "roles", "project/roles")
     manifest = {"kvplan": __version__, "spec": r.name, "spec_hash": r.spec_hash, "inventory": inv.path,
                 "stack": stack.model_dump()}
