@@ -57,8 +57,8 @@ def test_the_example_places_the_prefill_pool_first_and_the_decode_pool_after_it(
     assert (p["--tensor-parallel-size"], d["--tensor-parallel-size"]) == (["2"], ["4"])
     assert (p["--max-num-batched-tokens"], d["--max-num-seqs"]) == (["8192"], ["128"])
     assert (prefill["vllm_tensor_parallel"], decode["vllm_tensor_parallel"]) == (2, 4)
-    for args in (p, d):
-        assert json.loads(args["--kv-transfer-config"][0]) == {"kv_connector": "NixlConnector", "kv_role": "kv_both",
+    for args, role in ((p, "kv_producer"), (d, "kv_consumer")):
+        assert json.loads(args["--kv-transfer-config"][0]) == {"kv_connector": "NixlConnector", "kv_role": role,
                                                                 "kv_buffer_device": "cuda"}
 
 
@@ -130,9 +130,9 @@ print(json.dumps(out))
 
 @pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="vLLM is not installed at /opt/kvplan/vllm-venv")
 def test_vllm_reads_each_pools_arguments_and_side_channel_back(tmp_path):
-    """vLLM 0.32's own `vllm serve` parser and EngineArgs read each pool's rendered arguments: NixlConnector as both
-    producer and consumer (kv_both: the proxy's kv_transfer_params pick the side), the pool's TP and limits; vLLM's
-    envs read the instance's side channel."""
+    """vLLM 0.32's own `vllm serve` parser and EngineArgs read each pool's rendered arguments: NixlConnector, the
+    prefill pool its producer and the decode pool its consumer, the pool's TP and limits; vLLM's envs read the
+    instance's side channel."""
     r = resolve(load(EXAMPLE))
     hosts = host_vars(rendered(r, tmp_path))
     given = [{"args": h["vllm_args"], "env": h["vllm_instances"][0]["env"]} for h in hosts.values()]
@@ -141,9 +141,10 @@ def test_vllm_reads_each_pools_arguments_and_side_channel_back(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     prefill, decode = json.loads(done.stdout.strip().splitlines()[-1])
     pools = r.disaggregation
+    assert (prefill["role"], prefill["producer"], prefill["consumer"]) == ("kv_producer", True, False)
+    assert (decode["role"], decode["producer"], decode["consumer"]) == ("kv_consumer", False, True)
     for read, pool, port in ((prefill, pools.prefill, 5600), (decode, pools.decode, 5600)):
-        assert (read["connector"], read["role"], read["buffer"]) == ("NixlConnector", "kv_both", "cuda")
-        assert read["producer"] and read["consumer"]
+        assert (read["connector"], read["buffer"]) == ("NixlConnector", "cuda")
         assert (read["tp"], read["max_num_seqs"], read["max_num_batched_tokens"]) == \
                (pool.tensor_parallel, pool.max_num_seqs, pool.max_num_batched_tokens)
         assert read["side_channel"][1] == port

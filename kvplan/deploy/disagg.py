@@ -8,12 +8,12 @@ A spec with serving.disaggregation (connector: nixl) is deployed as the simulato
   nodes counts both pools' nodes). Instance numbers (the service names vllm-<index>) count on across both pools.
 - **vLLM.** Each pool's instances get the pool's own `vllm serve` arguments (its TP, max_num_seqs and
   max_num_batched_tokens; stack.vllm_args of the pool's Resolved) through their hosts' host_vars, which Ansible puts
-  above group_vars/all, plus `--kv-transfer-config {"kv_connector":"NixlConnector","kv_role":"kv_both",
+  above group_vars/all, plus `--kv-transfer-config {"kv_connector":"NixlConnector","kv_role":...,
   "kv_buffer_device":...}` (vLLM 0.32 vllm/config/kv_transfer.py KVTransferConfig; NixlConnector supports
   kv_buffer_device cuda on a CUDA GPU and cpu on a CPU host, _NIXL_SUPPORTED_DEVICE in
-  vllm/distributed/kv_transfer/kv_connector/v1/nixl/utils.py). Both pools are kv_both, as vLLM's own
-  tests/v1/kv_connector/nixl_integration/run_accuracy_test.sh runs them: the proxy's kv_transfer_params decide which
-  side of a transfer an instance is.
+  vllm/distributed/kv_transfer/kv_connector/v1/nixl/utils.py). The prefill pool is kv_producer and the decode pool
+  kv_consumer: vLLM 0.32 deprecates kv_both with NixlConnector ("Please set kv_role='kv_producer' for prefill
+  instances and kv_role='kv_consumer' for decode instances", nixl/connector.py NixlBaseConnector.__init__).
 - **The side channel.** The decode instance reads a prompt's blocks from the prefill instance after a handshake on
   the prefill engine's side channel, at the remote_host and remote_port the prefill instance returns in its
   response's kv_transfer_params: VLLM_NIXL_SIDE_CHANNEL_HOST (default localhost, vllm/envs.py) and
@@ -72,17 +72,22 @@ def problems(r: Resolved) -> list[Problem]:
     return out
 
 
-def transfer_config(pool: Resolved) -> dict[str, Any]:
-    """vLLM --kv-transfer-config of an instance of either pool: NixlConnector, its buffer on the pool's device."""
-    return {"kv_connector": "NixlConnector", "kv_role": "kv_both",
+KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
+"""Each pool's NixlConnector kv_role (vLLM 0.32 deprecates kv_both with it)."""
+
+
+def transfer_config(pool: Resolved, role: str) -> dict[str, Any]:
+    """vLLM --kv-transfer-config of an instance of the pool `role` ("prefill" or "decode"): NixlConnector, the pool's
+    side of the transfer, its buffer on the pool's device."""
+    return {"kv_connector": "NixlConnector", "kv_role": KV_ROLE[role],
             "kv_buffer_device": "cpu" if pool.device.kind == "cpu" else "cuda"}
 
 
-def pool_args(pool: Resolved) -> list[str]:
+def pool_args(pool: Resolved, role: str) -> list[str]:
     """`vllm serve` arguments of a pool's instances: the pool's own limits and TP, and NixlConnector."""
     args = vllm_args(pool)
     assert "--kv-transfer-config" not in args, "a pool has no other connector (lmcache and kv_offloading are refused)"
-    return args + ["--kv-transfer-config", json.dumps(transfer_config(pool), separators=(",", ":"))]
+    return args + ["--kv-transfer-config", json.dumps(transfer_config(pool, role), separators=(",", ":"))]
 
 
 def placement(r: Resolved, gpu_hosts: list[str], address: dict[str, str]) -> dict[str, PoolHost]:
@@ -91,8 +96,8 @@ def placement(r: Resolved, gpu_hosts: list[str], address: dict[str, str]) -> dic
     assert d is not None
     out: dict[str, PoolHost] = {}
     first, index = 0, 0
-    for pool in (d.prefill, d.decode):
-        args = pool_args(pool)
+    for role, pool in (("prefill", d.prefill), ("decode", d.decode)):
+        args = pool_args(pool, role)
         hosts = gpu_hosts[first:first + pool.nodes]
         for host in hosts:
             out[host] = PoolHost(vllm_instances=[], vllm_args=args, vllm_tensor_parallel=pool.tensor_parallel)
