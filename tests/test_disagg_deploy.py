@@ -176,3 +176,14 @@ def test_vllm_router_reads_its_pd_arguments_back(tmp_path):
     assert read == {"pd": True, "prefill": [["http://10.0.2.1:8000", None], ["http://10.0.2.1:8001", None]],
                     "decode": ["http://10.0.2.2:8000"], "connector": "nixl", "policy": "round_robin",
                     "prefill_policy": None, "decode_policy": None, "workers": []}
+
+
+def test_an_inventory_short_of_the_decode_pools_hosts_is_refused_naming_both_pools(tmp_path):
+    from kvplan.deploy import inventory
+
+    r = resolve(load(EXAMPLE))
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text("all:\n  children:\n    gpu: {hosts: {gpu-1: {}}}\n    monitoring: {hosts: {mon-1: {}}}\n")
+    (problem,) = inventory.required(r, inventory.load(hosts))
+    assert problem.path == "inventory.gpu" and problem.allowed == "2 host(s)"
+    assert "2 prefill instance(s) of TP 2 on 1 node(s), then 1 decode instance(s) of TP 4 on 1 more" in problem.message

@@ -105,7 +105,8 @@ def placement(r: Resolved, gpu_hosts: list[str], address: dict[str, str]) -> dic
             host = hosts[n // pool.instances_per_node]
             slot = n % pool.instances_per_node
             devices = ",".join(str(slot * pool.tensor_parallel + k) for k in range(pool.tensor_parallel))
-            env = {"VLLM_NIXL_SIDE_CHANNEL_HOST": address[host], "VLLM_NIXL_SIDE_CHANNEL_PORT": str(SIDE_CHANNEL_PORT + slot)}
+            env = {"VLLM_NIXL_SIDE_CHANNEL_HOST": address[host],
+                   "VLLM_NIXL_SIDE_CHANNEL_PORT": str(SIDE_CHANNEL_PORT + slot)}
             out[host].vllm_instances.append({"index": index, "port": r.api_port + slot, "devices": devices, "env": env})
             index += 1
         first += pool.nodes
