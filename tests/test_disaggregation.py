@@ -84,12 +84,17 @@ def test_an_aggregated_spec_keeps_its_hash_and_its_resolved_json():
     assert r.disaggregation is None and '"disaggregation"' not in r.model_dump_json()
 
 
-def test_without_simulate_only_it_is_refused_because_the_render_cannot_deploy_it_yet():
+def test_connector_nixl_needs_no_simulate_only_and_lmcache_is_refused_with_the_reason():
+    """kvplan deploys vLLM's NixlConnector behind vllm-router (tests/test_disagg_deploy.py); LMCache's PD mode needs
+    a proxy that vllm-router is not, so connector: lmcache and its buffer_size need simulate_only: true."""
+    assert pd(simulate_only=None).serving.disaggregation.connector == "nixl"
     with pytest.raises(SpecError) as err:
-        pd(simulate_only=None)
-    text = err.value.render()
-    assert "serving.disaggregation" in text and "render does not write prefill and decode pools" in text
-    assert "simulate_only: true" in text
+        pd(simulate_only=None, serving__disaggregation__connector="lmcache", serving__disaggregation__buffer_size="4GiB")
+    found = {p.path: p for p in err.value.problems}
+    assert set(found) == {"serving.disaggregation.connector", "serving.disaggregation.buffer_size"}
+    assert "disagg_spec" in found["serving.disaggregation.connector"].message
+    assert "vllm-router 0.1.17" in found["serving.disaggregation.connector"].message
+    assert "simulate_only: true" in err.value.render()
 
 
 @pytest.mark.parametrize("field, value", [("instances", 4), ("tensor_parallel", 2), ("max_num_seqs", 32),
@@ -162,15 +167,12 @@ def test_each_pool_costs_its_own_accelerator_and_every_gpu_a_kv_port(catalog):
 
 # ---------------------------------------------------------------------------------------------- the render
 
-def test_the_render_and_the_helm_path_refuse_it_with_the_reason(tmp_path):
-    r = resolve(pd())
-    assert [path for path, _ in r.simulation_only] == ["serving.disaggregation"]
-    with pytest.raises(SpecError) as err:
-        check_deployable(r, inventory_for(r, tmp_path))
-    why = {p.path: p.message for p in err.value.problems}
-    assert why["serving.disaggregation"].startswith("simulation-only: kvplan's render does not write prefill and decode")
-    assert "rather than deploy it aggregated" in why["serving.disaggregation"]
-    assert "serving.disaggregation" in {p.path for p in refusals(r)}
+def test_the_ansible_render_takes_it_and_the_helm_path_refuses_it_with_the_reason(tmp_path):
+    r = resolve(pd(simulate_only=None))
+    assert r.simulation_only == []
+    check_deployable(r, inventory_for(r, tmp_path))          # no refusal: tests/test_disagg_deploy.py renders it
+    why = {p.path: p.message for p in refusals(r)}
+    assert "select_decode_endpoint" in why["serving.disaggregation"]
 
 
 # ---------------------------------------------------------------------------------------------- the simulation

@@ -25,7 +25,8 @@ For teams that run the vLLM layer on Kubernetes, as the design note recommends, 
 
 What the chart cannot express is refused with the reason, as the Ansible render refuses
 simulation-only settings: LMCache's MP server, a Ceph tier or cluster (the chart's remote tier is
-its own cache server, which kvplan does not simulate), the warm-up, a CPU device, and router
+its own cache server, which kvplan does not simulate), the warm-up, a CPU device, disaggregated
+serving (DISAGGREGATION_REFUSED: the chart's router picks decode pods prefix-aware first), and router
 policies other than round robin (the chart's router is production-stack's own, whose session
 and prefix routing is not vllm-router's, which kvplan simulates). The pod's CPU and memory
 requests are the user's (`--request-cpu`, `--request-memory`); a memory request below the
@@ -125,6 +126,16 @@ def _gb(value: float) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
+DISAGGREGATION_REFUSED = (
+    "production-stack's router picks a disaggregated request's decode pod otherwise than kvplan simulates: its "
+    "disaggregated_prefill_orchestrated logic (src/vllm_router/routers/routing_logic.py, "
+    "DisaggregatedPrefillOrchestratedRouter.select_decode_endpoint) tries kv-aware, then prefix-aware routing and "
+    "falls back to round robin only without a prefix match, and its disaggregated_prefill logic drives LMCache's PD "
+    "mode (lmcacheConfig kvRole, enableNixl), which kvplan does not deploy; the chart's routerSpec has no field for "
+    "the prefill and decode model labels either")
+"""Why render --format production-stack refuses serving.disaggregation."""
+
+
 def refusals(r: Resolved) -> list[Problem]:
     """What this spec sets that production-stack cannot deploy, each with why and what to do instead."""
     out = [Problem(path, f"simulation-only: {why}", fix="remove the setting to deploy this spec")
@@ -155,6 +166,10 @@ def refusals(r: Resolved) -> list[Problem]:
     if lm is not None and (lm.warmup_system_prompts or lm.warmup_template_tokens):
         out.append(Problem("lmcache.warmup", "production-stack has no warm-up job", fix="drop lmcache.warmup, or deploy "
                            "with Ansible"))
+    if r.disaggregation is not None:
+        out.append(Problem("serving.disaggregation", DISAGGREGATION_REFUSED, "set",
+                           fix="render --format ansible (the default), which deploys the pools behind vllm-router's "
+                               "P/D mode with --policy round_robin, as kvplan simulates them"))
     out += llmd.refusals(r)
     if r.instances > 1 and r.router not in ("round_robin", "llm_d"):
         out.append(Problem("serving.router", f"production-stack's router is its own, not vllm-router: its session and "

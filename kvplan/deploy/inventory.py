@@ -129,8 +129,14 @@ def required(r: Resolved, inv: Inventory) -> list[Problem]:
             problems.append(Problem(f"inventory.{group}", f"has {len(hosts)} hosts but {why}", [h.name for h in hosts],
                                     f"{count} host(s)", f"list exactly {count} host(s) under `{group}`"))
 
-    need("gpu", r.nodes, f"the spec places {r.instances} instance(s) of TP {r.tensor_parallel} on {r.nodes} node(s) "
-                         f"of {r.gpus_per_node} accelerators")
+    d = r.disaggregation
+    if d is None:
+        placed = f"{r.instances} instance(s) of TP {r.tensor_parallel} on {r.nodes} node(s)"
+    else:                   # the prefill pool on the first hosts, the decode pool on the next (kvplan.deploy.disagg)
+        placed = (f"{d.prefill.instances} prefill instance(s) of TP {d.prefill.tensor_parallel} on {d.prefill.nodes} "
+                  f"node(s), then {d.decode.instances} decode instance(s) of TP {d.decode.tensor_parallel} on "
+                  f"{d.decode.nodes} more")
+    need("gpu", r.nodes, f"the spec places {placed} of {r.gpus_per_node} accelerators")
     if r.ceph is not None:
         if r.ceph.deploy == "packages":
             need("ceph", r.ceph.hosts, f"ceph.hosts is {r.ceph.hosts} (deploy: packages: a monitor and "

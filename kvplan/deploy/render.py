@@ -175,8 +175,9 @@ def _write(r: Resolved, inv: inventory_mod.Inventory, secrets: Secrets, output: 
                      values=values.model_dump())
     output.write("project/group_vars/all/secrets.yml", header + ansible_yaml.dump(secrets.model_dump()) + "\n")
     for host, instances in stack.instances.items():
+        values = {"vllm_instances": instances} if stack.pools is None else stack.pools[host]
         template("project/role_vars.yml.j2", f"project/host_vars/{host}.yml", role="vllm (this host's instances)",
-                 values={"vllm_instances": instances})
+                 values=values)
     output.copy(data_root() / "templates" / "roles", "project/roles")
     manifest = {"kvplan": __version__, "spec": r.name, "spec_hash": r.spec_hash, "inventory": inv.path,
                 "stack": stack.model_dump()}

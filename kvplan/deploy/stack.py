@@ -30,6 +30,8 @@ import json
 import math
 from typing import Any
 
+from pydantic import SerializerFunctionWrapHandler, model_serializer
+
 from .. import warmup as warm
 from ..resolve import GIB, Resolved, ResolvedTier, RouterThresholds
 from ..spec.base import SpecModel
@@ -201,21 +203,42 @@ class Stack(SpecModel):
     warmup: WarmupVars | None
     monitoring: MonitoringVars
     instances: dict[str, list[dict[str, Any]]]
-    """GPU host -> its vLLM instances ({index, port, devices})."""
+    """GPU host -> its vLLM instances ({index, port, devices}; disaggregated, env too)."""
+    pools: dict[str, dict[str, Any]] | None = None
+    """Disaggregated: GPU host -> its pool's vllm role variables (kvplan.deploy.disagg.PoolHost), its host_vars;
+    None: aggregated (every instance takes group_vars/all's vllm_args)."""
+
+    @model_serializer(mode="wrap")
+    def _aggregated_as_before(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """An aggregated stack serialises as it did before disaggregation existed (kvplan.json): no pools key."""
+        data = handler(self)
+        if self.pools is None:
+            data.pop("pools", None)
+        return data
 
 
 def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str], gpu_addresses: list[str] | None = None) -> Stack:
     """The stack for a resolved spec placed on these inventory hosts (addresses: where Prometheus reaches them)."""
-    instances = _placement(r, gpu_hosts)
     address = dict(zip(gpu_hosts, gpu_addresses or gpu_hosts))
+    pools = None
+    if r.disaggregation is not None:
+        from . import disagg                     # built on this module's vllm_args and RouterVars
+
+        pools = disagg.placement(r, gpu_hosts, address)
+        instances = {host: pool.vllm_instances for host, pool in pools.items()}
+    else:
+        instances = _placement(r, gpu_hosts)
     placed = [(address[host], i["port"]) for host, items in instances.items() for i in items]
     ports = [host_port(host, port) for host, port in placed]
     workers = [f"http://{host_port(host, port, url=True)}" for host, port in placed]
     mp = r.lmcache is not None and r.lmcache.mode == "mp"
     lmcache_targets = [host_port(address[host], r.lmcache.http_port) for host in instances] if mp else []
+    router = (_router(r, workers, address[gpu_hosts[0]]) if pools is None
+              else disagg.router(r, pools, address, gpu_hosts[0]))
     return Stack(ceph=_ceph(r, ceph_hosts) if r.ceph else None, lmcache=_lmcache(r) if r.lmcache else None, vllm=_vllm(r),
-                 router=_router(r, workers, address[gpu_hosts[0]]), router_host=gpu_hosts[0], warmup=_warmup(r),
-                 monitoring=_monitoring(r, ports, lmcache_targets, ceph_hosts), instances=instances)
+                 router=router, router_host=gpu_hosts[0], warmup=_warmup(r),
+                 monitoring=_monitoring(r, ports, lmcache_targets, ceph_hosts), instances=instances,
+                 pools=None if pools is None else {host: pool.model_dump() for host, pool in pools.items()})
 
 
 def url_host(host: str) -> str:

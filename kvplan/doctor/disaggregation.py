@@ -53,7 +53,7 @@ def shape_fixes(case: Case, metric: str) -> list[Fix]:
     changes = [Change(path=f"serving.{name}", value=None) for name in (*pools.POOL_FIELDS, *pools.AGGREGATED_ONLY)
                if name in case.data.get("serving", {})]
     changes.append(Change(path="serving.disaggregation", value=serving["disaggregation"]))
-    if pools.simulation_only() and not case.topo.simulate_only:
+    if pools.simulation_only({**case.data, "serving": serving}) and not case.topo.simulate_only:
         changes.append(Change(path="simulate_only", value=True))
     return [Fix(summary=f"disaggregated: the same {r.gpus_total} GPUs as {n_p} prefill instance(s) of TP {p} and "
                         f"{n_d} decode instance(s) of TP {dec}, the KV over {serving['disaggregation']['connector']}",

@@ -20,8 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..spec.deployment import SIMULATION_ONLY, entry
-from ..spec.disaggregation import POOL_FIELDS
+from ..spec.disaggregation import POOL_FIELDS, undeployed
 
 if TYPE_CHECKING:
     from ..resolve import Resolved
@@ -122,11 +121,11 @@ def aggregated_serving(serving: dict) -> dict:
     return {k: v for k, v in serving.items() if k != "disaggregation"}
 
 
-def simulation_only() -> bool:
-    """Whether the render refuses disaggregated serving (its ledger entry), so that a disaggregated candidate can only
-    be planned as simulate_only."""
-    found = entry("serving.disaggregation.prefill.instances")
-    return found is not None and found[1] == SIMULATION_ONLY
+def simulation_only(spec: dict) -> bool:
+    """Whether a disaggregated candidate (a spec mapping) sets what the render refuses (kvplan.spec.disaggregation's
+    `undeployed`), so that it can only be planned as simulate_only."""
+    d = spec["serving"]["disaggregation"]
+    return bool(undeployed(d.get("connector", "nixl"), d.get("buffer_size"), spec.get("lmcache") is not None))
 
 
 def shape(r: "Resolved") -> tuple:

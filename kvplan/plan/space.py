@@ -103,12 +103,12 @@ def variants(base: dict, topo: Topology, catalog: Catalog, gpus: Sequence[str] |
                         if offload is not None:
                             serving["kv_offloading"] = offload
                         out.append(with_tiers(serving, tiers, cluster))
-    simulate_only = base.get("simulate_only", False) or pools.simulation_only()
     for name in names if which.disaggregated else []:
         for split in pools.splits(tps, max_instances):
             serving = pools.disaggregated_serving(s, name, split)
             for tiers, cluster in tier_choices():
-                out.append({**with_tiers(serving, tiers, cluster), "simulate_only": simulate_only})
+                spec = with_tiers(serving, tiers, cluster)
+                out.append({**spec, "simulate_only": base.get("simulate_only", False) or pools.simulation_only(spec)})
     return out
 
 

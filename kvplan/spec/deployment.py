@@ -90,9 +90,40 @@ LEDGER: dict[str, tuple[Kind, str]] = {
                                              "of --kv-transfer-config (--kv-offloading-size, in exact bytes)"),
     "serving.kv_offloading.eviction": (DEPLOYED, "the OffloadingConnector's eviction_policy (lru or arc)"),
     "serving.kv_offloading.block_size": (DEPLOYED, "the OffloadingConnector's block_size (tokens per offloaded chunk)"),
-    "serving.disaggregation": (SIMULATION_ONLY, "kvplan's render does not write prefill and decode pools, their KV "
-                                                "connector (NIXL) or the proxy yet; it refuses the spec rather than "
-                                                "deploy it aggregated"),
+    "serving.disaggregation.prefill.instances": (DEPLOYED, "the prefill pool's vLLM instances, placed on the first gpu "
+                                                           "hosts (host_vars) and given to vllm-router as --prefill"),
+    "serving.disaggregation.prefill.tensor_parallel": (DEPLOYED, "vLLM --tensor-parallel-size of the prefill pool's "
+                                                                 "instances (their hosts' host_vars)"),
+    "serving.disaggregation.prefill.gpu": (NOT_DEPLOYED, "the hardware the inventory's gpu hosts have, which a render "
+                                                         "cannot choose; the prefill pool takes the first hosts"),
+    "serving.disaggregation.prefill.max_num_seqs": (DEPLOYED, "vLLM --max-num-seqs of the prefill pool's instances"),
+    "serving.disaggregation.prefill.max_num_batched_tokens": (DEPLOYED, "vLLM --max-num-batched-tokens of the "
+                                                                        "prefill pool's instances"),
+    "serving.disaggregation.decode.instances": (DEPLOYED, "the decode pool's vLLM instances, placed on the gpu hosts "
+                                                          "after the prefill pool's (host_vars) and given to "
+                                                          "vllm-router as --decode"),
+    "serving.disaggregation.decode.tensor_parallel": (DEPLOYED, "vLLM --tensor-parallel-size of the decode pool's "
+                                                                "instances (their hosts' host_vars)"),
+    "serving.disaggregation.decode.gpu": (NOT_DEPLOYED, "the hardware the inventory's gpu hosts have, which a render "
+                                                        "cannot choose; the decode pool takes the hosts after the "
+                                                        "prefill pool's"),
+    "serving.disaggregation.decode.max_num_seqs": (DEPLOYED, "vLLM --max-num-seqs of the decode pool's instances"),
+    "serving.disaggregation.decode.max_num_batched_tokens": (DEPLOYED, "vLLM --max-num-batched-tokens of the decode "
+                                                                       "pool's instances"),
+    "serving.disaggregation.connector": (DEPLOYED, "nixl: NixlConnector in every instance's --kv-transfer-config, its "
+                                                   "side channel (VLLM_NIXL_SIDE_CHANNEL_HOST/PORT) per instance, and "
+                                                   "vllm-router --kv-connector nixl; lmcache is refused by the rules "
+                                                   "(vllm-router cannot drive LMCache's PD mode)"),
+    "serving.disaggregation.network": (NOT_DEPLOYED, "the NIC's class, whose bandwidth the simulator's transfer links "
+                                                     "model; kvplan configures no NIC (NIXL picks its transport)"),
+    "serving.disaggregation.network_bandwidth": (NOT_DEPLOYED, "the NIC's bandwidth, which the simulator's transfer "
+                                                               "links model"),
+    "serving.disaggregation.buffer_size": (SIMULATION_ONLY, "LMCache's PD receive buffer (pd_buffer_size) and its "
+                                                            "proxy's --pd-buffer-size, which exist only with connector: "
+                                                            "lmcache, which kvplan does not deploy (vllm-router cannot "
+                                                            "drive LMCache's PD mode)"),
+    "serving.disaggregation.proxy": (DEPLOYED, "vllm-router --vllm-pd-disaggregation with --policy round_robin over "
+                                               "each pool"),
     "serving.router": (DEPLOYED, "the router in front of the instances (vllm-router) and its --policy; llm_d: llm-d's "
                                  "EndpointPickerConfig (render --format production-stack), which the Ansible render "
                                  "refuses: vllm-router has no weighted scorers"),

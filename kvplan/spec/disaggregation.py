@@ -8,8 +8,9 @@ simulator's model and its sources are in kvplan/sim/disagg.py, docs/disaggregati
 
 The section says the two pools (GPU, tensor-parallel size, count, scheduler limits each), the connector that moves
 the KV (vLLM's NixlConnector, or LMCache's PD mode over NIXL), the network it crosses (a NIC class of the catalog)
-and the proxy. kvplan simulates it; the render does not write it yet, so a spec with it needs `simulate_only: true`
-(the ledger, kvplan.spec.deployment).
+and the proxy. kvplan simulates it, and `kvplan render` deploys connector: nixl (kvplan.deploy.disagg: each pool's
+vLLM instances with NixlConnector, vllm-router's PD mode in front). connector: lmcache and its buffer_size are
+simulation-only (they need `simulate_only: true`; the ledger, kvplan.spec.deployment, says why).
 """
 
 from __future__ import annotations
@@ -87,16 +88,53 @@ class Disaggregation(SpecModel):
         return self.prefill.instances * self.prefill.tensor_parallel + self.decode.instances * self.decode.tensor_parallel
 
 
+LMCACHE_NOT_DEPLOYED = (
+    "LMCache's PD mode needs its own proxy, which puts a disagg_spec (the decode instance's "
+    "receiver host, init and alloc ports) into each prefill request's kv_transfer_params "
+    "(lmcache/integration/vllm/vllm_v1_adapter.py, LMCache 0.5.6); vllm-router 0.1.17, the proxy kvplan deploys, "
+    "speaks only NIXL's, Mooncake's and MoRI-IO's protocols (--kv-connector nixl|mooncake|moriio), and LMCache's "
+    "proxy is an example script of its repository (examples/disagg_prefill/disagg_proxy_server.py), not a program "
+    "its package installs")
+"""Why connector: lmcache is not deployed (validate's and render's refusal)."""
+MULTICONNECTOR_NOT_DEPLOYED = (
+    "with serving.disaggregation the prefill pool's LMCache tiers need vLLM's MultiConnector (NixlConnector and "
+    "LMCache's connector in one --kv-transfer-config), which kvplan's render does not write yet; deploying without "
+    "them would not be what kvplan simulates")
+"""Why an lmcache section beside the pools is not deployed."""
+
+
+UNDEPLOYED = {
+    "lmcache": (MULTICONNECTOR_NOT_DEPLOYED, "remove the lmcache section to deploy the disaggregated pools, or set "
+                "simulate_only: true to study the prefill pool's tiers in simulation only (kvplan render then refuses "
+                "the spec)"),
+    "serving.disaggregation.connector": (LMCACHE_NOT_DEPLOYED, "use connector: nixl (vLLM's NixlConnector, which "
+                                         "kvplan deploys), or set simulate_only: true to study LMCache's PD mode in "
+                                         "simulation only (kvplan render then refuses the spec)"),
+    "serving.disaggregation.buffer_size": (simulation_only("serving.disaggregation.buffer_size"), "remove buffer_size, "
+                                           "or set simulate_only: true to study it in simulation only (kvplan render "
+                                           "then refuses the spec)"),
+}
+"""What of a disaggregated spec kvplan simulates but does not deploy: each path, why, and the fix."""
+
+
+def undeployed(connector: str, buffer_size: object, lmcache: bool) -> list[str]:
+    """The paths of UNDEPLOYED that a disaggregated spec with this connector, buffer_size (None: unset) and an lmcache
+    section or not sets: empty when its render deploys it (the planner asks this of each candidate it builds)."""
+    return [path for path, sets in (("lmcache", lmcache), ("serving.disaggregation.connector", connector == "lmcache"),
+                                    ("serving.disaggregation.buffer_size", buffer_size is not None)) if sets]
+
+
 def problems(topo: "Topology") -> Iterator[Problem]:
     """What a disaggregated spec sets that cannot combine with it (each with the reason and a fix)."""
     s = topo.serving
     d = s.disaggregation
     if d is None:
         return
-    if not topo.simulate_only:
-        yield Problem("serving.disaggregation", simulation_only("serving.disaggregation"), "set",
-                      fix="remove serving.disaggregation, or set simulate_only: true to study it in simulation only "
-                          "(kvplan render then refuses the spec)")
+    for path in [] if topo.simulate_only else undeployed(d.connector, d.buffer_size, topo.lmcache is not None):
+        value = {"lmcache": "set", "serving.disaggregation.connector": d.connector,
+                 "serving.disaggregation.buffer_size": d.buffer_size}[path]
+        why, fix = UNDEPLOYED[path]
+        yield Problem(path, why, value, fix=fix)
     # a field at its default says nothing a pool could ignore (a spec dumped whole and read back sets every field)
     set_fields = {name for name in s.model_fields_set if getattr(s, name) != type(s).model_fields[name].default}
     for name in POOL_FIELDS:

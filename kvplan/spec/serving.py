@@ -222,7 +222,8 @@ class Serving(SpecModel):
 
     disaggregation: Disaggregation | None = None
     """Prefill/decode disaggregation: separate prefill and decode pools, the prompt's KV sent between them
-    (docs/disaggregation.md); simulated only for now (needs simulate_only: true). Absent: aggregated serving."""
+    (docs/disaggregation.md); deployed with connector: nixl (vLLM's NixlConnector behind vllm-router). Absent:
+    aggregated serving."""
 
     step_profile: str | None = None
     """A device profile file (`kvplan calibrate -o`) whose step_model the simulator uses for this accelerator;
