@@ -35,6 +35,11 @@ from .catalog import Device, VllmMemory
 from .spec.architecture import Architecture
 
 
+def cuda_total(device: Device) -> int:
+    """What CUDA reports as the device's memory (vLLM multiplies it by gpu_memory_utilization)."""
+    return device.cuda_memory if device.cuda_memory is not None else device.memory
+
+
 @dataclass(frozen=True)
 class ProfiledMemory:
     """One GPU of an engine as vLLM's profiling sees it, in bytes."""
@@ -66,7 +71,7 @@ def profiled_memory(model: Architecture, device: Device, coefficients: VllmMemor
     """The terms of the module docstring for one GPU of an engine; `activation_bytes` is the bytes of one element
     of the activations (the dtype the model runs in)."""
     c, tp = coefficients, tensor_parallel
-    total = device.cuda_memory if device.cuda_memory is not None else device.memory
+    total = cuda_total(device)
     per_token = c.forward_hidden_copies * model.hidden_size + c.forward_mlp_copies * model.intermediate_size / tp
     rows = min(max_num_seqs, max_num_batched_tokens)
     return ProfiledMemory(

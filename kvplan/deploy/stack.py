@@ -31,9 +31,11 @@ import math
 from typing import Any
 
 from .. import warmup as warm
-from ..resolve import GIB, Resolved, ResolvedTier, RouterThresholds
+from ..resolve import Resolved, RouterThresholds
+from ..resolved_tiers import ResolvedTier
 from ..spec.base import SpecModel
 from ..spec.grammar import WILDCARDS, host_port, local_address
+from ..units import GIB
 
 LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
 """Where in-process LMCache's config lives on a GPU node (vLLM finds it through LMCACHE_CONFIG_FILE)."""
