@@ -221,7 +221,7 @@ def test_the_cache_starts_afresh_when_any_module_the_resolver_joins_changes():
     joined = {f"{node.module}.py" for node in ast.walk(tree)
               if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
               and (REPO / "kvplan" / f"{node.module}.py").is_file() and node.module not in ("errors", "units", "catalog")}
-    assert {"accelerator_fit.py", "step_coefficients.py", "resolved_tiers.py"} <= joined
+    assert {"accelerator_fit.py", "step_coefficients.py", "resolved_tiers.py", "router_settings.py"} <= joined
     assert joined <= set(RESOLVE_MODULES)
     assert all((REPO / "kvplan" / name).is_file() for name in RESOLVE_MODULES)
 

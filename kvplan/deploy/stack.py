@@ -31,8 +31,9 @@ import math
 from typing import Any
 
 from .. import warmup as warm
-from ..resolve import Resolved, RouterThresholds
+from ..resolve import Resolved
 from ..resolved_tiers import ResolvedTier
+from ..router_settings import RouterThresholds
 from ..spec.base import SpecModel
 from ..spec.grammar import WILDCARDS, host_port, local_address
 from ..units import GIB

@@ -30,7 +30,7 @@ from ..sim.slo_watch import SloMiss
 from .executor import OnDone, Outcome, Task, run_tasks
 
 RESOLVE_MODULES = ("resolve.py", "accelerator_fit.py", "kv_capacity.py", "step_coefficients.py", "resolved_tiers.py",
-                   "offload.py", "node_storage.py")
+                   "router_settings.py", "offload.py", "node_storage.py")
 """The resolver: resolve.py and the modules whose numbers it joins into Resolved, which every run reads."""
 
 
