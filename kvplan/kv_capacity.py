@@ -11,8 +11,8 @@ weights, runs one profiling pass and gives the KV cache what is left of its shar
 
 and the blocks it reports are that // (block_size x one rank's KV bytes per token), as resolve has them.
 
-- CUDA's total (`Device.cuda_memory`) is what cudaMemGetInfo reports, less than nvidia-smi's figure by what the
-  driver keeps; a device without it in the catalog uses its `memory`.
+- CUDA's total (`cuda_total`: `Device.cuda_memory`) is what cudaMemGetInfo reports, less than nvidia-smi's figure
+  by what the driver keeps; a device without it in the catalog uses its `memory`.
 - The profiling pass runs the model over `max_num_batched_tokens` tokens, then the sampler over
   min(max_num_seqs, max_num_batched_tokens) rows of logits; its torch peak is the larger of the two:
   the forward peak is tokens x (forward_hidden_copies x hidden + forward_mlp_copies x intermediate / TP) x the

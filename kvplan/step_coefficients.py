@@ -8,7 +8,8 @@ for one accelerator (docs/step-time.md).
   nothing measured takes a stated default (no HTTP or per-layer overhead, all-reduces at the link's bandwidth,
   attention as efficient as the rest, a CUDA-graph step as costly as an eager one).
 - The all-reduce ring runs over NVLink, else PCIe, else (a CPU device) host memory.
-- vLLM runs a step of at most min(2 x max_num_seqs, CUDA_GRAPH_MAX_CAPTURE) tokens as a captured CUDA graph.
+- On a GPU vLLM runs a step of at most min(2 x max_num_seqs, CUDA_GRAPH_MAX_CAPTURE) tokens as a captured CUDA
+  graph (Resolved.cuda_graph_max_tokens).
 
 A device the catalog has no efficiency block for, unless the spec sets the missing coefficients, and a step
 profile fitted on another device are added to the caller's problems; `catalog_step` is the catalog's alone, what
