@@ -11,8 +11,8 @@ weights, runs one profiling pass and gives the KV cache what is left of its shar
 
 and the blocks it reports are that // (block_size x one rank's KV bytes per token), as resolve has them.
 
-- CUDA's total (`Device.cuda_memory`) is what cudaMemGetInfo reports, less than nvidia-smi's figure by what the
-  driver keeps; a device without it in the catalog uses its `memory`.
+- CUDA's total (`cuda_total`: `Device.cuda_memory`) is what cudaMemGetInfo reports, less than nvidia-smi's figure
+  by what the driver keeps; a device without it in the catalog uses its `memory`.
 - The profiling pass runs the model over `max_num_batched_tokens` tokens, then the sampler over
   min(max_num_seqs, max_num_batched_tokens) rows of logits; its torch peak is the larger of the two:
   the forward peak is tokens x (forward_hidden_copies x hidden + forward_mlp_copies x intermediate / TP) x the
@@ -33,6 +33,11 @@ from dataclasses import dataclass
 
 from .catalog import Device, VllmMemory
 from .spec.architecture import Architecture
+
+
+def cuda_total(device: Device) -> int:
+    """What CUDA reports as the device's memory (vLLM multiplies it by gpu_memory_utilization)."""
+    return device.cuda_memory if device.cuda_memory is not None else device.memory
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ def profiled_memory(model: Architecture, device: Device, coefficients: VllmMemor
     """The terms of the module docstring for one GPU of an engine; `activation_bytes` is the bytes of one element
     of the activations (the dtype the model runs in)."""
     c, tp = coefficients, tensor_parallel
-    total = device.cuda_memory if device.cuda_memory is not None else device.memory
+    total = cuda_total(device)
     per_token = c.forward_hidden_copies * model.hidden_size + c.forward_mlp_copies * model.intermediate_size / tp
     rows = min(max_num_seqs, max_num_batched_tokens)
     return ProfiledMemory(

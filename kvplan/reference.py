@@ -15,8 +15,8 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from .accelerator_fit import kv_bytes_per_token
 from .catalog import Catalog, load_catalog
-from .resolve import kv_bytes_per_token
 from .spec import Topology
 from .spec.base import field_doc
 from .spec.deployment import LEDGER

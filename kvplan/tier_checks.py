@@ -25,9 +25,10 @@ import statistics
 from pathlib import Path
 
 from .errors import Problem
-from .resolve import GIB, Resolved, ResolvedTier
+from .resolve import Resolved
+from .resolved_tiers import ResolvedTier
 from .spec.workload import Dist, Workload
-from .units import fmt_bytes, fmt_count
+from .units import GIB, fmt_bytes, fmt_count
 
 TIER_ABOVE = {"ddr": "hbm", "nvme": "ddr", "ceph": "nvme"}
 

@@ -35,6 +35,9 @@ SIZE_UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB":
               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
 """Bytes per unit of a size."""
 
+GIB = 1024**3
+"""A GiB in bytes (2^30): what LMCache's "GB" sizes and vLLM's VLLM_CPU_KVCACHE_SPACE count."""
+
 BIT_UNITS = {"bit": 1 / 8, "b": 1 / 8, "kbit": 125, "kb": 125, "Kbit": 125, "Kb": 125, "Mbit": 125e3, "Mb": 125e3,
              "Gbit": 125e6, "Gb": 125e6, "Tbit": 125e9, "Tb": 125e9}
 """Bytes per unit of information counted in bits (a lowercase b is a bit)."""

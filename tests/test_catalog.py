@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
+from kvplan.accelerator_fit import kv_bytes_per_token
 from kvplan.catalog import load_catalog
 from kvplan.errors import SpecError
-from kvplan.resolve import kv_bytes_per_token
 from kvplan.resources import data_root
 
 MODELS = ["Llama-2-7B", "Llama-2-13B", "Llama-2-70B", "Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.3-70B", "Mistral-7B",

@@ -17,17 +17,19 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, flags, inventory_for
+from kvplan.accelerator_fit import WEIGHT_BYTES
 from kvplan.deploy import ansible_yaml
 from kvplan.deploy.render import render
 from kvplan.deploy.secrets import Secrets
 from kvplan.errors import SpecError
-from kvplan.resolve import GIB, WEIGHT_BYTES, resolve
+from kvplan.resolve import resolve
 from kvplan.sim.eviction import POLICIES, TTL
 from kvplan.deploy.stack import VLLM_DTYPE, router_policy
 from kvplan.sim import workload as wl
 from kvplan.sim.run import Simulation
 from kvplan.spec.serving import QUANTIZATIONS
 from kvplan.spec import load
+from kvplan.units import GIB
 
 SPECS = sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "docs" / "examples").glob("*.yaml"))
 KEYS = Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE00", ceph_rgw_secret_key="example-secret")

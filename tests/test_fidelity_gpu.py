@@ -17,10 +17,10 @@ from kvplan.catalog import load_catalog
 from kvplan.errors import SpecError
 from kvplan.gpufit import operators, report
 from kvplan.gpufit.benchmarks import Benchmark, Replay, public, read_vllm_result
-from kvplan.resolve import catalog_step
 from kvplan.resources import data_root
 from kvplan.sim.steptime import StepTime
 from kvplan.spec import from_mapping, load
+from kvplan.step_coefficients import catalog_step
 
 from conftest import REPO
 from test_cli import run

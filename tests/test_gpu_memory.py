@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 
-from kvplan.resolve import GIB, resolve
+from kvplan.resolve import resolve
 from kvplan.spec import load
+from kvplan.units import GIB
 
 from conftest import REPO
 

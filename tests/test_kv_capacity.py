@@ -12,7 +12,8 @@ import pytest
 from kvplan.catalog import load_catalog
 from kvplan.errors import SpecError
 from kvplan.gpufit.kv_capacity import Row, engines, fit, rows, table
-from kvplan.resolve import GIB, resolve
+from kvplan.resolve import resolve
+from kvplan.units import GIB
 from kvplan.resources import data_root
 from kvplan.spec import from_mapping
 

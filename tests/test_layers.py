@@ -23,8 +23,8 @@ PACKAGE = REPO / "kvplan"
 
 LAYERS = [
     ("ground", ["units", "errors", "paths", "named_file", "resources", "__init__"]),
-    ("spine", ["spec", "catalog", "kv_capacity", "resolve", "offload", "tier_checks", "cost", "reference", "warmup",
-               "validation", "node_storage"]),
+    ("spine", ["spec", "catalog", "kv_capacity", "accelerator_fit", "step_coefficients", "resolved_tiers", "router_settings",
+               "resolve", "offload", "tier_checks", "cost", "reference", "warmup", "validation", "node_storage"]),
     ("models", ["sim", "sizing", "deploy", "live", "interop", "gpufit"]),
     ("decisions", ["sweep", "plan", "doctor"]),
     ("renderers", ["report"]),

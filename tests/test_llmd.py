@@ -11,7 +11,8 @@ import pytest
 
 from conftest import spec
 from kvplan.errors import SpecError
-from kvplan.resolve import LlmDScheduler, resolve
+from kvplan.resolve import resolve
+from kvplan.router_settings import LlmDScheduler
 from kvplan.sim import llmd
 from kvplan.sim.run import run
 from kvplan.sim.content import LOG_PROMPT

@@ -30,7 +30,8 @@ from lmcache.v1.config import LMCacheEngineConfig
 
 from kvplan.deploy.stack import MP_POLICY, build
 from kvplan.errors import SpecError
-from kvplan.resolve import MP_EVICTION_RATIO, MP_EVICTION_WATERMARK, Resolved, resolve
+from kvplan.resolve import Resolved, resolve
+from kvplan.resolved_tiers import MP_EVICTION_RATIO, MP_EVICTION_WATERMARK
 from kvplan.spec import load
 
 from conftest import REPO, spec

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvplan.errors import SpecError
-from kvplan.resolve import GIB, resolve
+from kvplan.resolve import resolve
+from kvplan.units import GIB
 
 from conftest import spec
 

@@ -27,7 +27,7 @@ import pytest
 from kvplan.deploy.stack import router_policy
 from kvplan.live.bench import Outcome, Target, stream_completion
 from kvplan.live.tokens import prompt_tokens
-from kvplan.resolve import RouterThresholds
+from kvplan.router_settings import RouterThresholds
 from kvplan.sim import workload as wl
 from kvplan.sim.router import Router
 from kvplan.sim.workload import SHARED_PREFIX, USER_TEXT, Segments

@@ -7,6 +7,7 @@ so a run takes a fraction of a second.
 
 from __future__ import annotations
 
+import ast
 import csv
 import io
 import json
@@ -22,7 +23,7 @@ from kvplan.cli import app
 from kvplan.errors import SpecError
 from kvplan.sweep.confidence import confidence
 from kvplan.spec import from_mapping
-from kvplan.sweep.cache import RunCache, run_cached
+from kvplan.sweep.cache import RESOLVE_MODULES, RunCache, run_cached
 from kvplan.sweep.executor import Task, run_tasks
 from kvplan.sweep.result import METRICS
 from kvplan.sweep.sweep import sweep
@@ -210,6 +211,19 @@ def test_a_cached_result_is_the_simulated_result_byte_for_byte(tmp_path):
     cached, simulated = run_cached(tasks()[:1], cache)
     assert simulated == 0 and dumps(cached) == dumps(fresh)
 
+
+
+def test_the_cache_starts_afresh_when_any_module_the_resolver_joins_changes():
+    """Every run reads Resolved, so the cache's fingerprint hashes every module whose numbers resolve.py joins into it
+    (the spec's own modules, the ground's and the catalog's aside: the catalog is hashed as its files); a module split
+    out of the resolver that the fingerprint missed would serve results computed by the old code."""
+    tree = ast.parse((REPO / "kvplan" / "resolve.py").read_text())
+    joined = {f"{node.module}.py" for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+              and (REPO / "kvplan" / f"{node.module}.py").is_file() and node.module not in ("errors", "units", "catalog")}
+    assert {"accelerator_fit.py", "step_coefficients.py", "resolved_tiers.py", "router_settings.py"} <= joined
+    assert joined <= set(RESOLVE_MODULES)
+    assert all((REPO / "kvplan" / name).is_file() for name in RESOLVE_MODULES)
 
 # ---- the command -------------------------------------------------------------------------------
 

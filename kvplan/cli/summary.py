@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from ..accelerator_fit import kv_bytes_per_token
 from ..catalog import Catalog
 from ..report.terminal import natural_width
-from ..resolve import Resolved, kv_bytes_per_token
+from ..resolve import Resolved
 from ..units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_duration
 
 

@@ -33,9 +33,12 @@ from typing import Any
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 
 from .. import warmup as warm
-from ..resolve import GIB, Resolved, ResolvedTier, RouterThresholds
+from ..resolve import Resolved
+from ..resolved_tiers import ResolvedTier
+from ..router_settings import RouterThresholds
 from ..spec.base import SpecModel
 from ..spec.grammar import WILDCARDS, host_port, local_address
+from ..units import GIB
 
 LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
 """Where in-process LMCache's config lives on a GPU node (vLLM finds it through LMCACHE_CONFIG_FILE)."""

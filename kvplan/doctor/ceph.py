@@ -152,7 +152,7 @@ def osd_op_threads_advice(case: Case, earlier: list[Finding]) -> list[Finding]:
     tail = next((f for f in earlier if f.code == "long-ttft-tail"), None)
     if tail is None or case.resolved.ceph is None or tail.evidence.get("tail_reading_ceph", 0) == 0:
         return []
-    from ..resolve import unloaded_op_latency
+    from ..resolved_tiers import unloaded_op_latency
 
     r = case.resolved
     osd, busy = _busiest(case, "osds/")

@@ -37,9 +37,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import Problem, SpecError
 from ..named_file import check_regular
-from ..resolve import Resolved, StepCoefficients, resolve
+from ..resolve import Resolved, resolve
 from ..spec import from_mapping
 from ..spec.topology import Topology
+from ..step_coefficients import StepCoefficients
 
 OVERHEAD_ROUNDS = 4
 ALONE_GAP_S = 3600.0

@@ -22,9 +22,10 @@ import numpy as np
 
 from ..errors import Problem, SpecError
 from ..spec.profile import Profile
-from ..resolve import Resolved, StepCoefficients
+from ..resolve import Resolved
 from ..spec.serving import StepModel
 from ..spec.topology import Topology
+from ..step_coefficients import StepCoefficients
 from .benchmarks import Benchmark, Replay, fit_overheads, read_vllm_result, step_model
 
 SPAN = 4.0

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..catalog import Device
-from ..resolve import allreduce_link
+from ..step_coefficients import allreduce_link
 from .operators import root
 
 LARGE = 16 << 20

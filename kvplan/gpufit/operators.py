@@ -31,9 +31,9 @@ import numpy as np
 import yaml
 
 from ..catalog import Device
-from ..resolve import StepCoefficients
 from ..sim.steptime import ROOFLINE_EXPONENT, StepTime
 from ..spec.architecture import Architecture
+from ..step_coefficients import StepCoefficients
 
 LINEAR = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
@@ -126,7 +126,7 @@ def efficiency_ceiling(gpu: str) -> float | None:
     if gpu not in GPU_PROFILES:
         return None
     from ..catalog import load_catalog
-    from ..resolve import catalog_step
+    from ..step_coefficients import catalog_step
 
     device = load_catalog().devices[gpu]
     unit = catalog_step(device).model_copy(update={"compute_efficiency": 1.0, "small_gemm_params": 0.0})

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..catalog import load_catalog
-from ..resolve import allreduce_link, catalog_step
+from ..step_coefficients import allreduce_link, catalog_step
 from ..units import fmt_duration
 from . import collectives, e2e, operators
 from .benchmarks import Benchmark, Replay, compared, fit_overheads, public, step_model

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..deploy.stack import MP_POLICY
 from ..errors import Problem, SpecError, did_you_mean
-from ..resolve import MP_EVICTION_RATIO, MP_EVICTION_WATERMARK
+from ..resolved_tiers import MP_EVICTION_RATIO, MP_EVICTION_WATERMARK
 from ..units import exact_size
 from .imported import Imported, read_int
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import Problem, SpecError
 from ..named_file import check_regular
-from ..resolve import ResolvedLMCache
+from ..resolved_tiers import ResolvedLMCache
 from ..sim.metrics import summary
 from ..sim.result import Summary
 from .bench import Outcome

@@ -41,7 +41,8 @@ from functools import partial
 from typing import Callable, Sequence
 
 
-from ..resolve import RADOS_OP_BYTES, Resolved
+from ..resolve import Resolved
+from ..resolved_tiers import RADOS_OP_BYTES
 from .clock import Environment, at
 from .links import Link, Transfer, planned_end, served, when_served
 

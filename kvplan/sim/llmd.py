@@ -51,7 +51,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..resolve import LlmDScheduler
+    from ..router_settings import LlmDScheduler
     from .workload import Request
 
 

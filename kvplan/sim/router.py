@@ -32,7 +32,7 @@ from __future__ import annotations
 from itertools import count
 from typing import Iterable
 
-from ..resolve import LlmDScheduler, RouterThresholds
+from ..router_settings import LlmDScheduler, RouterThresholds
 from . import workload as wl
 from .clock import Environment, Steps
 from .llmd import Scheduler

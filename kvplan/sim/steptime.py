@@ -57,8 +57,9 @@ import math
 from dataclasses import dataclass
 from typing import Final, NamedTuple, Sequence
 
-from ..resolve import Resolved, StepCoefficients
+from ..resolve import Resolved
 from ..spec.architecture import Architecture
+from ..step_coefficients import StepCoefficients
 
 ACTIVATION_BYTES = 2
 """Bytes per activation element in the tensor-parallel all-reduce (bf16/fp16)."""

@@ -46,7 +46,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import SpecError
-from ..resolve import Resolved, ResolvedTier, resolve
+from ..resolve import Resolved, resolve
+from ..resolved_tiers import ResolvedTier
 from ..sim import stages
 from ..sim import workload as wl
 from ..sim.eviction import make

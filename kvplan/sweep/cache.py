@@ -29,6 +29,11 @@ from ..sim.result import SimResult
 from ..sim.slo_watch import SloMiss
 from .executor import OnDone, Outcome, Task, run_tasks
 
+RESOLVE_MODULES = ("resolve.py", "accelerator_fit.py", "kv_capacity.py", "step_coefficients.py", "resolved_tiers.py",
+                   "router_settings.py", "offload.py", "node_storage.py")
+"""The resolver: resolve.py and the modules whose numbers it joins into Resolved, which every run reads."""
+
+
 @lru_cache(maxsize=1)
 def fingerprint() -> str:
     """What the results depend on besides the spec and the seed: kvplan's version, code and catalog."""
@@ -36,7 +41,7 @@ def fingerprint() -> str:
     from ..resources import data_root
 
     package = Path(__file__).resolve().parent.parent
-    files = sorted([*(package / "sim").glob("*.py"), package / "resolve.py", package / "catalog.py",
+    files = sorted([*(package / "sim").glob("*.py"), *(package / name for name in RESOLVE_MODULES), package / "catalog.py",
                     package / "plan" / "bounds.py", *(data_root() / "models").rglob("*.yaml")])
     digest = hashlib.sha256(__version__.encode())
     for path in files:
