@@ -24,7 +24,7 @@ from kvplan.deploy.secrets import Secrets
 from kvplan.errors import SpecError
 from kvplan.resolve import resolve
 from kvplan.sim.eviction import POLICIES, TTL
-from kvplan.deploy.stack import VLLM_DTYPE, router_policy
+from kvplan.deploy.vllm_command import VLLM_DTYPE, router_policy
 from kvplan.sim import workload as wl
 from kvplan.sim.run import Simulation
 from kvplan.spec.serving import QUANTIZATIONS

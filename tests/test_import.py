@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvplan.deploy.stack import _vllm, inprocess_config, server_args, vllm_args
+from kvplan.deploy.stack import _vllm, inprocess_config, server_args
+from kvplan.deploy.vllm_command import vllm_args
 from kvplan.interop import ENV_SET_BY_KVPLAN, add_lmcache_config, add_lmcache_server, from_vllm_command
 from kvplan.errors import SpecError
 from kvplan.resolve import resolve

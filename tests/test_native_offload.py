@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.deploy.stack import vllm_args
+from kvplan.deploy.vllm_command import vllm_args
 from kvplan.errors import SpecError
 from kvplan.resolve import resolve
 from kvplan.sim.engine import Probe
@@ -301,7 +301,7 @@ def test_doctor_sizes_a_native_tier_below_its_working_set():
 def test_helm_passes_the_connector_in_extra_args_and_sizes_the_pod_for_the_tier():
     import jsonschema
     from kvplan.deploy.helm import values
-    from kvplan.deploy.stack import kv_transfer_config
+    from kvplan.deploy.vllm_command import kv_transfer_config
     from conftest import REPO
 
     r = resolve(spec(**NATIVE, serving__router="round_robin",

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from kvplan.deploy.helm import IMAGE, LMCACHE_RELEASE, notes, values
-from kvplan.deploy.stack import inprocess_config, vllm_args
+from kvplan.deploy.stack import inprocess_config
+from kvplan.deploy.vllm_command import vllm_args
 from kvplan.errors import SpecError
 from kvplan.resolve import resolve
 from kvplan.spec import from_mapping, load
@@ -41,7 +42,7 @@ def test_the_values_pass_the_charts_own_schema():
 
 
 def test_the_chart_starts_vllm_with_the_flags_the_ansible_path_passes():
-    """Rebuilt as the chart's template builds it, the command line holds every flag of stack.vllm_args but the two
+    """Rebuilt as the chart's template builds it, the command line holds every flag of vllm_command.vllm_args but the two
     the chart writes itself (the served model name: modelURL; the LMCache connector: lmcacheConfig.enabled)."""
     r = resolve(from_mapping(IN_PROCESS))
     spec = values(r, 8, "64Gi")["servingEngineSpec"]["modelSpec"][0]

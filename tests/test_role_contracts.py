@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from conftest import REPO
-from kvplan.deploy.stack import CephVars, LMCacheVars, MonitoringVars, RouterVars, VllmVars, WarmupVars
+from kvplan.deploy.stack import CephVars, LMCacheVars, MonitoringVars, VllmVars, WarmupVars
+from kvplan.deploy.vllm_command import RouterVars
 
 ROLES = {"ceph": CephVars, "lmcache": LMCacheVars, "vllm": VllmVars, "router": RouterVars, "warmup": WarmupVars, "monitoring": MonitoringVars}
 ANSIBLE_TYPE = {int: "int", str: "str", bool: "bool", float: "float", list: "list", dict: "dict"}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.deploy.stack import router_policy
+from kvplan.deploy.vllm_command import router_policy
 from kvplan.live.bench import Outcome, Target, stream_completion
 from kvplan.live.tokens import prompt_tokens
 from kvplan.router_settings import RouterThresholds

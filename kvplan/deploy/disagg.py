@@ -7,7 +7,7 @@ A spec with serving.disaggregation (connector: nixl) is deployed as the simulato
   hosts of the inventory and the decode pool on the hosts after them, so that no host runs both pools (Resolved's
   nodes counts both pools' nodes). Instance numbers (the service names vllm-<index>) count on across both pools.
 - **vLLM.** Each pool's instances get the pool's own `vllm serve` arguments (its TP, max_num_seqs and
-  max_num_batched_tokens; stack.vllm_args of the pool's Resolved) through their hosts' host_vars, which Ansible puts
+  max_num_batched_tokens; vllm_command.vllm_args of the pool's Resolved) through their hosts' host_vars, which Ansible puts
   above group_vars/all, plus `--kv-transfer-config {"kv_connector":"NixlConnector","kv_role":...,
   "kv_buffer_device":...}` (vLLM 0.32 vllm/config/kv_transfer.py KVTransferConfig; NixlConnector supports
   kv_buffer_device cuda on a CUDA GPU and cpu on a CPU host, _NIXL_SUPPORTED_DEVICE in
@@ -40,7 +40,7 @@ from ..errors import Problem
 from ..resolve import Resolved
 from ..spec.base import SpecModel
 from ..spec.grammar import WILDCARDS, host_port
-from .stack import RouterVars, vllm_args
+from .vllm_command import RouterVars, vllm_args
 
 SIDE_CHANNEL_PORT = 5600
 """vLLM's default VLLM_NIXL_SIDE_CHANNEL_PORT (vllm/envs.py); an instance's side channel is this plus its slot."""

@@ -7,7 +7,7 @@ For teams that run the vLLM layer on Kubernetes, as the design note recommends, 
 - vLLM: the chart's `vllmConfig` fields (TP, max model length, max sequences, GPU memory
   utilization, prefix caching, chunked prefill, dtype) and, in `extraArgs`, the flags it has no
   field for (block size, batched tokens, KV-cache dtype, quantization, KV bytes), exactly as the
-  Ansible path passes them (`stack.vllm_args`);
+  Ansible path passes them (`vllm_command.vllm_args`);
 - LMCache in-process (LMCacheConnectorV1, the only mode the chart runs): its CPU buffer and disk
   sizes from the same config the Ansible path writes (`stack.inprocess_config`), the rest as
   LMCACHE_* variables (chunk size, disk path, policy, save/retrieve settings). The chart reads
@@ -45,7 +45,8 @@ from typing import Any
 from ..errors import Problem, SpecError
 from ..resolve import Resolved
 from . import llmd
-from .stack import inprocess_config, vllm_args
+from .stack import inprocess_config
+from .vllm_command import vllm_args
 
 LMCACHE_RELEASE = "0.5.6"
 """The LMCache release whose configuration kvplan writes and checks (stack.LMCACHE_ENGINE_KEYS: the 0.5.6 wheel's

@@ -35,26 +35,17 @@ from pydantic import SerializerFunctionWrapHandler, model_serializer
 from .. import warmup as warm
 from ..resolve import Resolved
 from ..resolved_tiers import ResolvedTier
-from ..router_settings import RouterThresholds
 from ..spec.base import SpecModel
 from ..spec.grammar import WILDCARDS, host_port, local_address
 from ..units import GIB
+from . import disagg
+from .vllm_command import LMCACHE_HOST, RouterVars, router_policy, vllm_args
 
 LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
 """Where in-process LMCache's config lives on a GPU node (vLLM finds it through LMCACHE_CONFIG_FILE)."""
 
-LMCACHE_HOST = "127.0.0.1"
-"""Where an MP server takes requests (--host; the connector's lmcache.mp.host): only its node's vLLM instances talk
-to it."""
-
 PYTHONHASHSEED = "0"
 """Same chunk hashes on every vLLM and LMCache process, so shared and persistent tiers hit."""
-
-VLLM_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-"""kvplan weights dtype -> vLLM --dtype, for weights served unquantised (exactly the bytes the simulation counts)."""
-VLLM_KV_DTYPE = {"float32": "auto"}
-"""Resolved KV dtype -> vLLM --kv-cache-dtype, where they differ: vLLM has no float32 choice; auto keeps KV in the
-dtype the model runs in, which --dtype float32 makes fp32."""
 
 MP_POLICY = {"none": "noop"}
 """kvplan policy name -> LMCache MP server name, where they differ."""
@@ -151,15 +142,6 @@ class VllmVars(SpecModel):
     environment file (serving.api_key_env); empty: vLLM asks no key."""
 
 
-class RouterVars(SpecModel):
-    """Variables of the router role (it runs on the first gpu host)."""
-
-    router_args: list[str]
-    """`vllm-router` arguments: listen address, the vLLM instances, the policy and its thresholds, metrics."""
-    router_url: str
-    """Where clients reach the router (kvplan bench --router)."""
-
-
 class WarmupVars(SpecModel):
     """Variables of the warmup role."""
 
@@ -225,8 +207,6 @@ def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str], gpu_addresse
     address = dict(zip(gpu_hosts, gpu_addresses or gpu_hosts))
     pools = None
     if r.disaggregation is not None:
-        from . import disagg                     # built on this module's vllm_args and RouterVars
-
         pools = disagg.placement(r, gpu_hosts, address)
         instances = {host: pool.vllm_instances for host, pool in pools.items()}
     else:
@@ -370,57 +350,6 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
 
 
-NATIVE_POLICY = {"LRU": "lru", "ARC": "arc"}
-"""serving.kv_offloading.eviction -> the OffloadingConnector's eviction_policy (vLLM 0.32
-v1/kv_offload/cpu/policies/factory.py)."""
-
-
-def kv_transfer_config(r: Resolved) -> dict[str, Any] | None:
-    """vLLM --kv-transfer-config: the LMCache connector of the spec's mode, or vLLM's native OffloadingConnector
-    (what --kv-offloading-backend native sets up, with the exact bytes, chunk size and policy the simulator used),
-    recomputing on load failures."""
-    n = r.kv_offloading
-    if n is not None:
-        extra: dict[str, Any] = {"cpu_bytes_to_use": n.capacity_bytes, "block_size": n.chunk_tokens,
-                                 "eviction_policy": NATIVE_POLICY[n.eviction]}
-        return {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-                "kv_connector_extra_config": extra}
-    if r.lmcache is None:
-        return None
-    extra = {"lmcache.mp.host": f"tcp://{LMCACHE_HOST}", "lmcache.mp.port": r.lmcache.port}
-    if r.lmcache.mode == "inprocess":
-        return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both", "kv_load_failure_policy": "recompute"}
-    if r.lmcache.save_decode_cache:
-        extra["lmcache.mp.save_decode_cache"] = True
-    return {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-            "kv_connector_extra_config": extra}
-
-
-def vllm_args(r: Resolved) -> list[str]:
-    """`vllm serve MODEL` arguments shared by every instance."""
-    args = ["--served-model-name", r.model.name, "--tensor-parallel-size", str(r.tensor_parallel),
-            "--block-size", str(r.block_size), "--max-model-len", str(r.max_model_len),
-            "--max-num-seqs", str(r.max_num_seqs), "--max-num-batched-tokens", str(r.max_num_batched_tokens),
-            "--kv-cache-dtype", VLLM_KV_DTYPE.get(r.kv_cache_dtype, r.kv_cache_dtype)]
-    if r.quantization is not None:
-        args += ["--quantization", r.quantization]
-    elif r.weights_dtype in VLLM_DTYPE:
-        args += ["--dtype", VLLM_DTYPE[r.weights_dtype]]
-    if r.device.kind == "cpu":
-        args.append("--enforce-eager")
-    elif r.kv_cache_memory_bytes is not None:
-        args += ["--kv-cache-memory-bytes", str(r.kv_cache_memory_bytes)]
-    else:
-        args += ["--gpu-memory-utilization", repr(r.gpu_memory_utilization)]
-    args.append("--enable-prefix-caching" if r.prefix_caching else "--no-enable-prefix-caching")
-    args.append("--enable-chunked-prefill" if r.chunked_prefill else "--no-enable-chunked-prefill")
-    args.append("--async-scheduling" if r.async_scheduling else "--no-async-scheduling")
-    transfer = kv_transfer_config(r)
-    if transfer:
-        args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
-    return args
-
-
 def _vllm(r: Resolved) -> VllmVars:
     env = {"PYTHONHASHSEED": PYTHONHASHSEED, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false"}
     if r.lmcache is not None and r.lmcache.mode == "inprocess":
@@ -434,17 +363,6 @@ def _vllm(r: Resolved) -> VllmVars:
                     vllm_url_host=url_host(local_address(r.api_host)),
                     vllm_tensor_parallel=r.tensor_parallel, vllm_cpu_host=r.device.kind == "cpu", vllm_s3_credentials=s3_inside,
                     vllm_api_key_env=r.api_key_env or "")
-
-
-def router_policy(kind: str, thresholds: RouterThresholds) -> list[str]:
-    """vllm-router's flags for a kvplan router policy; prefix_aware with `thresholds` (Resolved.router_thresholds,
-    which the simulator's Router uses too)."""
-    return {"round_robin": ["--policy", "round_robin"],
-            "least_loaded": ["--policy", "cache_aware", "--cache-threshold", "1.0"],
-            "session_affinity": ["--policy", "sticky_least_loaded"],
-            "prefix_aware": ["--policy", "cache_aware", "--cache-threshold", repr(thresholds.cache_threshold),
-                             "--balance-abs-threshold", str(thresholds.balance_abs),
-                             "--balance-rel-threshold", repr(thresholds.balance_rel)]}[kind]
 
 
 def _router(r: Resolved, workers: list[str], address: str) -> RouterVars:

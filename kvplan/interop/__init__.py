@@ -15,7 +15,7 @@ The workload comes from the benchmark a team runs: an inference-perf config (`--
 generator and load stages) or a `vllm bench serve ...` command line (`--vllm-bench "..."`: its dataset, prompt count,
 request rate and concurrency), each listing what did not map and what mapped with a difference.
 
-It is the inverse of the deployment: what `kvplan.deploy.stack.vllm_args` and `inprocess_config`
+It is the inverse of the deployment: what `kvplan.deploy.vllm_command.vllm_args` and `kvplan.deploy.stack.inprocess_config`
 write for a spec, imported again, gives that spec's serving and LMCache settings back (the
 tests check it on every shipped example). A vLLM command does not say which accelerator it
 runs on, nor what traffic it serves: `--gpu` names the accelerator, and the workload is a

@@ -9,7 +9,7 @@ import json
 import shlex
 from typing import Any, Callable
 
-from ..deploy.stack import VLLM_DTYPE
+from ..deploy.vllm_command import VLLM_DTYPE
 from ..errors import Problem, SpecError
 from ..spec.serving import QUANTIZATIONS
 from ..units import exact_size

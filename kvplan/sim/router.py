@@ -1,7 +1,7 @@
 """The router in front of the vLLM instances: which instance serves a request.
 
 kvplan deploys vllm-project's router (the `vllm-router` package, 0.1.17) and simulates what its
-policies do, so a simulated spread is the deployed one (kvplan.deploy.stack.router_policy maps each
+policies do, so a simulated spread is the deployed one (kvplan.deploy.vllm_command.router_policy maps each
 policy to its flags):
 
 - round_robin -> `--policy round_robin`: the instances in turn.
