@@ -138,10 +138,15 @@ def shape(r: "Resolved") -> tuple:
 
 
 def accelerators(r: "Resolved") -> str:
-    """'2 x H100-SXM TP4', or for a disaggregated spec 'P 2 x H100-SXM TP2 + D 1 x H100-SXM TP4'."""
+    """'2 x H100-SXM TP4', or for a disaggregated spec 'P 2 x TP2 + D 1 x TP4 H100-SXM' (each pool's accelerator
+    after its counts when they differ: 'P 2 x H100-SXM + D 1 x H200 TP4')."""
     d = r.disaggregation
     if d is None:
         return _pool(r)
+    if d.prefill.device.name == d.decode.device.name:
+        counts = [f"{p.instances}" + (f" x TP{p.tensor_parallel}" if p.tensor_parallel > 1 else "")
+                  for p in (d.prefill, d.decode)]
+        return f"P {counts[0]} + D {counts[1]} {d.prefill.device.name}"
     return f"P {_pool(d.prefill)} + D {_pool(d.decode)}"
 
 

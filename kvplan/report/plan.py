@@ -130,7 +130,8 @@ def _top(plan: Plan) -> list[Section]:
         section.rows.append([str(rank), _short(c), f"{c.usd_per_hour:,.2f}",
                              "-" if rank == 1 else f"+${c.usd_per_hour - best[0].usd_per_hour:,.2f}/h",
                              *[_measured(c, k) for k in keys]])
-    section.narrow = [("vs winner", None), *_means_only(best, keys)]
+    section.narrow = [("vs winner", None), *_means_only(best, keys),
+                      ("candidate", [f"#{c.index} {c.describe()['accelerator']}" for c in best])]
     return [section]
 
 
