@@ -208,3 +208,16 @@ def test_doctor_gives_no_split_to_a_spec_with_native_offloading():
     case = simulated_case(topo, r, topo.model_dump(mode="json", exclude_unset=True), None, [7])
     assert shape_fixes(case, "tpot_p99") == []
 
+
+
+def test_a_warm_started_disaggregated_spec_warms_the_prefill_pools_tiers():
+    """doctor's split of a warm-started spec with LMCache tiers crashed: the warm-up fed an instance per request of
+    both pools, and the tiers are the prefill pool's (kvplan.sim.warm)."""
+    topo = from_mapping({**yaml.safe_load((REPO / "docs" / "examples" / "walkthrough" / "sre-chat-peak.yaml").read_text()),
+                         "simulate_only": True})
+    data = topo.model_dump(mode="json", exclude_unset=True)
+    data["serving"] = pools.disaggregated_serving(data["serving"], topo.serving.gpu, (1, 6, 1, 2))
+    split = from_mapping(with_changes(data, workload__requests=200))
+    result = run(resolve(split))
+    assert result.warm_start and result.disaggregation is not None
+    assert sum(t.served_tokens for t in result.tiers if t.name != "hbm") > 0, "the warmed tiers serve prompts"

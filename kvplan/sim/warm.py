@@ -120,7 +120,8 @@ def fill(sim, seed: int) -> tuple[list[WarmTier], float]:
     else:
         return [], 0.0
     feed = _lmcache_feed(lm, r, tiers) if lm is not None else _native_feed(native, tiers)
-    instances = r.instances
+    # disaggregated, the tiers are the prefill pool's (kvplan.sim.disagg): its instances are the ones warmed
+    instances = r.instances if r.disaggregation is None else r.disaggregation.prefill.instances
     fed, first, last, limit = 0, None, 0.0, FIRST_GENERATION
     done = False
     while not done:
