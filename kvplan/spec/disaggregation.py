@@ -9,8 +9,8 @@ simulator's model and its sources are in kvplan/sim/disagg.py, docs/disaggregati
 The section says the two pools (GPU, tensor-parallel size, count, scheduler limits each), the connector that moves
 the KV (vLLM's NixlConnector, or LMCache's PD mode over NIXL), the network it crosses (a NIC class of the catalog)
 and the proxy. kvplan simulates it, and `kvplan render` deploys connector: nixl (kvplan.deploy.disagg: each pool's
-vLLM instances with NixlConnector, vllm-router's PD mode in front). connector: lmcache and its buffer_size are
-simulation-only (they need `simulate_only: true`; the ledger, kvplan.spec.deployment, says why).
+vLLM instances with NixlConnector, vllm-router's PD mode in front). connector: lmcache and its buffer_size, and
+LMCache tiers beside the pools, are simulation-only (they need `simulate_only: true`; UNDEPLOYED says why).
 """
 
 from __future__ import annotations
