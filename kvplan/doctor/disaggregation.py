@@ -23,6 +23,7 @@ import numpy as np
 
 from ..plan import pools
 from ..plan.bounds import Roofline, workload_stats
+from ..spec.disaggregation import POOL_FIELDS
 from .case import Case
 from .finding import Change, Fix
 
@@ -50,7 +51,7 @@ def shape_fixes(case: Case, metric: str) -> list[Fix]:
         return []
     p, n_p, dec, n_d = split
     serving = pools.disaggregated_serving(case.data.get("serving", {}), s.gpu, split)
-    changes = [Change(path=f"serving.{name}", value=None) for name in (*pools.POOL_FIELDS, *pools.AGGREGATED_ONLY)
+    changes = [Change(path=f"serving.{name}", value=None) for name in (*POOL_FIELDS, *pools.AGGREGATED_ONLY)
                if name in case.data.get("serving", {})]
     changes.append(Change(path="serving.disaggregation", value=serving["disaggregation"]))
     if pools.simulation_only({**case.data, "serving": serving}) and not case.topo.simulate_only:
