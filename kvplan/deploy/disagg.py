@@ -36,10 +36,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import Problem
 from ..resolve import Resolved
 from ..spec.base import SpecModel
-from ..spec.grammar import WILDCARDS, host_port
+from ..spec.grammar import host_port
+from . import vllm_command
 from .vllm_command import RouterVars, vllm_args
 
 SIDE_CHANNEL_PORT = 5600
@@ -84,18 +84,12 @@ def placement(r: Resolved, gpu_hosts: list[str], address: dict[str, str]) -> dic
     first, index = 0, 0
     for role, pool in (("prefill", d.prefill), ("decode", d.decode)):
         args = pool_args(pool, role)
-        hosts = gpu_hosts[first:first + pool.nodes]
-        for host in hosts:
-            out[host] = PoolHost(vllm_instances=[], vllm_args=args, vllm_tensor_parallel=pool.tensor_parallel)
-        for n in range(pool.instances):
-            host = hosts[n // pool.instances_per_node]
-            slot = n % pool.instances_per_node
-            devices = ",".join(str(slot * pool.tensor_parallel + k) for k in range(pool.tensor_parallel))
-            env = {"VLLM_NIXL_SIDE_CHANNEL_HOST": address[host],
-                   "VLLM_NIXL_SIDE_CHANNEL_PORT": str(SIDE_CHANNEL_PORT + slot)}
-            out[host].vllm_instances.append({"index": index, "port": r.api_port + slot, "devices": devices, "env": env})
-            index += 1
-        first += pool.nodes
+        for host, instances in vllm_command.placement(pool, gpu_hosts[first:first + pool.nodes], index).items():
+            for slot, instance in enumerate(instances):
+                instance["env"] = {"VLLM_NIXL_SIDE_CHANNEL_HOST": address[host],
+                                   "VLLM_NIXL_SIDE_CHANNEL_PORT": str(SIDE_CHANNEL_PORT + slot)}
+            out[host] = PoolHost(vllm_instances=instances, vllm_args=args, vllm_tensor_parallel=pool.tensor_parallel)
+        first, index = first + pool.nodes, index + pool.instances
     return out
 
 
@@ -117,9 +111,5 @@ def router(r: Resolved, hosts: dict[str, PoolHost], address: dict[str, str], rou
         pd += ["--prefill", url]
     for url in worker_urls(hosts, address, "decode", r):
         pd += ["--decode", url]
-    args = ["--host", r.api_host, "--port", str(r.router_port), *pd, "--kv-connector", d.connector,
-            "--policy", ROUTER_POLICY[d.proxy],
-            "--prometheus-host", r.monitoring.metrics_address, "--prometheus-port", str(r.router_metrics_port),
-            "--worker-startup-check-interval", "1", "--health-check-interval-secs", "5"]
-    host = address[router_host] if r.api_host in WILDCARDS else r.api_host
-    return RouterVars(router_args=args, router_url=f"http://{host_port(host, r.router_port, url=True)}")
+    return vllm_command.router_vars(r, address[router_host],
+                                    [*pd, "--kv-connector", d.connector, "--policy", ROUTER_POLICY[d.proxy]])

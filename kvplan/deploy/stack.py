@@ -36,10 +36,10 @@ from .. import warmup as warm
 from ..resolve import Resolved
 from ..resolved_tiers import ResolvedTier
 from ..spec.base import SpecModel
-from ..spec.grammar import WILDCARDS, host_port, local_address
+from ..spec.grammar import host_port, local_address
 from ..units import GIB
 from . import disagg
-from .vllm_command import LMCACHE_HOST, RouterVars, router_policy, vllm_args
+from .vllm_command import LMCACHE_HOST, RouterVars, placement, router_policy, router_vars, vllm_args
 
 LMCACHE_CONFIG_FILE = "/etc/lmcache/lmcache.yaml"
 """Where in-process LMCache's config lives on a GPU node (vLLM finds it through LMCACHE_CONFIG_FILE)."""
@@ -210,13 +210,14 @@ def build(r: Resolved, gpu_hosts: list[str], ceph_hosts: list[str], gpu_addresse
         pools = disagg.placement(r, gpu_hosts, address)
         instances = {host: pool.vllm_instances for host, pool in pools.items()}
     else:
-        instances = _placement(r, gpu_hosts)
+        instances = placement(r, gpu_hosts)
     placed = [(address[host], i["port"]) for host, items in instances.items() for i in items]
     ports = [host_port(host, port) for host, port in placed]
     workers = [f"http://{host_port(host, port, url=True)}" for host, port in placed]
     mp = r.lmcache is not None and r.lmcache.mode == "mp"
     lmcache_targets = [host_port(address[host], r.lmcache.http_port) for host in instances] if mp else []
-    router = (_router(r, workers, address[gpu_hosts[0]]) if pools is None
+    router = (router_vars(r, address[gpu_hosts[0]], ["--worker-urls", *workers, *router_policy(r.router, r.router_thresholds)])
+              if pools is None
               else disagg.router(r, pools, address, gpu_hosts[0]))
     return Stack(ceph=_ceph(r, ceph_hosts) if r.ceph else None, lmcache=_lmcache(r) if r.lmcache else None, vllm=_vllm(r),
                  router=router, router_host=gpu_hosts[0], warmup=_warmup(r),
@@ -228,17 +229,6 @@ def url_host(host: str) -> str:
     """`host` as a URL's host: an IPv6 address in brackets, a scope id's '%' as '%25' (`[fe80::1%25eth0]`), the
     rule of host_port, which writes every host:port kvplan renders (urllib reads the %25 back as '%')."""
     return host_port(host, 0, url=True).removesuffix(":0")
-
-
-def _placement(r: Resolved, gpu_hosts: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """Instances fill nodes in order, instances_per_node each, TP consecutive devices per instance."""
-    out: dict[str, list[dict[str, Any]]] = {h: [] for h in gpu_hosts}
-    for index in range(r.instances):
-        host = gpu_hosts[index // r.instances_per_node]
-        slot = index % r.instances_per_node
-        devices = ",".join(str(slot * r.tensor_parallel + k) for k in range(r.tensor_parallel))
-        out[host].append({"index": index, "port": r.api_port + slot, "devices": devices})
-    return out
 
 
 def _ceph(r: Resolved, ceph_hosts: list[str]) -> CephVars:
@@ -363,15 +353,6 @@ def _vllm(r: Resolved) -> VllmVars:
                     vllm_url_host=url_host(local_address(r.api_host)),
                     vllm_tensor_parallel=r.tensor_parallel, vllm_cpu_host=r.device.kind == "cpu", vllm_s3_credentials=s3_inside,
                     vllm_api_key_env=r.api_key_env or "")
-
-
-def _router(r: Resolved, workers: list[str], address: str) -> RouterVars:
-    host = address if r.api_host in WILDCARDS else r.api_host
-    args = ["--host", r.api_host, "--port", str(r.router_port), "--worker-urls", *workers,
-            *router_policy(r.router, r.router_thresholds),
-            "--prometheus-host", r.monitoring.metrics_address, "--prometheus-port", str(r.router_metrics_port),
-            "--worker-startup-check-interval", "1", "--health-check-interval-secs", "5"]
-    return RouterVars(router_args=args, router_url=f"http://{host_port(host, r.router_port, url=True)}")
 
 
 def _warmup(r: Resolved) -> WarmupVars | None:

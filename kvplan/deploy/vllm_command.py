@@ -1,4 +1,5 @@
-"""The serving processes' command lines as the render writes them: `vllm serve`'s arguments and vllm-router's policy.
+"""The serving processes as the render writes them: where each vLLM instance runs, `vllm serve`'s arguments and
+vllm-router's.
 
 Each argument comes from `Resolved`, the numbers the simulator runs with (kvplan.deploy.stack explains the stack's
 facts): the scheduler limits, block and KV dtype, the connector of the spec's offload tier (LMCache's, in process or
@@ -15,6 +16,7 @@ from typing import Any
 from ..resolve import Resolved
 from ..router_settings import RouterThresholds
 from ..spec.base import SpecModel
+from ..spec.grammar import WILDCARDS, host_port
 
 LMCACHE_HOST = "127.0.0.1"
 """Where an MP server takes requests (--host; the connector's lmcache.mp.host): only its node's vLLM instances talk
@@ -95,3 +97,25 @@ class RouterVars(SpecModel):
     """`vllm-router` arguments: listen address, the vLLM instances, the policy and its thresholds, metrics."""
     router_url: str
     """Where clients reach the router (kvplan bench --router)."""
+
+
+def placement(r: Resolved, gpu_hosts: list[str], first_index: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """Instances fill nodes in order, instances_per_node each, TP consecutive devices per instance: {index, port,
+    devices} per instance of each host, the indices counting from `first_index`."""
+    out: dict[str, list[dict[str, Any]]] = {h: [] for h in gpu_hosts}
+    for n in range(r.instances):
+        host = gpu_hosts[n // r.instances_per_node]
+        slot = n % r.instances_per_node
+        devices = ",".join(str(slot * r.tensor_parallel + k) for k in range(r.tensor_parallel))
+        out[host].append({"index": first_index + n, "port": r.api_port + slot, "devices": devices})
+    return out
+
+
+def router_vars(r: Resolved, address: str, routing: list[str]) -> RouterVars:
+    """vllm-router's variables: its listen address and port, `routing` (the instances and the policy), its metrics;
+    `address` is the router host's, where clients reach it when it listens on every address."""
+    args = ["--host", r.api_host, "--port", str(r.router_port), *routing,
+            "--prometheus-host", r.monitoring.metrics_address, "--prometheus-port", str(r.router_metrics_port),
+            "--worker-startup-check-interval", "1", "--health-check-interval-secs", "5"]
+    host = address if r.api_host in WILDCARDS else r.api_host
+    return RouterVars(router_args=args, router_url=f"http://{host_port(host, r.router_port, url=True)}")
