@@ -124,6 +124,12 @@ def test_the_flag_says_which_candidates_are_searched(mode, aggregated, split):
     assert (True in kinds, False in kinds) == (split, aggregated)
 
 
+@pytest.mark.parametrize("key", ["tpot_p50", "tpot_p90", "tpot_p99"])
+def test_any_tpot_target_brings_the_splits_in(key):
+    topo = spec(slo={"ttft_p99": "2s", key: "30ms"})
+    assert pools.considered(topo, topo.slo, "auto").disaggregated
+
+
 def test_a_spec_with_native_offloading_gets_no_split_and_is_told_why():
     native = spec(serving__kv_offloading={"size": "64GiB"})
     assert "native connector" in pools.considered(native, native.slo, "auto").why

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..spec.disaggregation import POOL_FIELDS, undeployed
+from ..errors import Problem, SpecError
+from ..spec.disaggregation import POOL_FIELDS, Disaggregation, undeployed
 
 if TYPE_CHECKING:
     from ..resolve import Resolved
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from ..spec.slo import Slo
 
 DISAGGREGATED_CHOICES = ("auto", "on", "only", "off")
-DEFAULT_CONNECTOR = "nixl"
+CONNECTOR = Disaggregation.model_fields["connector"].default
+"""The connector a split gets when the start spec names none: the spec's default (vLLM's NixlConnector)."""
 AGGREGATED_ONLY = ("router", "router_thresholds", "llm_d", "kv_offloading")
 """serving's fields that a disaggregated spec may not set (the proxy routes; native offloading is refused)."""
 
@@ -45,8 +47,6 @@ class Considered:
 def parse_disaggregated_arg(text: str) -> str:
     """The --disaggregated choice, or a SpecError naming the flag and the choices."""
     if text not in DISAGGREGATED_CHOICES:
-        from ..errors import Problem, SpecError
-
         raise SpecError([Problem("--disaggregated", "not a choice", text, ", ".join(DISAGGREGATED_CHOICES),
                                  "write --disaggregated auto (the default), on, only or off")])
     return text
@@ -60,8 +60,6 @@ def considered(topo: "Topology", slo: "Slo", mode: str) -> Considered:
         return Considered(True, False, "not considered (--disaggregated off)")
     if native:
         if mode == "only":
-            from ..errors import Problem, SpecError
-
             raise SpecError([Problem("serving.kv_offloading", "--disaggregated only plans prefill and decode pools, "
                                      "and vLLM's native offloading beside a P/D connector needs vLLM's "
                                      "MultiConnector, which kvplan does not model", "set",
@@ -75,7 +73,7 @@ def considered(topo: "Topology", slo: "Slo", mode: str) -> Considered:
         return Considered(True, True, "considered beside the aggregated ones (--disaggregated on)")
     if topo.serving.disaggregation is not None:
         return Considered(True, True, "considered beside the aggregated ones: the spec is disaggregated")
-    if "tpot_p50" in slo.targets() or "tpot_p99" in slo.targets():
+    if any(key.startswith("tpot_") for key in slo.targets()):
         return Considered(True, True, "considered beside the aggregated ones: the SLO has a TPOT target")
     return Considered(True, False, "not considered: the SLO has no TPOT target, the only figure a decode pool "
                                    "without prefills improves (--disaggregated on considers them anyway)")
@@ -109,7 +107,7 @@ def disaggregated_serving(serving: dict, gpu: str, split: tuple[int, int, int, i
                        **{k: v for k, v in limits.items() if v is not None}}
     rest = {k: v for k, v in own.items() if k not in ("prefill", "decode")}
     new["gpu"] = gpu
-    new["disaggregation"] = {"connector": DEFAULT_CONNECTOR, **rest, **pools}
+    new["disaggregation"] = {"connector": CONNECTOR, **rest, **pools}
     return new
 
 
@@ -125,7 +123,7 @@ def simulation_only(spec: dict) -> bool:
     """Whether a disaggregated candidate (a spec mapping) sets what the render refuses (kvplan.spec.disaggregation's
     `undeployed`), so that it can only be planned as simulate_only."""
     d = spec["serving"]["disaggregation"]
-    return bool(undeployed(d.get("connector", "nixl"), d.get("buffer_size"), spec.get("lmcache") is not None))
+    return bool(undeployed(d.get("connector", CONNECTOR), d.get("buffer_size"), spec.get("lmcache") is not None))
 
 
 def shape(r: "Resolved") -> tuple:
