@@ -11,6 +11,7 @@ A stack fact changed in `Resolved` moves the simulator and the render together.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from kvplan.deploy import ansible_yaml
 from kvplan.deploy.render import render
 from kvplan.deploy.secrets import Secrets
 from kvplan.errors import SpecError
-from kvplan.resolve import resolve
+from kvplan.resolve import Resolved, resolve
 from kvplan.sim.eviction import POLICIES, TTL
 from kvplan.deploy.vllm_command import VLLM_DTYPE, router_policy
 from kvplan.sim import workload as wl
@@ -35,17 +36,25 @@ SPECS = sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "docs" / "ex
 KEYS = Secrets(ceph_rgw_access_key="AKIAEXAMPLEEXAMPLE00", ceph_rgw_secret_key="example-secret")
 
 
-def deployable() -> list[Path]:
+@functools.cache
+def resolved_examples() -> list[tuple[Path, Resolved]]:
+    """Every shipped example that resolves (documented invalid ones, such as docs/examples/arc-inprocess.yaml, do not)
+    and is not simulation-only."""
     out = []
     for path in SPECS:
         try:
             r = resolve(load(path))
-            # llm-d's scheduler deploys through the Helm path only (test_llmd and test_deploy_fields hold its render)
-            if not r.simulate_only and r.router != "llm_d" and r.disaggregation is None:
-                out.append(path)
         except SpecError:
-            pass     # documented invalid examples (docs/examples/arc-inprocess.yaml)
+            continue
+        if not r.simulate_only:
+            out.append((path, r))
     return out
+
+
+def deployable() -> list[Path]:
+    """The aggregated examples the Ansible render deploys (llm-d's scheduler deploys through the Helm path only:
+    test_llmd and test_deploy_fields hold its render)."""
+    return [path for path, r in resolved_examples() if r.router != "llm_d" and r.disaggregation is None]
 
 
 def role_vars(root: Path, role: str) -> dict:
@@ -62,15 +71,7 @@ LMCACHE_MP_NAME = {"none": "noop"}
 
 def disaggregated() -> list[Path]:
     """The deployable examples with prefill and decode pools (the test after the next)."""
-    out = []
-    for path in SPECS:
-        try:
-            r = resolve(load(path))
-        except SpecError:
-            continue
-        if not r.simulate_only and r.disaggregation is not None:
-            out.append(path)
-    return out
+    return [path for path, r in resolved_examples() if r.disaggregation is not None]
 
 
 def test_an_example_deploys_disaggregated_serving():
